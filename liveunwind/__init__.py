@@ -1,0 +1,31 @@
+"""liveunwind: native backtraces of Linux processes, core dumps and the calling process.
+
+``attach(pid)`` returns a :class:`Backtrace` of every thread of a live
+process.  Names are imported lazily so that ``import liveunwind`` stays cheap.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from liveunwind.api import attach
+    from liveunwind.frames import Backtrace, Frame, ThreadBacktrace
+
+__all__ = ["Backtrace", "Frame", "ThreadBacktrace", "attach"]
+
+_EXPORTS = {
+    "attach": "liveunwind.api",
+    "Backtrace": "liveunwind.frames",
+    "Frame": "liveunwind.frames",
+    "ThreadBacktrace": "liveunwind.frames",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'liveunwind' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module_name), name)

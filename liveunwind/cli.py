@@ -1,0 +1,120 @@
+"""The ``liveunwind`` command.
+
+Exit codes: 0 every thread's walk reached the end of its stack, 1 some
+thread's walk ended early, 2 the target could not be used, 64 usage error,
+130 interrupted.  Every failure is one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from liveunwind.errors import LiveUnwindError, UsageError
+
+EXIT_COMPLETE = 0
+EXIT_INCOMPLETE = 1
+EXIT_INTERRUPTED = 130
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is a LiveUnwindError (exit 64), not exit 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {text}")
+    return value
+
+
+def _pid(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a process id: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"not a process id: {text}")
+    return value
+
+
+def _tid_list(text: str) -> list[int]:
+    return [_pid(part) for part in text.split(",") if part.strip()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="liveunwind",
+        description="Native backtraces of Linux processes, saying how each frame was found.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    pid = commands.add_parser("pid", help="backtrace every thread of a running process")
+    pid.add_argument("pid", type=_pid, help="process id")
+    pid.add_argument("--threads", type=_tid_list, metavar="TID,...", help="only these threads")
+    _add_walk_options(pid)
+    return parser
+
+
+def _add_walk_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--max-frames",
+        type=_positive_int,
+        default=256,
+        metavar="N",
+        help="stop each walk after N frames (default 256, 0 = no limit)",
+    )
+    parser.add_argument(
+        "--unwinder",
+        default="auto",
+        metavar="LIST",
+        help="unwind sources to use, in order (auto, or a list of: cfi, sframe)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument("--no-symbols", action="store_true", help="do not look up function names")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _run(argv)
+    except LiveUnwindError as error:
+        print(f"liveunwind: {error}", file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        print("liveunwind: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return EXIT_COMPLETE
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    arguments = build_parser().parse_args(argv)
+    from liveunwind.stepper import parse_unwinders
+
+    unwinders = parse_unwinders(arguments.unwinder)
+    if arguments.command == "pid":
+        from liveunwind.api import attach
+
+        backtrace = attach(
+            arguments.pid,
+            threads=arguments.threads,
+            max_frames=arguments.max_frames,
+            unwinders=unwinders,
+            symbols=not arguments.no_symbols,
+        )
+    else:  # pragma: no cover - argparse allows only the commands above
+        raise UsageError(f"unknown command {arguments.command}")
+    from liveunwind.report import format_json, format_text
+
+    if arguments.json:
+        sys.stdout.write(format_json(backtrace))
+    else:
+        sys.stdout.write(format_text(backtrace, symbols=not arguments.no_symbols))
+    sys.stdout.flush()
+    return EXIT_COMPLETE if backtrace.complete else EXIT_INCOMPLETE

@@ -1,0 +1,1 @@
+"""Unwind-format decoders: bytes in, :class:`~liveunwind.formats.rules.UnwindRule` out."""

@@ -1,0 +1,114 @@
+"""UnwindRule: the one currency between unwind-format decoders and the stepper.
+
+Every format (DWARF CFI, SFrame, compact unwind, dynamic registration)
+compiles what it knows about one pc into an :class:`UnwindRule`.  The stepper
+executes rules without knowing where they came from.  Register numbers are the
+architecture's DWARF numbers (see :mod:`liveunwind.arch`).  Rules are
+immutable so they can be cached by (module, module-relative pc).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class RegKind(Enum):
+    """How a register of the caller is recovered (DWARF §6.4.1 register rules)."""
+
+    SAME = "same"  # the callee did not change it
+    UNDEFINED = "undefined"  # not recoverable; for the return address: end of stack
+    OFFSET = "offset"  # saved in memory at CFA + offset
+    VAL_OFFSET = "val_offset"  # the value is CFA + offset
+    REGISTER = "register"  # the value is in register ``register``
+    EXPRESSION = "expression"  # saved in memory at the address the expression computes
+    VAL_EXPRESSION = "val_expression"  # the value is what the expression computes
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterRule:
+    """One register's recovery rule."""
+
+    kind: RegKind
+    offset: int = 0
+    register: int = -1
+    expression: bytes = b""
+
+    def describe(self, register_name: callable = str) -> str:
+        """Short text in the style of ``readelf --debug-dump=frames-interp``."""
+        kind = self.kind
+        if kind is RegKind.SAME:
+            return "s"
+        if kind is RegKind.UNDEFINED:
+            return "u"
+        if kind is RegKind.OFFSET:
+            return f"c{self.offset:+d}"
+        if kind is RegKind.VAL_OFFSET:
+            return f"v{self.offset:+d}"
+        if kind is RegKind.REGISTER:
+            return register_name(self.register)
+        return "exp" if kind is RegKind.EXPRESSION else "vexp"
+
+
+SAME_VALUE = RegisterRule(RegKind.SAME)
+UNDEFINED = RegisterRule(RegKind.UNDEFINED)
+
+
+@dataclass(frozen=True, slots=True)
+class CfaRule:
+    """How to compute the canonical frame address: register + offset, or an expression."""
+
+    register: int = -1
+    offset: int = 0
+    expression: bytes = b""
+
+    @property
+    def is_expression(self) -> bool:
+        return bool(self.expression)
+
+    def describe(self, register_name: callable = str) -> str:
+        if self.expression:
+            return "exp"
+        return f"{register_name(self.register)}{self.offset:+d}"
+
+
+@dataclass(frozen=True, slots=True)
+class UnwindRule:
+    """Everything needed to step from one frame to its caller at one pc.
+
+    ``registers`` lists only registers with an explicit rule, as sorted
+    ``(dwarf_number, RegisterRule)`` pairs; every other register keeps its
+    value (:data:`SAME_VALUE`), which is what callee-saved conventions and
+    libgcc assume.  The caller's stack pointer is the CFA unless a rule says
+    otherwise.
+    """
+
+    cfa: CfaRule
+    registers: tuple[tuple[int, RegisterRule], ...]
+    return_address_register: int
+    signal_frame: bool = False
+    #: aarch64: the return address is signed with pointer authentication.
+    ra_signed: bool = False
+    #: DW_CFA_GNU_args_size in effect (bytes pushed for outgoing arguments).
+    args_size: int = 0
+    #: Where the covering entry starts and ends (module-relative), for reports.
+    start: int = 0
+    end: int = 0
+
+    def rule_for(self, register: int) -> RegisterRule:
+        for number, rule in self.registers:
+            if number == register:
+                return rule
+        return SAME_VALUE
+
+    def describe(self, register_name: callable = str) -> str:
+        """One line: ``cfa=rsp+16 rbp=c-16 ra=c-8``, for diagnostics."""
+        parts = [f"cfa={self.cfa.describe(register_name)}"]
+        for number, rule in self.registers:
+            label = "ra" if number == self.return_address_register else register_name(number)
+            parts.append(f"{label}={rule.describe(register_name)}")
+        if self.signal_frame:
+            parts.append("signal-frame")
+        if self.ra_signed:
+            parts.append("ra-signed")
+        return " ".join(parts)

@@ -1,0 +1,1 @@
+"""What is loaded where: modules, their files, symbols and unwind sources."""

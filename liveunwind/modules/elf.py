@@ -1,0 +1,209 @@
+"""A lean ELF64 reader over a buffer (an mmap of a file, or bytes from memory).
+
+pyelftools builds an object per header and costs ~38 ms to import; a
+backtrace needs only program headers, a few sections by name and the
+build-id, so this reader slices them straight out of the buffer with
+``struct``.  All offsets come from untrusted files and are bounds-checked.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from functools import cached_property
+
+from liveunwind.errors import FormatError
+
+ELF_MAGIC = b"\x7fELF"
+PT_LOAD = 1
+PT_DYNAMIC = 2
+PT_NOTE = 4
+PT_GNU_EH_FRAME = 0x6474E550
+PT_GNU_SFRAME = 0x6474E554
+NT_GNU_BUILD_ID = 3
+SHT_NOBITS = 8
+_MAX_HEADERS = 65535
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramHeader:
+    type: int
+    flags: int
+    offset: int
+    vaddr: int
+    filesz: int
+    memsz: int
+    align: int
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    name: str
+    type: int
+    flags: int
+    address: int
+    offset: int
+    size: int
+    link: int
+    entsize: int
+
+
+class ElfImage:
+    """Headers and sections of one ELF64 image held in ``data``."""
+
+    def __init__(self, data: bytes | memoryview, *, origin: str = "") -> None:
+        self.data = data
+        self.origin = origin or "ELF image"
+        if len(data) < 64 or bytes(data[:4]) != ELF_MAGIC:
+            raise FormatError(f"{self.origin}: not an ELF file")
+        if data[4] != 2:
+            raise FormatError(f"{self.origin}: only 64-bit ELF is supported")
+        if data[5] not in (1, 2):
+            raise FormatError(f"{self.origin}: bad ELF byte order {data[5]}")
+        self.byte_order = "<" if data[5] == 1 else ">"
+        (
+            self.type,
+            self.machine,
+            _version,
+            self.entry,
+            self._phoff,
+            self._shoff,
+            _flags,
+            _ehsize,
+            self._phentsize,
+            self._phnum,
+            self._shentsize,
+            self._shnum,
+            self._shstrndx,
+        ) = struct.unpack_from(self.byte_order + "HHIQQQIHHHHHH", data, 16)
+
+    # -- bounds -------------------------------------------------------------
+
+    def slice(self, offset: int, size: int) -> memoryview:
+        """``size`` bytes at file offset ``offset``; FormatError if outside the image."""
+        if offset < 0 or size < 0 or offset + size > len(self.data):
+            raise FormatError(
+                f"{self.origin}: range {offset:#x}+{size:#x} is outside the file "
+                f"({len(self.data):#x} bytes)"
+            )
+        return memoryview(self.data)[offset : offset + size]
+
+    # -- program headers ----------------------------------------------------
+
+    @cached_property
+    def segments(self) -> list[ProgramHeader]:
+        if self._phnum == 0:
+            return []
+        if self._phentsize < 56 or self._phnum > _MAX_HEADERS:
+            raise FormatError(f"{self.origin}: bad program header table")
+        table = self.slice(self._phoff, self._phentsize * self._phnum)
+        headers = []
+        for index in range(self._phnum):
+            ptype, flags, offset, vaddr, _paddr, filesz, memsz, align = struct.unpack_from(
+                self.byte_order + "IIQQQQQQ", table, index * self._phentsize
+            )
+            headers.append(ProgramHeader(ptype, flags, offset, vaddr, filesz, memsz, align))
+        return headers
+
+    def segments_of_type(self, ptype: int) -> list[ProgramHeader]:
+        return [header for header in self.segments if header.type == ptype]
+
+    def segment_data(self, header: ProgramHeader) -> memoryview:
+        return self.slice(header.offset, header.filesz)
+
+    def vaddr_for_offset(self, offset: int) -> int | None:
+        """The link-time address that maps file offset ``offset``, if a PT_LOAD covers it."""
+        for header in self.segments_of_type(PT_LOAD):
+            start = header.offset - header.offset % 4096
+            if start <= offset < header.offset + max(header.filesz, 1):
+                return header.vaddr - (header.offset - offset)
+        return None
+
+    def offset_for_vaddr(self, vaddr: int, size: int = 1) -> int | None:
+        """File offset holding link-time address ``vaddr``, if its bytes are in the file."""
+        for header in self.segments_of_type(PT_LOAD):
+            if header.vaddr <= vaddr and vaddr + size <= header.vaddr + header.filesz:
+                return header.offset + (vaddr - header.vaddr)
+        return None
+
+    # -- sections -----------------------------------------------------------
+
+    @cached_property
+    def section_headers(self) -> list[Section]:
+        """Section headers in index order (empty when stripped)."""
+        if self._shnum == 0 or self._shoff == 0:
+            return []
+        if self._shentsize < 64 or self._shnum > _MAX_HEADERS:
+            raise FormatError(f"{self.origin}: bad section header table")
+        table = self.slice(self._shoff, self._shentsize * self._shnum)
+        raw = [
+            struct.unpack_from(self.byte_order + "IIQQQQIIQQ", table, index * self._shentsize)
+            for index in range(self._shnum)
+        ]
+        if self._shstrndx >= len(raw):
+            raise FormatError(f"{self.origin}: bad section name table index")
+        names_header = raw[self._shstrndx]
+        names = self.slice(names_header[4], names_header[5])
+        return [
+            Section(_c_string(names, name), stype, flags, address, offset, size, link, entsize)
+            for name, stype, flags, address, offset, size, link, _info, _align, entsize in raw
+        ]
+
+    @cached_property
+    def sections(self) -> dict[str, Section]:
+        """Sections by name; the first of a name wins."""
+        sections: dict[str, Section] = {}
+        for section in self.section_headers:
+            if section.name:
+                sections.setdefault(section.name, section)
+        return sections
+
+    def section_data(self, name: str) -> memoryview | None:
+        section = self.sections.get(name)
+        return None if section is None else self.contents(section)
+
+    def contents(self, section: Section) -> memoryview | None:
+        """The bytes of a section, or None for SHT_NOBITS (e.g. .bss, stripped debug files)."""
+        if section.type == SHT_NOBITS:
+            return None
+        return self.slice(section.offset, section.size)
+
+    # -- notes --------------------------------------------------------------
+
+    @cached_property
+    def build_id(self) -> bytes | None:
+        """The GNU build-id, from PT_NOTE (present even when sections are stripped)."""
+        for header in self.segments_of_type(PT_NOTE):
+            found = _find_build_id(self.segment_data(header), self.byte_order)
+            if found is not None:
+                return found
+        note = self.section_data(".note.gnu.build-id")
+        return _find_build_id(note, self.byte_order) if note is not None else None
+
+
+def _find_build_id(notes: memoryview, order: str) -> bytes | None:
+    position = 0
+    for _ in range(256):
+        if position + 12 > len(notes):
+            return None
+        namesz, descsz, ntype = struct.unpack_from(order + "III", notes, position)
+        name_start = position + 12
+        desc_start = name_start + _align4(namesz)
+        desc_end = desc_start + descsz
+        if desc_end > len(notes):
+            return None
+        if ntype == NT_GNU_BUILD_ID and bytes(notes[name_start : name_start + namesz]) == b"GNU\0":
+            return bytes(notes[desc_start:desc_end])
+        position = desc_start + _align4(descsz)
+    return None
+
+
+def _align4(value: int) -> int:
+    return (value + 3) & ~3
+
+
+def _c_string(table: memoryview, offset: int) -> str:
+    if offset >= len(table):
+        return ""
+    raw = bytes(table[offset : offset + 4096])
+    return raw.split(b"\0", 1)[0].decode("utf-8", "replace")

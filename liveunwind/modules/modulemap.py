@@ -1,0 +1,227 @@
+"""pc → Module: the loaded images of a target, their load bias, files and unwind sources.
+
+Nothing is opened or parsed when the map is built; a module reads its file
+the first time a pc lands in it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import mmap
+import os
+from collections.abc import Callable
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from liveunwind.errors import FormatError, LiveUnwindError
+from liveunwind.modules.elf import PT_GNU_EH_FRAME, ElfImage
+from liveunwind.targets.base import AddressSpace, Mapping
+
+if TYPE_CHECKING:
+    from liveunwind.formats.rules import UnwindRule
+    from liveunwind.modules.symbols import SymbolMatch, SymbolTable
+
+#: Largest in-memory image (vDSO, JIT object) read from target memory.
+_MAX_MEMORY_IMAGE = 64 << 20
+
+
+class UnwindSource:
+    """One table that can answer ``rule_for(relative_pc)``, with the method it reports."""
+
+    def __init__(self, method: str, rule_for: Callable[[int], UnwindRule | None]) -> None:
+        self.method = method
+        self.rule_for = rule_for
+
+
+class Module:
+    """One loaded image: an ELF file mapped by the loader, the vDSO, or anonymous code."""
+
+    def __init__(self, space: AddressSpace, mappings: list[Mapping]) -> None:
+        self.space = space
+        self.mappings = mappings
+        self.path = mappings[0].path
+        self.start = mappings[0].start
+        self.end = mappings[-1].end
+        self.problems: list[str] = []
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path) if self.path.startswith("/") else self.path
+
+    @property
+    def is_vdso(self) -> bool:
+        return self.path == "[vdso]"
+
+    # -- the image ----------------------------------------------------------
+
+    @cached_property
+    def image(self) -> ElfImage | None:
+        """The module's ELF image, or None (anonymous code, missing or foreign file)."""
+        try:
+            data = self._image_bytes()
+            return None if data is None else ElfImage(data, origin=self.path)
+        except (FormatError, OSError, LiveUnwindError) as error:
+            self.problems.append(str(error))
+            return None
+
+    def _image_bytes(self) -> bytes | mmap.mmap | None:
+        if self.is_vdso:
+            size = min(self.end - self.start, _MAX_MEMORY_IMAGE)
+            return self.space.read(self.start, size)
+        first = min(self.mappings, key=lambda mapping: mapping.offset)
+        stream = self.space.open_mapped_file(first)
+        if stream is None:
+            return None
+        with stream:
+            return mmap.mmap(stream.fileno(), 0, prot=mmap.PROT_READ)
+
+    @cached_property
+    def load_bias(self) -> int:
+        """Runtime address minus link-time address, from the lowest-offset mapping."""
+        first = min(self.mappings, key=lambda mapping: mapping.offset)
+        image = self.image
+        if image is None:
+            return first.start - first.offset
+        linked = image.vaddr_for_offset(first.offset)
+        return first.start - (linked if linked is not None else first.offset)
+
+    @cached_property
+    def build_id(self) -> bytes | None:
+        return None if self.image is None else self.image.build_id
+
+    # -- symbols ------------------------------------------------------------
+
+    @cached_property
+    def symbols(self) -> SymbolTable | None:
+        if self.image is None:
+            return None
+        from liveunwind.modules.symbols import SymbolTable
+
+        try:
+            return SymbolTable(self.image)
+        except FormatError as error:
+            self.problems.append(str(error))
+            return None
+
+    def symbolize(self, pc: int) -> SymbolMatch | None:
+        table = self.symbols
+        return None if table is None else table.lookup(pc - self.load_bias)
+
+    # -- unwind sources -----------------------------------------------------
+
+    @cached_property
+    def unwind_sources(self) -> dict[str, list[UnwindSource]]:
+        """The module's unwind tables by kind (``cfi``, ``sframe``), best first."""
+        sources: dict[str, list[UnwindSource]] = {"cfi": [], "sframe": []}
+        image = self.image
+        if image is None:
+            return sources
+        for kind, builder in (("cfi", _eh_frame), ("cfi", _debug_frame), ("sframe", _sframe)):
+            try:
+                source = builder(image, self.space.arch)
+            except FormatError as error:
+                self.problems.append(str(error))
+                continue
+            if source is not None:
+                sources[kind].append(source)
+        return sources
+
+
+def _eh_frame(image: ElfImage, arch: object) -> UnwindSource | None:
+    """``.eh_frame``, searched through ``.eh_frame_hdr`` when there is one."""
+    from liveunwind.formats.dwarf_cfi import CfiTable
+
+    section = image.sections.get(".eh_frame")
+    hdr_data, hdr_address = None, 0
+    headers = image.segments_of_type(PT_GNU_EH_FRAME)
+    if headers:
+        hdr_data = image.segment_data(headers[0])
+        hdr_address = headers[0].vaddr
+    if section is None or section.size == 0:
+        return None
+    data = image.contents(section)
+    if data is None:
+        return None
+    table = CfiTable(
+        data,
+        section.address,
+        kind="eh_frame",
+        hdr=hdr_data,
+        hdr_address=hdr_address,
+        byte_order="little" if image.byte_order == "<" else "big",
+    )
+    return UnwindSource("cfi", table.rule_for)
+
+
+def _debug_frame(image: ElfImage, arch: object) -> UnwindSource | None:
+    from liveunwind.formats.dwarf_cfi import CfiTable
+
+    data = image.section_data(".debug_frame")
+    if not data:
+        return None
+    table = CfiTable(
+        data,
+        0,
+        kind="debug_frame",
+        byte_order="little" if image.byte_order == "<" else "big",
+    )
+    return UnwindSource("cfi", table.rule_for)
+
+
+def _sframe(image: ElfImage, arch: object) -> UnwindSource | None:
+    section = image.sections.get(".sframe")
+    if section is None:
+        return None
+    data = image.contents(section)
+    if not data:
+        return None
+    from liveunwind.formats.sframe import SFrameSection
+
+    return UnwindSource("sframe", SFrameSection(data, section.address).rule_for)
+
+
+class ModuleMap:
+    """All modules of a target, found by address."""
+
+    def __init__(self, space: AddressSpace) -> None:
+        self.space = space
+        self.modules: list[Module] = []
+        self._mappings = [mapping for mapping in space.mappings() if mapping.readable]
+        self._starts = [mapping.start for mapping in self._mappings]
+        self._module_of_mapping: list[Module | None] = []
+        self._group()
+
+    def _group(self) -> None:
+        """Groups the mappings of each file (and the vDSO) into one module each."""
+        by_file: dict[tuple[str, int], Module] = {}
+        for mapping in self._mappings:
+            if mapping.is_file or mapping.path == "[vdso]":
+                key = (mapping.path, mapping.inode)
+                module = by_file.get(key)
+                if module is None:
+                    module = Module(self.space, [mapping])
+                    by_file[key] = module
+                    self.modules.append(module)
+                else:
+                    module.mappings.append(mapping)
+                    module.end = max(module.end, mapping.end)
+                self._module_of_mapping.append(module)
+            else:
+                self._module_of_mapping.append(None)
+
+    def mapping_at(self, address: int) -> Mapping | None:
+        index = bisect.bisect_right(self._starts, address) - 1
+        if index >= 0 and address < self._mappings[index].end:
+            return self._mappings[index]
+        return None
+
+    def find(self, address: int) -> Module | None:
+        """The module whose mappings hold ``address``."""
+        index = bisect.bisect_right(self._starts, address) - 1
+        if index >= 0 and address < self._mappings[index].end:
+            return self._module_of_mapping[index]
+        return None
+
+    def is_executable(self, address: int) -> bool:
+        mapping = self.mapping_at(address)
+        return mapping is not None and mapping.executable

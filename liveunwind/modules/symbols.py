@@ -1,0 +1,173 @@
+"""Symbol tables: address → function name, and demangling of C++ and Rust names.
+
+A table is built once per module, lazily, the first time a pc in it is
+symbolized: only function-like symbols are kept, as parallel sorted lists
+(addresses, ends, name offsets), and names are decoded only when asked for.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+import struct
+from dataclasses import dataclass
+from functools import lru_cache
+
+from liveunwind.modules.elf import ElfImage
+
+SHT_SYMTAB = 2
+SHT_DYNSYM = 11
+_STT_FUNC = 2
+_STT_GNU_IFUNC = 10
+_STB_GLOBAL = 1
+_STB_WEAK = 2
+_SYMBOL_SIZE = 24
+_RUST_HASH = re.compile(r"::h[0-9a-f]{16}$")
+
+
+@dataclass(frozen=True, slots=True)
+class SymbolMatch:
+    """The function containing an address, and the distance from its start."""
+
+    name: str
+    offset: int
+    size: int
+
+
+class SymbolTable:
+    """The function symbols of one image, searchable by link-time address."""
+
+    def __init__(self, image: ElfImage) -> None:
+        self._image = image
+        self._strings: dict[int, memoryview] = {}
+        entries: dict[int, tuple[int, int, int, int]] = {}
+        for section in image.section_headers:
+            if section.type not in (SHT_SYMTAB, SHT_DYNSYM):
+                continue
+            strings_header = (
+                image.section_headers[section.link]
+                if section.link < len(image.section_headers)
+                else None
+            )
+            symbols = image.contents(section)
+            strings = image.contents(strings_header) if strings_header is not None else None
+            if symbols is None or strings is None:
+                continue
+            self._collect(symbols, strings, section.type == SHT_SYMTAB, entries)
+        ordered = sorted(entries.items())
+        self._addresses = [address for address, _ in ordered]
+        self._records = [record for _, record in ordered]
+
+    def _collect(
+        self,
+        symbols: memoryview,
+        strings: memoryview,
+        is_symtab: bool,
+        entries: dict[int, tuple[int, int, int, int]],
+    ) -> None:
+        """Adds function symbols; per address the best-ranked name wins.
+
+        Rank prefers .symtab over .dynsym (it has local functions too), then
+        global over weak over local bindings, as debuggers do.
+        """
+        order = self._image.byte_order
+        usable = len(symbols) - len(symbols) % _SYMBOL_SIZE
+        table_id = id(strings)
+        self._strings[table_id] = strings
+        for name, info, _other, shndx, value, size in struct.iter_unpack(
+            order + "IBBHQQ", symbols[:usable]
+        ):
+            kind = info & 0xF
+            if kind not in (_STT_FUNC, _STT_GNU_IFUNC) or shndx == 0 or value == 0:
+                continue
+            binding = info >> 4
+            rank = (2 if is_symtab else 0) + (
+                2 if binding == _STB_GLOBAL else 1 if binding == _STB_WEAK else 0
+            )
+            current = entries.get(value)
+            if current is None or rank > current[3]:
+                entries[value] = (size, name, table_id, rank)
+
+    def lookup(self, address: int) -> SymbolMatch | None:
+        """The function whose range holds ``address`` (a sized symbol, or the nearest unsized)."""
+        index = bisect.bisect_right(self._addresses, address) - 1
+        if index < 0:
+            return None
+        start = self._addresses[index]
+        size, name_offset, table_id, _rank = self._records[index]
+        if size and address >= start + size:
+            return None
+        name = _c_string(self._strings[table_id], name_offset)
+        return SymbolMatch(name=name, offset=address - start, size=size)
+
+    def __len__(self) -> int:
+        return len(self._addresses)
+
+
+def _c_string(table: memoryview, offset: int) -> str:
+    if offset >= len(table):
+        return "?"
+    raw = bytes(table[offset : offset + 4096])
+    end = raw.find(b"\0")
+    return raw[: end if end >= 0 else len(raw)].decode("utf-8", "replace")
+
+
+@lru_cache(maxsize=4096)
+def demangle(name: str) -> str:
+    """Readable form of an Itanium C++ or Rust name; other names come back unchanged.
+
+    Uses the C++ runtime's own ``__cxa_demangle`` (libstdc++), which also
+    reads Rust's legacy mangling; the trailing Rust hash is dropped.
+    """
+    if not name.startswith("_Z"):
+        return name
+    base, at, version = name.partition("@")
+    readable = _cxa_demangle(base)
+    if readable is None:
+        return name
+    readable = _RUST_HASH.sub("", readable)
+    return readable + (at + version if at else "")
+
+
+@lru_cache(maxsize=1)
+def _demangler() -> tuple[object, object] | None:
+    """``__cxa_demangle`` and ``free`` from the C++ runtime, or None if there is none."""
+    import ctypes
+    import ctypes.util
+
+    for candidate in ("libstdc++.so.6", ctypes.util.find_library("stdc++")):
+        if not candidate:
+            continue
+        try:
+            library = ctypes.CDLL(candidate)
+        except OSError:
+            continue
+        function = library.__cxa_demangle
+        function.restype = ctypes.c_void_p
+        function.argtypes = [
+            ctypes.c_char_p,
+            ctypes.c_char_p,
+            ctypes.POINTER(ctypes.c_size_t),
+            ctypes.POINTER(ctypes.c_int),
+        ]
+        free = ctypes.CDLL(None).free
+        free.argtypes = [ctypes.c_void_p]
+        return function, free
+    return None
+
+
+def _cxa_demangle(mangled: str) -> str | None:
+    import ctypes
+
+    functions = _demangler()
+    if functions is None:
+        return None
+    function, free = functions
+    status = ctypes.c_int(0)
+    pointer = function(mangled.encode(), None, None, ctypes.byref(status))
+    if status.value != 0 or not pointer:
+        return None
+    try:
+        return ctypes.string_at(pointer).decode("utf-8", "replace")
+    finally:
+        free(pointer)

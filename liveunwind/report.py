@@ -1,0 +1,86 @@
+"""Rendering a Backtrace: human text and one JSON document."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from liveunwind.frames import Backtrace, Frame, ThreadBacktrace
+
+
+def format_text(backtrace: Backtrace, *, symbols: bool = True) -> str:
+    """One block per thread: a header, one line per frame, and why the walk stopped."""
+    blocks = [_thread_text(thread, symbols) for thread in backtrace.threads]
+    return "\n\n".join(blocks) + "\n"
+
+
+def _thread_text(thread: ThreadBacktrace, symbols: bool) -> str:
+    state = f" ({thread.state})" if thread.state else ""
+    lines = [f'Thread {thread.tid} "{thread.name}"{state}:']
+    width = len(str(max(len(thread.frames) - 1, 0)))
+    for frame in thread.frames:
+        lines.append(_frame_text(frame, width, symbols))
+    marker = "complete" if thread.complete else "INCOMPLETE"
+    lines.append(f"  -- {thread.stop_text} ({marker})")
+    return "\n".join(lines)
+
+
+def _frame_text(frame: Frame, width: int, symbols: bool) -> str:
+    parts = [f"#{frame.index:<{width}}", f"0x{frame.pc:016x}"]
+    if symbols:
+        parts.append(_location(frame))
+    if frame.module:
+        parts.append(f"({os.path.basename(frame.module)})")
+    parts.append(f"[{frame.method.value}]")
+    return "  " + "  ".join(parts)
+
+
+def _location(frame: Frame) -> str:
+    if frame.signal_frame:
+        label = "<signal handler called>"
+        return f"{frame.function} {label}" if frame.function else label
+    if frame.function is None:
+        return "??"
+    return f"{frame.function}+{frame.offset:#x}" if frame.offset else frame.function
+
+
+def to_json_document(backtrace: Backtrace) -> dict[str, Any]:
+    """The ``--json`` document; addresses are integers."""
+    return {
+        "pid": backtrace.pid,
+        "arch": backtrace.arch,
+        "complete": backtrace.complete,
+        "threads": [
+            {
+                "tid": thread.tid,
+                "name": thread.name,
+                "state": thread.state,
+                "stop_reason": thread.stop_reason.value,
+                "stop_detail": thread.stop_detail,
+                "complete": thread.complete,
+                "frames": [_frame_json(frame) for frame in thread.frames],
+            }
+            for thread in backtrace.threads
+        ],
+    }
+
+
+def _frame_json(frame: Frame) -> dict[str, Any]:
+    return {
+        "index": frame.index,
+        "pc": frame.pc,
+        "sp": frame.sp,
+        "cfa": frame.cfa,
+        "module": frame.module,
+        "module_offset": frame.module_offset,
+        "function": frame.function,
+        "offset": frame.offset,
+        "method": frame.method.value,
+        "trust": frame.trust.value,
+        "signal_frame": frame.signal_frame,
+    }
+
+
+def format_json(backtrace: Backtrace) -> str:
+    return json.dumps(to_json_document(backtrace), indent=2) + "\n"

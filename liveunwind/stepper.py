@@ -1,0 +1,285 @@
+"""The per-frame loop: choose an unwind source for each pc, execute its rule, guard the walk.
+
+The stepper never parses a section: modules hand it ``rule_for`` callables,
+and it executes the :class:`~liveunwind.formats.rules.UnwindRule` they
+return against the current registers and the target's memory.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from liveunwind.errors import FormatError, LiveUnwindError, MemoryReadError, UsageError
+from liveunwind.formats.rules import RegKind, UnwindRule
+from liveunwind.frames import Frame, Method, StopReason, ThreadBacktrace
+from liveunwind.modules.modulemap import Module, ModuleMap
+from liveunwind.targets.base import AddressSpace, ThreadState
+
+#: Every unwind source the stepper knows, in the order ``auto`` tries them.
+ALL_UNWINDERS = ("dynamic", "compact", "cfi", "sframe", "fp", "scan")
+#: Table sources that exist today; ``auto`` means these, in this order.
+AUTO_UNWINDERS = ("cfi", "sframe")
+DEFAULT_MAX_FRAMES = 256
+_WORD = struct.Struct("<Q")
+
+
+def parse_unwinders(text: str) -> tuple[str, ...]:
+    """Parses ``--unwinder`` (``auto`` or a comma-separated list of source names)."""
+    if text == "auto":
+        return AUTO_UNWINDERS
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in ALL_UNWINDERS]
+    if unknown or not names:
+        raise UsageError(
+            f"unknown unwinder {', '.join(unknown) or repr(text)}; "
+            f"choose from auto, {', '.join(ALL_UNWINDERS)}"
+        )
+    return names
+
+
+class _Stop(Exception):
+    """Ends one thread's walk with a reason."""
+
+    def __init__(self, reason: StopReason, detail: str = "") -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(slots=True)
+class _Step:
+    caller: dict[int, int]
+    cfa: int
+    method: Method
+    #: The caller was interrupted by a signal: its pc is exact, not a return address.
+    caller_interrupted: bool
+
+
+class _Context:
+    """Register and memory access for DWARF expressions evaluated in one frame."""
+
+    def __init__(self, registers: dict[int, int], read: Callable[[int, int], bytes]) -> None:
+        self._registers = registers
+        self.read_memory = read
+
+    def register(self, number: int) -> int:
+        try:
+            return self._registers[number]
+        except KeyError:
+            raise FormatError(f"expression uses register {number}, which is unknown") from None
+
+
+class Stepper:
+    """Walks the stacks of one target's threads."""
+
+    def __init__(
+        self,
+        space: AddressSpace,
+        modules: ModuleMap,
+        *,
+        unwinders: Sequence[str] = AUTO_UNWINDERS,
+        max_frames: int = DEFAULT_MAX_FRAMES,
+        should_stop: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.space = space
+        self.arch = space.arch
+        self.modules = modules
+        self.unwinders = tuple(unwinders)
+        self.max_frames = max_frames
+        self._should_stop = should_stop
+        #: (module start, relative pc) → (rule, method), shared by all threads.
+        self._rules: dict[tuple[int, int], tuple[UnwindRule, Method] | None] = {}
+
+    # -- the walk -------------------------------------------------------------
+
+    def backtrace(self, thread: ThreadState) -> ThreadBacktrace:
+        arch = self.arch
+        registers = dict(thread.registers)
+        frames: list[Frame] = []
+        method = Method.CONTEXT
+        exact_pc = True
+        previous_cfa: int | None = None
+        seen: set[tuple[int, int]] = set()
+        reason, detail = StopReason.END_OF_STACK, ""
+        while True:
+            if self.max_frames and len(frames) >= self.max_frames:
+                reason, detail = StopReason.FRAME_LIMIT, f"{self.max_frames} frames"
+                break
+            if self._should_stop():
+                reason = StopReason.INTERRUPTED
+                break
+            pc, sp = registers.get(arch.pc, 0), registers.get(arch.sp, 0)
+            frame = Frame(index=len(frames), pc=pc, sp=sp, method=method, exact_pc=exact_pc)
+            frames.append(frame)
+            module = self.modules.find(frame.lookup_pc)
+            if module is not None:
+                frame.module = module.path
+                frame.module_offset = pc - module.load_bias
+            try:
+                step = self.step(registers, frame, module)
+            except _Stop as stop:
+                reason, detail = stop.reason, stop.detail
+                break
+            frame.cfa = step.cfa
+            caller_pc = step.caller.get(arch.pc)
+            if caller_pc is None or caller_pc == 0:
+                break  # end of stack: the return address is undefined or zero
+            caller_sp = step.caller.get(arch.sp, 0)
+            if not frame.signal_frame and (
+                (previous_cfa is not None and step.cfa <= previous_cfa) or caller_sp < sp
+            ):
+                reason, detail = StopReason.CFA_NOT_GROWING, f"cfa {step.cfa:#x} at pc {pc:#x}"
+                break
+            key = (caller_pc, caller_sp)
+            if key in seen:
+                reason, detail = StopReason.REPEATED_FRAME, f"pc {caller_pc:#x} sp {caller_sp:#x}"
+                break
+            seen.add(key)
+            previous_cfa = step.cfa
+            registers, method, exact_pc = step.caller, step.method, step.caller_interrupted
+        return ThreadBacktrace(
+            tid=thread.tid,
+            name=thread.name,
+            frames=frames,
+            stop_reason=reason,
+            stop_detail=detail,
+            state=thread.state,
+        )
+
+    def step(self, registers: dict[int, int], frame: Frame, module: Module | None) -> _Step:
+        """Computes the caller's registers of ``frame``; raises _Stop when it cannot."""
+        found = self._rule(frame, module)
+        if found is not None:
+            rule, method = found
+            try:
+                return self._execute(rule, registers, method)
+            except MemoryReadError as error:
+                raise _Stop(StopReason.UNREADABLE_MEMORY, f"{error.address:#x}") from None
+            except FormatError as error:
+                raise _Stop(StopReason.BAD_RULE, f"pc {frame.pc:#x}: {error}") from None
+        signal_step = self._sigreturn(registers, frame)
+        if signal_step is not None:
+            return signal_step
+        if module is None and self.modules.mapping_at(frame.pc) is None:
+            raise _Stop(StopReason.PC_NOT_MAPPED, f"pc {frame.pc:#x}")
+        where = module.name if module is not None else "anonymous memory"
+        raise _Stop(StopReason.NO_UNWIND_INFO, f"pc {frame.pc:#x} in {where}")
+
+    # -- finding a rule -------------------------------------------------------
+
+    def _rule(self, frame: Frame, module: Module | None) -> tuple[UnwindRule, Method] | None:
+        if module is None:
+            return None
+        relative = frame.lookup_pc - module.load_bias
+        key = (module.start, relative)
+        if key in self._rules:
+            return self._rules[key]
+        found = None
+        sources = module.unwind_sources
+        for name in self.unwinders:
+            for source in sources.get(name, ()):
+                try:
+                    rule = source.rule_for(relative)
+                except FormatError as error:
+                    module.problems.append(str(error))
+                    continue
+                if rule is not None:
+                    found = (rule, Method(source.method))
+                    break
+            if found is not None:
+                break
+        self._rules[key] = found
+        return found
+
+    # -- executing a rule -----------------------------------------------------
+
+    def _execute(self, rule: UnwindRule, registers: dict[int, int], method: Method) -> _Step:
+        arch = self.arch
+        context = _Context(registers, self.space.read)
+        if rule.cfa.expression:
+            cfa = self._evaluate(rule.cfa.expression, context, ())
+        else:
+            base = registers.get(rule.cfa.register)
+            if base is None:
+                raise FormatError(f"CFA register {arch.register_name(rule.cfa.register)} unknown")
+            cfa = (base + rule.cfa.offset) & 0xFFFFFFFFFFFFFFFF
+        caller = dict(registers)
+        for number, register_rule in rule.registers:
+            kind = register_rule.kind
+            if kind is RegKind.SAME:
+                continue
+            if kind is RegKind.UNDEFINED:
+                caller.pop(number, None)
+            elif kind is RegKind.OFFSET:
+                caller[number] = self._read_word(cfa + register_rule.offset)
+            elif kind is RegKind.VAL_OFFSET:
+                caller[number] = (cfa + register_rule.offset) & 0xFFFFFFFFFFFFFFFF
+            elif kind is RegKind.REGISTER:
+                value = registers.get(register_rule.register)
+                if value is None:
+                    caller.pop(number, None)
+                else:
+                    caller[number] = value
+            elif kind is RegKind.EXPRESSION:
+                address = self._evaluate(register_rule.expression, context, (cfa,))
+                caller[number] = self._read_word(address)
+            else:
+                caller[number] = self._evaluate(register_rule.expression, context, (cfa,))
+        has_sp_rule = any(number == arch.sp for number, _ in rule.registers)
+        if not has_sp_rule:
+            caller[arch.sp] = cfa
+        return_address = caller.get(rule.return_address_register)
+        if return_address is None:
+            caller.pop(arch.pc, None)
+        else:
+            if rule.ra_signed:
+                return_address = arch.strip_pointer_auth(return_address)
+            caller[arch.pc] = return_address
+        return _Step(caller=caller, cfa=cfa, method=method, caller_interrupted=rule.signal_frame)
+
+    def _read_word(self, address: int) -> int:
+        return _WORD.unpack(self.space.read(address & 0xFFFFFFFFFFFFFFFF, 8))[0]
+
+    @staticmethod
+    def _evaluate(expression: bytes, context: _Context, stack: tuple[int, ...]) -> int:
+        from liveunwind.formats.dwarf_expr import evaluate
+
+        return evaluate(expression, context, initial_stack=stack)
+
+    # -- signal frames without unwind info ------------------------------------
+
+    def _sigreturn(self, registers: dict[int, int], frame: Frame) -> _Step | None:
+        """Recognises the kernel's sigreturn trampoline by its code and reads the signal frame."""
+        code = self.arch.sigreturn_code
+        try:
+            if self.space.read(frame.pc, len(code)) != code:
+                return None
+            caller = self.arch.signal_frame_reader(self.space.read, frame.sp)
+        except MemoryReadError:
+            return None
+        frame.signal_frame = True
+        return _Step(caller=caller, cfa=frame.sp, method=Method.SIGNAL, caller_interrupted=True)
+
+
+def unwind_all(
+    space: AddressSpace, threads: Sequence[ThreadState], stepper: Stepper
+) -> list[ThreadBacktrace]:
+    """Backtraces of ``threads``; a failure in one thread never hides the others."""
+    results = []
+    for thread in threads:
+        try:
+            results.append(stepper.backtrace(thread))
+        except LiveUnwindError as error:
+            results.append(
+                ThreadBacktrace(
+                    tid=thread.tid,
+                    name=thread.name,
+                    frames=[],
+                    stop_reason=StopReason.BAD_RULE,
+                    stop_detail=str(error),
+                    state=thread.state,
+                )
+            )
+    return results

@@ -1,0 +1,1 @@
+"""AddressSpace implementations: the only code that touches a target."""

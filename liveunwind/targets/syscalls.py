@@ -1,0 +1,94 @@
+"""Thin ctypes bindings for the system calls a live target needs.
+
+python-ptrace wraps ``ptrace(2)`` but not PTRACE_SEIZE / PTRACE_INTERRUPT /
+PTRACE_GETREGSET by name, nor ``process_vm_readv(2)``, and importing it costs
+about 18 ms — more than a whole cold backtrace should take.  So the hot path
+calls libc directly here; python-ptrace is used only for the PEEKDATA
+fallback (see :mod:`liveunwind.targets.ptrace`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+
+PTRACE_DETACH = 17
+PTRACE_GETREGSET = 0x4204
+PTRACE_SEIZE = 0x4206
+PTRACE_INTERRUPT = 0x4207
+PTRACE_EVENT_STOP = 128
+NT_PRSTATUS = 1
+#: waitpid option: wait for any child, cloned threads included.
+WALL = 0x40000000
+
+
+class _IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_ptrace = _libc.ptrace
+_ptrace.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+_ptrace.restype = ctypes.c_long
+_process_vm_readv = _libc.process_vm_readv
+_process_vm_readv.argtypes = [
+    ctypes.c_int,
+    ctypes.POINTER(_IoVec),
+    ctypes.c_ulong,
+    ctypes.POINTER(_IoVec),
+    ctypes.c_ulong,
+    ctypes.c_ulong,
+]
+_process_vm_readv.restype = ctypes.c_ssize_t
+
+
+def ptrace(request: int, tid: int, address: int = 0, data: int = 0) -> int:
+    """Calls ptrace(2); raises OSError with the errno on failure."""
+    result = _ptrace(request, tid, address, data)
+    if result == -1:
+        code = ctypes.get_errno()
+        if code:
+            raise OSError(code, os.strerror(code))
+    return result
+
+
+def get_regset(tid: int, size: int) -> bytes:
+    """The NT_PRSTATUS register set of a ptrace-stopped thread (at most ``size`` bytes)."""
+    buffer = ctypes.create_string_buffer(size)
+    vector = _IoVec(ctypes.addressof(buffer), size)
+    ptrace(PTRACE_GETREGSET, tid, NT_PRSTATUS, ctypes.addressof(vector))
+    return buffer.raw[: vector.length]
+
+
+def read_remote(pid: int, ranges: list[tuple[int, int]]) -> list[bytes | None]:
+    """Reads several ranges of another process with as few process_vm_readv calls as possible.
+
+    Returns one entry per range: its bytes, or None where the range could not
+    be read in full.  The kernel stops at the first unreadable iovec, so a
+    partial transfer is resumed after the failing range.
+    """
+    results: list[bytes | None] = [None] * len(ranges)
+    start = 0
+    while start < len(ranges):
+        batch = ranges[start : start + 1024]  # IOV_MAX
+        buffers = [ctypes.create_string_buffer(size) for _, size in batch]
+        local = (_IoVec * len(batch))(
+            *(_IoVec(ctypes.addressof(buf), size) for buf, (_, size) in zip(buffers, batch))
+        )
+        remote = (_IoVec * len(batch))(*(_IoVec(address, size) for address, size in batch))
+        done = _process_vm_readv(pid, local, len(batch), remote, len(batch), 0)
+        if done < 0:
+            code = ctypes.get_errno()
+            if code in (errno.EFAULT, errno.EIO):
+                done = 0
+            else:
+                raise OSError(code, os.strerror(code))
+        index = 0
+        while index < len(batch) and done >= batch[index][1]:
+            results[start + index] = buffers[index].raw
+            done -= batch[index][1]
+            index += 1
+        # Range ``index`` failed (or was partial): skip it and carry on after it.
+        start += index + 1
+    return results
