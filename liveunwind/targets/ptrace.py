@@ -46,6 +46,8 @@ class PtraceProcess:
         self._wanted = set(thread_ids) if thread_ids else None
         self._stopped: dict[int, ThreadState] = {}
         self._attached: set[int] = set()
+        #: Scheduler state of each thread just before we stopped it.
+        self._states_before: dict[int, str] = {}
         self._pages: dict[int, bytes | None] = {}
         self._mappings: list[Mapping] | None = None
         self._memory_fd: int | None = None
@@ -180,6 +182,7 @@ class PtraceProcess:
         state = _task_state(self.pid, tid)
         if state in ("Z", "X", ""):
             return False
+        self._states_before[tid] = state
         try:
             syscalls.ptrace(syscalls.PTRACE_SEIZE, tid)
         except OSError as error:
@@ -224,7 +227,7 @@ class PtraceProcess:
             tid=tid,
             name=_thread_name(self.pid, tid),
             registers=_decode_registers(self.arch, raw, self.pid),
-            state=procfs.state_word(_task_state(self.pid, tid) or "?"),
+            state=procfs.state_word(self._states_before.get(tid, "?")),
             pending_signal=pending,
         )
 

@@ -1,0 +1,52 @@
+# liveunwind: `make demo` shows it working, `make test` runs the whole suite.
+# Both do all their own set-up on a fresh Debian machine (apt-get when root).
+
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+# What the test suite drives: compilers for the test programs, the oracles
+# (gdb, eu-stack, readelf, objdump), and the programs nobody here wrote.
+SYSTEM_PACKAGES := gcc g++ make binutils gdb elfutils sqlite3 python3 \
+	gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu \
+	qemu-user gdb-multiarch libunwind-dev
+
+.PHONY: all system-deps venv testprogs demo test lint clean
+
+all: venv testprogs
+
+system-deps:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		missing=$$(for p in $(SYSTEM_PACKAGES); do \
+			dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+		if [ -n "$$missing" ]; then \
+			echo "installing:" $$missing; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+		fi; \
+	else \
+		echo "not root: skipping apt-get; install $(SYSTEM_PACKAGES) yourself"; \
+	fi
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q -e '.[test]'
+	touch $@
+
+testprogs:
+	$(MAKE) -C testprogs -j2
+
+demo: venv testprogs
+	@$(VPY) tools/demo.py
+
+lint: venv
+	$(VPY) -m ruff check liveunwind tests tools
+	$(VPY) -m ruff format --check liveunwind tests tools
+
+test: system-deps venv testprogs lint
+	$(VPY) -m pytest -q -p no:cacheprovider tests
+
+clean:
+	$(MAKE) -C testprogs clean
+	rm -rf $(VENV) *.egg-info

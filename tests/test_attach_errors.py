@@ -1,0 +1,192 @@
+"""Bad targets get one clear line and the documented exit code; targets are left as found."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from liveunwind.targets import procfs
+from liveunwind.targets.ptrace import PtraceProcess
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_cli(
+    *args: str, user: int | None = None, package_root: Path = ROOT
+) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "liveunwind", *args]
+    if user is not None:
+        command = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *command]
+    env = dict(os.environ, PYTHONPATH=str(package_root))
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, cwd="/", env=env)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int, *words: str) -> None:
+    assert result.returncode == code, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("liveunwind: ")
+    for word in words:
+        assert word in lines[0], lines[0]
+    assert result.stdout == ""
+
+
+def start_sleeper() -> subprocess.Popen[bytes]:
+    process = subprocess.Popen(["sleep", "600"])
+    wait_for_state(process.pid, "S")
+    return process
+
+
+def wait_for_state(pid: int, wanted: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if procfs.process_stat(pid).state == wanted:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} never reached state {wanted}")
+
+
+def test_pid_that_does_not_exist() -> None:
+    with open("/proc/sys/kernel/pid_max") as stream:
+        missing = int(stream.read()) + 1
+    assert_one_line_error(run_cli("pid", str(missing)), 2, "no process", str(missing))
+
+
+def test_usage_errors_exit_64() -> None:
+    assert_one_line_error(run_cli("pid", "abc"), 64, "not a process id")
+    assert_one_line_error(run_cli(), 64)
+    assert_one_line_error(run_cli("pid", "1", "--unwinder", "bogus"), 64, "bogus")
+    assert_one_line_error(run_cli("pid", "1", "--max-frames", "-3"), 64)
+
+
+def test_kernel_thread() -> None:
+    kernel_thread = next(
+        (
+            pid
+            for pid in (int(entry) for entry in os.listdir("/proc") if entry.isdigit())
+            if _is_kernel_thread(pid)
+        ),
+        None,
+    )
+    if kernel_thread is None:
+        pytest.skip("no kernel thread is visible in this pid namespace")
+    assert_one_line_error(run_cli("pid", str(kernel_thread)), 2, "kernel thread")
+
+
+def _is_kernel_thread(pid: int) -> bool:
+    try:
+        return procfs.process_stat(pid).is_kernel_thread
+    except Exception:
+        return False
+
+
+def test_zombie() -> None:
+    child = subprocess.Popen(["true"])
+    wait_for_state(child.pid, "Z")
+    try:
+        assert_one_line_error(run_cli("pid", str(child.pid)), 2, "zombie")
+    finally:
+        child.wait()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a process of root")
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv (util-linux)")
+def test_process_the_user_may_not_trace() -> None:
+    # The checkout may sit in a directory only root can read: give the
+    # unprivileged user its own copy of the package, in a directory it can read.
+    copy = Path(tempfile.mkdtemp(prefix="liveunwind-nobody-", dir="/tmp"))
+    shutil.copytree(ROOT / "liveunwind", copy / "liveunwind")
+    for path in [copy, *copy.rglob("*")]:
+        path.chmod(0o755)
+    target = start_sleeper()
+    try:
+        result = run_cli("pid", str(target.pid), user=65534, package_root=copy)
+        assert_one_line_error(result, 2, "permission denied", "CAP_SYS_PTRACE", "ptrace_scope")
+        assert procfs.process_stat(target.pid).state == "S"
+    finally:
+        target.kill()
+        target.wait()
+        shutil.rmtree(copy)
+
+
+def test_process_already_traced() -> None:
+    target = start_sleeper()
+    try:
+        with PtraceProcess(target.pid):
+            result = run_cli("pid", str(target.pid))
+        assert_one_line_error(result, 2, "already traced", str(os.getpid()))
+    finally:
+        target.kill()
+        target.wait()
+
+
+def test_running_process_keeps_running_and_is_not_traced() -> None:
+    target = start_sleeper()
+    try:
+        result = run_cli("pid", str(target.pid))
+        assert result.returncode == 0, result.stderr
+        assert procfs.tracer_of(target.pid) == 0
+        wait_for_state(target.pid, "S")
+    finally:
+        target.kill()
+        target.wait()
+
+
+def test_stopped_process_stays_stopped() -> None:
+    target = start_sleeper()
+    try:
+        os.kill(target.pid, signal.SIGSTOP)
+        wait_for_state(target.pid, "T")
+        result = run_cli("pid", str(target.pid))
+        assert result.returncode == 0, result.stderr
+        assert "nanosleep" in result.stdout
+        time.sleep(0.1)
+        assert procfs.process_stat(target.pid).state == "T"
+        assert procfs.tracer_of(target.pid) == 0
+        os.kill(target.pid, signal.SIGCONT)
+        wait_for_state(target.pid, "S")
+    finally:
+        target.kill()
+        target.wait()
+
+
+SIGNAL_COUNTER = """
+import os, signal, sys, time
+count = 0
+def handler(signum, frame):
+    global count
+    count += 1
+    print("got", count, flush=True)
+signal.signal(signal.SIGUSR1, handler)
+print("ready", flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_signal_sent_while_stopped_is_delivered_once_after_detach() -> None:
+    target = subprocess.Popen(
+        [sys.executable, "-c", SIGNAL_COUNTER], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert target.stdout is not None
+        assert target.stdout.readline().strip() == "ready"
+        with PtraceProcess(target.pid) as process:
+            os.kill(target.pid, signal.SIGUSR1)
+            time.sleep(0.2)
+            assert process.threads()
+        assert target.stdout.readline().strip() == "got 1"
+        os.kill(target.pid, signal.SIGUSR1)
+        assert target.stdout.readline().strip() == "got 2"
+    finally:
+        target.kill()
+        target.wait()
