@@ -58,6 +58,17 @@ def build_parser() -> argparse.ArgumentParser:
     pid = commands.add_parser("pid", help="backtrace every thread of a running process")
     pid.add_argument("pid", type=_pid, help="process id")
     pid.add_argument("--threads", type=_tid_list, metavar="TID,...", help="only these threads")
+    pid.add_argument(
+        "--no-snapshot",
+        action="store_true",
+        help="keep the process stopped for the whole walk instead of unwinding a copy",
+    )
+    pid.add_argument(
+        "--stack-cap",
+        type=_positive_int,
+        metavar="BYTES",
+        help="bytes of each thread stack to copy (default 16 MiB)",
+    )
     _add_walk_options(pid)
     return parser
 
@@ -78,6 +89,9 @@ def _add_walk_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--no-symbols", action="store_true", help="do not look up function names")
+    parser.add_argument(
+        "--stats", action="store_true", help="print time spent per phase (and the freeze) to stderr"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -107,6 +121,8 @@ def _run(argv: Sequence[str] | None) -> int:
             max_frames=arguments.max_frames,
             unwinders=unwinders,
             symbols=not arguments.no_symbols,
+            snapshot=not arguments.no_snapshot,
+            stack_cap=arguments.stack_cap,
         )
     else:  # pragma: no cover - argparse allows only the commands above
         raise UsageError(f"unknown command {arguments.command}")
@@ -117,4 +133,9 @@ def _run(argv: Sequence[str] | None) -> int:
     else:
         sys.stdout.write(format_text(backtrace, symbols=not arguments.no_symbols))
     sys.stdout.flush()
+    if arguments.stats:
+        phases = ", ".join(
+            f"{name} {seconds * 1000:.2f} ms" for name, seconds in backtrace.timings.items()
+        )
+        print(f"liveunwind: stats: {phases}", file=sys.stderr)
     return EXIT_COMPLETE if backtrace.complete else EXIT_INCOMPLETE

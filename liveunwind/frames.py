@@ -113,6 +113,8 @@ class Backtrace:
     threads: list[ThreadBacktrace]
     arch: str
     problems: list[str] = field(default_factory=list)
+    #: Seconds spent per phase (``freeze`` = how long the target was stopped).
+    timings: dict[str, float] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:

@@ -70,6 +70,7 @@ def arch_by_elf_machine(machine: int) -> Arch:
 
 
 def host_arch() -> Arch:
-    import platform
+    """The architecture liveunwind runs on (that of every live target)."""
+    import os
 
-    return arch_by_name(platform.machine())
+    return arch_by_name(os.uname().machine)

@@ -16,6 +16,7 @@ import errno
 import os
 import signal
 import stat
+import time
 from typing import BinaryIO
 
 from liveunwind.arch import Arch, host_arch
@@ -54,6 +55,9 @@ class PtraceProcess:
         self._vm_readv_works = True
         self._held_signals: list[int] = []
         self._previous_handlers: dict[int, object] = {}
+        #: perf_counter() when the first thread was interrupted, and when the last was let go.
+        self.stopped_at: float | None = None
+        self.resumed_at: float | None = None
 
     # -- context management -------------------------------------------------
 
@@ -190,6 +194,8 @@ class PtraceProcess:
                 return False
             raise self._attach_failure(error) from None
         self._attached.add(tid)
+        if self.stopped_at is None:
+            self.stopped_at = time.perf_counter()
         try:
             syscalls.ptrace(syscalls.PTRACE_INTERRUPT, tid)
         except OSError as error:
@@ -258,6 +264,7 @@ class PtraceProcess:
                 if error.errno == errno.ESRCH and self._stop_if_running(tid):
                     syscalls.ptrace(syscalls.PTRACE_DETACH, tid, 0, pending)
         self._attached = set()
+        self.resumed_at = time.perf_counter()
 
     @staticmethod
     def _stop_if_running(tid: int) -> bool:
