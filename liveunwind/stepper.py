@@ -153,6 +153,7 @@ class Stepper:
         found = self._rule(frame, module)
         if found is not None:
             rule, method = found
+            frame.signal_frame = rule.signal_frame
             try:
                 return self._execute(rule, registers, method)
             except MemoryReadError as error:
