@@ -54,6 +54,34 @@ def attach(
     return backtrace
 
 
+def open_core(
+    core: str,
+    executable: str | None = None,
+    *,
+    sysroot: str | None = None,
+    search_path: Sequence[str] = (),
+    max_frames: int = DEFAULT_MAX_FRAMES,
+    unwinders: Sequence[str] = AUTO_UNWINDERS,
+    symbols: bool = True,
+) -> Backtrace:
+    """Backtraces of every thread recorded in a core file (ELF; Mach-O once supported).
+
+    The thread that received the fatal signal comes first.  Files the core
+    refers to are found by their recorded path, the same path under
+    ``sysroot``, by name along ``search_path``, and by build-id.
+    """
+    from liveunwind.targets.elfcore import ElfCore
+
+    started = time.perf_counter()
+    space = ElfCore.open(core, executable, sysroot=sysroot, search_path=search_path)
+    timings = {"open": time.perf_counter() - started}
+    backtrace = _walk(space, max_frames, unwinders, symbols, timings, None)
+    backtrace.crash = space.crash_info()
+    backtrace.problems = sorted({*backtrace.problems, *space.problems})
+    timings["total"] = time.perf_counter() - started
+    return backtrace
+
+
 def _walk(
     space: AddressSpace,
     max_frames: int,

@@ -70,6 +70,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="bytes of each thread stack to copy (default 16 MiB)",
     )
     _add_walk_options(pid)
+    core = commands.add_parser("core", help="backtrace every thread recorded in a core file")
+    core.add_argument("core", help="the core file (.gz and .xz are read as they are)")
+    core.add_argument("executable", nargs="?", help="the program that dumped it")
+    core.add_argument("--sysroot", metavar="DIR", help="look for the core's files under DIR")
+    core.add_argument(
+        "--search-path",
+        metavar="DIR[:DIR...]",
+        default="",
+        help="folders to look for the core's executable and libraries in, by name",
+    )
+    _add_walk_options(core)
     return parser
 
 
@@ -123,6 +134,18 @@ def _run(argv: Sequence[str] | None) -> int:
             symbols=not arguments.no_symbols,
             snapshot=not arguments.no_snapshot,
             stack_cap=arguments.stack_cap,
+        )
+    elif arguments.command == "core":
+        from liveunwind.api import open_core
+
+        backtrace = open_core(
+            arguments.core,
+            arguments.executable,
+            sysroot=arguments.sysroot,
+            search_path=[part for part in arguments.search_path.split(":") if part],
+            max_frames=arguments.max_frames,
+            unwinders=unwinders,
+            symbols=not arguments.no_symbols,
         )
     else:  # pragma: no cover - argparse allows only the commands above
         raise UsageError(f"unknown command {arguments.command}")

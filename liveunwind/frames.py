@@ -106,6 +106,33 @@ class ThreadBacktrace:
 
 
 @dataclass(slots=True)
+class CrashInfo:
+    """What a core file says about the process and the signal that ended it."""
+
+    executable: str = ""
+    arguments: str = ""
+    signal: int = 0
+    signal_name: str = ""
+    #: ``si_code`` and its meaning for this signal (e.g. ``SEGV_MAPERR``).
+    code: int = 0
+    code_name: str = ""
+    fault_address: int | None = None
+    #: The thread that received the signal (listed first in the report).
+    tid: int | None = None
+
+    def describe(self) -> str:
+        """One line: ``SIGSEGV (SEGV_MAPERR) at 0x0 in thread 1234``."""
+        text = self.signal_name or f"signal {self.signal}"
+        if self.code_name:
+            text += f" ({self.code_name})"
+        if self.fault_address is not None:
+            text += f" at {self.fault_address:#x}"
+        if self.tid is not None:
+            text += f" in thread {self.tid}"
+        return text
+
+
+@dataclass(slots=True)
 class Backtrace:
     """Every requested thread of one target at one moment."""
 
@@ -115,6 +142,8 @@ class Backtrace:
     problems: list[str] = field(default_factory=list)
     #: Seconds spent per phase (``freeze`` = how long the target was stopped).
     timings: dict[str, float] = field(default_factory=dict)
+    #: For core files: the crash the core records.
+    crash: CrashInfo | None = None
 
     @property
     def complete(self) -> bool:

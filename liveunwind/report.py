@@ -6,13 +6,27 @@ import json
 import os
 from typing import Any
 
-from liveunwind.frames import Backtrace, Frame, ThreadBacktrace
+from liveunwind.frames import Backtrace, CrashInfo, Frame, ThreadBacktrace
 
 
 def format_text(backtrace: Backtrace, *, symbols: bool = True) -> str:
     """One block per thread: a header, one line per frame, and why the walk stopped."""
     blocks = [_thread_text(thread, symbols) for thread in backtrace.threads]
+    if backtrace.crash is not None:
+        blocks.insert(0, _crash_text(backtrace.crash))
+    if backtrace.problems:
+        blocks.append("\n".join(f"note: {problem}" for problem in backtrace.problems))
     return "\n\n".join(blocks) + "\n"
+
+
+def _crash_text(crash: CrashInfo) -> str:
+    lines = []
+    if crash.executable or crash.arguments:
+        lines.append(f"Executable: {crash.executable}")
+        if crash.arguments:
+            lines.append(f"Command line: {crash.arguments}")
+    lines.append(f"Signal: {crash.describe()}")
+    return "\n".join(lines)
 
 
 def _thread_text(thread: ThreadBacktrace, symbols: bool) -> str:
@@ -51,6 +65,8 @@ def to_json_document(backtrace: Backtrace) -> dict[str, Any]:
         "pid": backtrace.pid,
         "arch": backtrace.arch,
         "complete": backtrace.complete,
+        "crash": None if backtrace.crash is None else _crash_json(backtrace.crash),
+        "problems": backtrace.problems,
         "threads": [
             {
                 "tid": thread.tid,
@@ -63,6 +79,19 @@ def to_json_document(backtrace: Backtrace) -> dict[str, Any]:
             }
             for thread in backtrace.threads
         ],
+    }
+
+
+def _crash_json(crash: CrashInfo) -> dict[str, Any]:
+    return {
+        "executable": crash.executable,
+        "arguments": crash.arguments,
+        "signal": crash.signal,
+        "signal_name": crash.signal_name,
+        "code": crash.code,
+        "code_name": crash.code_name,
+        "fault_address": crash.fault_address,
+        "tid": crash.tid,
     }
 
 
