@@ -45,7 +45,11 @@ def _frame_text(frame: Frame, width: int, symbols: bool) -> str:
     if symbols:
         parts.append(_location(frame))
     if frame.module:
-        parts.append(f"({os.path.basename(frame.module)})")
+        module = os.path.basename(frame.module)
+        if frame.function is None and frame.module_offset is not None:
+            # No symbol: give the address addr2line and objdump want instead.
+            module += f"+{frame.module_offset:#x}"
+        parts.append(f"({module})")
     parts.append(f"[{frame.method.value}]")
     return "  " + "  ".join(parts)
 
