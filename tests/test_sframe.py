@@ -1,0 +1,629 @@
+"""SFrame decoder tests: objdump ground truth (vectors and freshly built binaries), rules, fuzz.
+
+The vectors in ``shared/sframe-vectors`` hold sections written by binutils 2.40-2.46
+together with what objdump printed for them.  The ground truth is parsed here on
+its own, token by token, so a decoding error cannot hide behind a matching
+renderer; the renderer is then also compared line by line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from liveunwind.arch.aarch64 import AARCH64
+from liveunwind.arch.x86_64 import X86_64
+from liveunwind.errors import FormatError
+from liveunwind.formats.rules import RegKind
+from liveunwind.formats.sframe import (
+    FdeType,
+    Location,
+    LocKind,
+    PcType,
+    SFrameFunction,
+    SFrameRow,
+    SFrameSection,
+)
+
+VECTOR_DIR = Path(
+    os.environ.get("LIVEUNWIND_SFRAME_VECTORS")
+    or Path(__file__).resolve().parents[2] / "shared" / "sframe-vectors"
+)
+VECTORS = sorted(VECTOR_DIR.glob("*.json")) if VECTOR_DIR.is_dir() else []
+CONTENTS_LINE = "Contents of the SFrame section .sframe:\n"
+ARCHES = {"x86_64": X86_64, "aarch64": AARCH64}
+
+
+def load_vector(path: Path) -> tuple[bytes, int, str]:
+    record = json.loads(path.read_text())
+    return bytes(record["content"]), record["section_base"], record["groundtruth"]
+
+
+def nonempty_vectors() -> list[tuple[bytes, int]]:
+    loaded = (load_vector(path) for path in VECTORS)
+    return [(data, base) for data, base, _ in loaded if data]
+
+
+# -- objdump ground truth, parsed independently of the decoder --------------------------
+
+
+@dataclass
+class DumpedFunction:
+    index: int
+    start: int
+    size: int
+    attributes: str
+    pauth_b: bool
+    mask: bool
+    rows: list[tuple[int, str, str, str, bool]]  # address, CFA, FP, RA, signed
+
+
+_FUNC_LINE = re.compile(
+    r"\s+func idx \[(\d+)\]: pc = 0x([0-9a-f]+), size = (\d+) bytes"
+    r'(?:, attr = "(\w+)")?(, pauth = B key)?$'
+)
+_ROW_LINE = re.compile(r"\s+([0-9a-f]{16})  (RA undefined|(\S+)\s+(\S+)\s+(\S+?)(\[s\])?)\s*$")
+
+
+def parse_objdump(text: str) -> tuple[dict[str, object], list[DumpedFunction]]:
+    """Header fields and functions of one ``objdump --sframe`` section dump."""
+    header: dict[str, object] = {"flags": []}
+    functions: list[DumpedFunction] = []
+    for line in text.split(CONTENTS_LINE, 1)[1].splitlines():
+        if match := _FUNC_LINE.match(line):
+            index, start, size, attributes, pauth = match.groups()
+            functions.append(
+                DumpedFunction(
+                    int(index), int(start, 16), int(size), attributes or "", bool(pauth), False, []
+                )
+            )
+        elif line.strip().startswith("STARTPC"):
+            functions[-1].mask = "[m]" in line
+        elif match := _ROW_LINE.match(line):
+            address = int(match[1], 16)
+            if match[2] == "RA undefined":
+                functions[-1].rows.append((address, "", "", "RA undefined", False))
+            else:
+                row = (address, match[3], match[4], match[5], bool(match[6]))
+                functions[-1].rows.append(row)
+        elif ":" in line:
+            key, _, value = line.strip().partition(":")
+            header[key] = value.strip()
+        elif line.strip().startswith("SFRAME_F_"):
+            header["flags"].append(line.strip().rstrip(","))
+    if "Flags" in header and header["Flags"] != "NONE":
+        header["flags"].insert(0, str(header["Flags"]).rstrip(","))
+    return header, functions
+
+
+def expected_location(section: SFrameSection, token: str, column: str) -> Location:
+    """What an objdump column token says, in the decoder's terms."""
+    numbers = {"sp": ARCHES[section.arch].sp, "fp": ARCHES[section.arch].fp}
+    if token == "RA undefined":
+        return Location(LocKind.UNDEFINED)
+    if token == "":
+        return Location(LocKind.UNTRACKED)
+    if token == "u" and column == "ra" and section.version == 1 and section.fixed_ra_offset:
+        # binutils 2.40 printed the header-fixed x86_64 RA as "u".
+        return Location(LocKind.FIXED, offset=section.fixed_ra_offset)
+    if token in ("u", "U"):
+        return Location(LocKind.UNTRACKED if token == "u" else LocKind.PADDING)
+    if token == "f":
+        return Location(LocKind.FIXED, offset=section.fixed_ra_offset)
+    if match := re.fullmatch(r"c([+-]\d+)", token):
+        return Location(LocKind.CFA_SLOT, offset=int(match[1]))
+    match = re.fullmatch(r"(\()?(sp|fp|r\d+)\+?([+-]?\d+)\)?", token)
+    assert match, f"unexpected objdump token {token!r}"
+    register = numbers.get(match[2]) or int(match[2][1:])
+    kind = LocKind.REGISTER_DEREF if match[1] else LocKind.REGISTER
+    return Location(kind, register=register, offset=int(match[3]))
+
+
+def row_address(function: SFrameFunction, row: SFrameRow) -> int:
+    """objdump's STARTPC: absolute for PCINC, the in-block offset for PCMASK."""
+    if function.pc_type is PcType.MASK:
+        return row.offset
+    return function.start + row.offset
+
+
+def assert_matches_objdump(section: SFrameSection, dump: str) -> None:
+    """Every header field, function and row objdump printed, decoded the same way."""
+    header, dumped = parse_objdump(dump)
+    assert header["Version"] == f"SFRAME_VERSION_{section.version}"
+    assert int(header["Num FDEs"]) == section.num_fdes
+    assert int(header["Num FREs"]) == section.num_fres
+    flag_bits = {"SFRAME_F_FDE_SORTED": 1, "SFRAME_F_FRAME_POINTER": 2}
+    flag_bits["SFRAME_F_FDE_FUNC_START_PCREL"] = 4
+    assert sum(flag_bits[name] for name in header["flags"]) == section.flags
+    if "CFA fixed RA offset" in header:
+        assert int(header["CFA fixed RA offset"]) == section.fixed_ra_offset
+    functions = list(section.functions())
+    assert len(functions) == len(dumped)
+    for function, want in zip(functions, dumped, strict=True):
+        assert (function.index, function.start, function.size) == (
+            want.index,
+            want.start,
+            want.size,
+        )
+        assert function.signal_frame == ("S" in want.attributes)
+        assert (function.fde_type is FdeType.FLEX) == ("F" in want.attributes)
+        assert function.pauth_key_b == want.pauth_b
+        assert (function.pc_type is PcType.MASK) == want.mask
+        assert len(function.rows) == len(want.rows)
+        for row, (address, cfa, fp, ra, signed) in zip(function.rows, want.rows, strict=True):
+            where = f"{function.index}@{address:#x}"
+            assert row_address(function, row) == address, where
+            assert row.cfa == expected_location(section, cfa, "cfa"), where
+            assert row.fp == expected_location(section, fp, "fp"), where
+            assert row.ra == expected_location(section, ra, "ra"), where
+            assert row.ra_signed == signed, where
+    expected_text = [line.rstrip() for line in dump.split(CONTENTS_LINE, 1)[1].splitlines()]
+    rendered = [line.rstrip() for line in section.format_objdump().splitlines()]
+    assert rendered == expected_text[: len(rendered)]
+    assert not any(expected_text[len(rendered) :])
+
+
+# -- rules -------------------------------------------------------------------------------
+
+
+def expected_register(section: SFrameSection, location: Location, is_ra: bool) -> tuple:
+    """The documented mapping of a row location to (RegKind, offset, register)."""
+    kind = location.kind
+    if kind is LocKind.UNDEFINED:
+        return (RegKind.UNDEFINED, 0, -1)
+    if kind in (LocKind.FIXED, LocKind.PADDING, LocKind.UNTRACKED) and is_ra:
+        if section.fixed_ra_offset:
+            return (RegKind.OFFSET, section.fixed_ra_offset, -1)
+        return (RegKind.SAME, 0, -1)  # aarch64: the return address is still in LR
+    if kind is LocKind.UNTRACKED:
+        return (RegKind.SAME, 0, -1)
+    if kind is LocKind.CFA_SLOT:
+        return (RegKind.OFFSET, location.offset, -1)
+    if kind is LocKind.REGISTER and location.offset == 0:
+        return (RegKind.REGISTER, 0, location.register)
+    return (RegKind.VAL_EXPRESSION if kind is LocKind.REGISTER else RegKind.EXPRESSION, 0, -1)
+
+
+def probe_addresses(function: SFrameFunction) -> list[tuple[int, SFrameRow]]:
+    """Each row's first byte and the byte before the next row (or the function end)."""
+    probes = []
+    limit = function.rep_size if function.pc_type is PcType.MASK else function.size
+    for number, row in enumerate(function.rows):
+        following = function.rows[number + 1 :]
+        next_offset = following[0].offset if following else limit
+        if next_offset == row.offset or row.offset >= limit:
+            continue
+        last = min(next_offset, limit) - 1
+        probes += [(function.start + row.offset, row), (function.start + last, row)]
+        second_block = function.start + function.rep_size + row.offset
+        if function.pc_type is PcType.MASK and second_block < function.end:
+            probes.append((second_block, row))
+    return probes
+
+
+def assert_rules_agree(section: SFrameSection) -> int:
+    """rule_for at every row boundary says what the row says; returns the probe count."""
+    arch = ARCHES[section.arch]
+    count = 0
+    for function in section.functions():
+        for pc, row in probe_addresses(function):
+            rule = section.rule_for(pc)
+            assert rule is not None, hex(pc)
+            assert (rule.start, rule.end) == (function.start, function.end)
+            assert rule.return_address_register == arch.return_address
+            assert rule.signal_frame == function.signal_frame
+            assert rule.ra_signed == (row.ra_signed and section.arch == "aarch64")
+            ra = rule.rule_for(arch.return_address)
+            want_ra = expected_register(section, row.ra, is_ra=True)
+            assert (ra.kind, ra.offset, ra.register) == want_ra, hex(pc)
+            if not row.outermost:
+                fp = rule.rule_for(arch.fp)
+                assert (fp.kind, fp.offset, fp.register) == expected_register(
+                    section, row.fp, is_ra=False
+                ), hex(pc)
+            if row.cfa.kind is LocKind.REGISTER:
+                assert (rule.cfa.register, rule.cfa.offset) == (row.cfa.register, row.cfa.offset)
+            count += 1
+    return count
+
+
+# -- the vectors -------------------------------------------------------------------------
+
+
+def test_vector_folder_present() -> None:
+    if not VECTORS:
+        pytest.skip(f"no SFrame vectors in {VECTOR_DIR} (set LIVEUNWIND_SFRAME_VECTORS)")
+    assert len(VECTORS) > 50
+
+
+@pytest.mark.parametrize("path", VECTORS, ids=[path.stem for path in VECTORS])
+def test_vector_matches_objdump(path: Path) -> None:
+    data, base, dump = load_vector(path)
+    if not data:
+        # objdump printed no SFrame section at all: these links dropped it.
+        assert CONTENTS_LINE not in dump
+        with pytest.raises(FormatError, match="shorter than"):
+            SFrameSection(data, base)
+        return
+    section = SFrameSection(data, base)
+    assert_matches_objdump(section, dump)
+    assert_rules_agree(section)
+
+
+def vector(name: str) -> SFrameSection:
+    data, base, _ = load_vector(VECTOR_DIR / f"{name}.json")
+    if not data:
+        pytest.fail(f"vector {name} is empty")
+    return SFrameSection(data, base)
+
+
+needs_vectors = pytest.mark.skipif(not VECTORS, reason=f"no SFrame vectors in {VECTOR_DIR}")
+
+
+@needs_vectors
+def test_x86_64_frame_pointer_rules() -> None:
+    section = vector("cfi-sframe-x86_64-1-2.46")
+    entry = section.rule_for(0x401000)
+    assert (entry.cfa.register, entry.cfa.offset) == (7, 8)
+    assert entry.registers == ((16, entry.rule_for(16)),)
+    assert entry.rule_for(16).kind is RegKind.OFFSET and entry.rule_for(16).offset == -8
+    body = section.rule_for(0x401017)
+    assert (body.cfa.register, body.cfa.offset) == (6, 16)
+    assert (body.rule_for(6).kind, body.rule_for(6).offset) == (RegKind.OFFSET, -16)
+    assert (body.start, body.end) == (0x401000, 0x401019)
+    assert section.rule_for(0x400FFF) is None
+    assert section.rule_for(0x401019) is None
+
+
+@needs_vectors
+def test_aarch64_lr_signed_and_pauth_key() -> None:
+    section = vector("cfi-sframe-aarch64-pac-ab-key-1-2.46")
+    unsaved = section.rule_for(0x4000B4)
+    assert unsaved.rule_for(30).kind is RegKind.SAME and unsaved.ra_signed
+    assert unsaved.return_address_register == 30
+    saved = section.rule_for(0x4000B8)
+    assert (saved.cfa.register, saved.cfa.offset) == (31, 16)
+    assert (saved.rule_for(30).kind, saved.rule_for(30).offset) == (RegKind.OFFSET, -8)
+    assert (saved.rule_for(29).kind, saved.rule_for(29).offset) == (RegKind.OFFSET, -16)
+    assert [f.pauth_key_b for f in section.functions()] == [False, True]
+    assert not section.rule_for(0x4000B0).ra_signed
+
+
+@needs_vectors
+@pytest.mark.parametrize(
+    ("name", "pc", "ra_column"),
+    [
+        ("cfi-sframe-x86_64-ra-undefined-1-2.46", 0x401005, 16),
+        ("cfi-sframe-x86_64-ra-undefined-flex-1-2.46", 0x401006, 16),
+        ("cfi-sframe-aarch64-ra-undefined-1-2.46", 0x4000B8, 30),
+    ],
+)
+def test_outermost_row_has_undefined_ra(name: str, pc: int, ra_column: int) -> None:
+    section = vector(name)
+    before = section.rule_for(pc - 1)
+    assert before.rule_for(ra_column).kind is not RegKind.UNDEFINED
+    assert section.rule_for(pc).rule_for(ra_column).kind is RegKind.UNDEFINED
+
+
+@needs_vectors
+def test_signal_frame_without_rows() -> None:
+    section = vector("cfi-sframe-x86_64-signal-1-2.46")
+    assert section.rule_for(0x401001) is None
+    function = section.function_for(0x401001)
+    assert function.signal_frame and function.rows == ()
+
+
+@needs_vectors
+def test_flex_drap_cfa_and_saved_fp_become_expressions() -> None:
+    section = vector("cfi-sframe-x86_64-esc-expr-1-2.46")
+    drap = section.rule_for(0x401009)
+    assert (drap.cfa.register, drap.cfa.offset) == (10, 0)  # CFA = r10
+    realigned = section.rule_for(0x40101A)
+    assert realigned.cfa.expression == bytes([0x76, 0x78, 0x06])  # *(rbp - 8)
+    fp = realigned.rule_for(6)
+    assert (fp.kind, fp.expression) == (RegKind.EXPRESSION, bytes([0x76, 0x00]))  # *(rbp + 0)
+    assert realigned.rule_for(16).offset == -8  # padding: RA at its fixed place
+
+
+@needs_vectors
+def test_flex_ra_and_fp_in_registers() -> None:
+    ra_in_rbx = vector("cfi-sframe-x86_64-6-2.46").rule_for(0x401008)
+    assert (ra_in_rbx.rule_for(16).kind, ra_in_rbx.rule_for(16).register) == (RegKind.REGISTER, 3)
+    fp_in_rbx = vector("cfi-sframe-x86_64-esc-expr-3-2.46").rule_for(0x40100C)
+    assert (fp_in_rbx.rule_for(6).kind, fp_in_rbx.rule_for(6).register) == (RegKind.REGISTER, 3)
+    cfa_slot = vector("cfi-sframe-x86_64-esc-expr-3-2.46").rule_for(0x401010)
+    assert (cfa_slot.rule_for(6).kind, cfa_slot.rule_for(6).offset) == (RegKind.OFFSET, 16)
+
+
+@needs_vectors
+def test_pcmask_plt_rows_repeat_per_block() -> None:
+    section = vector("complex")
+    plt = next(f for f in section.functions() if f.pc_type is PcType.MASK)
+    assert (plt.start, plt.size, plt.rep_size) == (0x1030, 8, 8)
+    for pc in (0x1030, 0x1037):
+        assert section.rule_for(pc).cfa.offset == 16
+    assert section.rule_for(0x1038) is None
+
+
+# -- byte order ----------------------------------------------------------------------------
+
+
+def to_big_endian(data: bytes) -> bytes:
+    """Re-encodes a little-endian aarch64 section in big-endian order, field by field."""
+    out = bytearray(data)
+    header = struct.unpack_from("<HBBBbbBIIIII", data)
+    version, aux, num_fdes, freoff = header[1], header[6], header[7], header[11]
+    struct.pack_into(">HBBBbbBIIIII", out, 0, *header)
+    out[4] = 1  # SFRAME_ABI_AARCH64_ENDIAN_BIG
+    fde_formats = {1: "iIIIB", 2: "iIIIBBH", 3: "qII"}
+    fde_size = struct.calcsize("<" + fde_formats[version])
+    fre_base = 28 + aux + freoff
+    for index in range(num_fdes):
+        position = 28 + aux + header[10] + index * fde_size
+        fields = struct.unpack_from("<" + fde_formats[version], data, position)
+        struct.pack_into(">" + fde_formats[version], out, position, *fields)
+        fre = fre_base + fields[-1 if version == 3 else 2]
+        if version == 3:
+            num_fres, info, info2, rep = struct.unpack_from("<HBBB", data, fre)
+            struct.pack_into(">HBBB", out, fre, num_fres, info, info2, rep)
+            fre += 5
+        else:
+            num_fres, info = fields[3], fields[4]
+        address = "<" + "BHI"[info & 0xF]
+        for _ in range(num_fres):
+            struct.pack_into(">" + address[1], out, fre, *struct.unpack_from(address, data, fre))
+            fre += struct.calcsize(address)
+            word_info = data[fre]
+            words = f"{(word_info >> 1) & 0xF}{'bhi'[(word_info >> 5) & 3]}"
+            values = struct.unpack_from("<" + words, data, fre + 1)
+            struct.pack_into(">" + words, out, fre + 1, *values)
+            fre += 1 + struct.calcsize("<" + words)
+    return bytes(out)
+
+
+@needs_vectors
+@pytest.mark.parametrize(
+    "name", ["test-fp-aarch64-2.40", "test-fp-aarch64-2.44", "cfi-sframe-aarch64-pac-ab-key-1-2.46"]
+)
+def test_big_endian_aarch64_decodes_like_little_endian(name: str) -> None:
+    data, base, _ = load_vector(VECTOR_DIR / f"{name}.json")
+    little = SFrameSection(data, base)
+    big_data = to_big_endian(data)
+    assert big_data != data
+    big = SFrameSection(big_data, base)
+    assert big.big_endian and big.arch == "aarch64"
+    assert list(big.functions()) == list(little.functions())
+    for function in little.functions():
+        for pc, _ in probe_addresses(function):
+            assert big.rule_for(pc) == little.rule_for(pc)
+
+
+# -- header validation ----------------------------------------------------------------------
+
+
+def header(**fields: int) -> bytearray:
+    values = {"magic": 0xDEE2, "version": 2, "flags": 1, "abi": 3, "fp": 0, "ra": -8, "aux": 0}
+    values |= {"fdes": 0, "fres": 0, "fre_len": 0, "fdeoff": 0, "freoff": 0} | fields
+    return bytearray(struct.pack("<HBBBbbBIIIII", *values.values()))
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (bytes(header())[:27], "shorter than"),
+        (header(magic=0x1234), "bad magic"),
+        (header(version=4), "unsupported SFrame version"),
+        (header(version=3, flags=2), "unknown flags"),
+        (header(version=1, flags=4), "unknown flags"),
+        (header(abi=4), "unsupported ABI"),
+        (header(abi=1), "contradicts the byte order"),
+        (header(fdes=1), "FDE sub-section"),
+        (header(fdes=0xFFFFFFFF), "FDE sub-section"),
+        (header(aux=200), "runs past"),
+        (header(fre_len=0xFFFFFFFF), "FRE sub-section"),
+        (header(fres=0xFFFFFFFF), "cannot fit"),
+    ],
+)
+def test_corrupt_header_is_a_format_error(data: bytes, message: str) -> None:
+    with pytest.raises(FormatError, match=message):
+        SFrameSection(data, 0x1000)
+
+
+def test_empty_but_valid_section() -> None:
+    section = SFrameSection(bytes(header()), 0x1000)
+    assert (section.version, section.num_fdes, section.fixed_ra_offset) == (2, 0, -8)
+    assert section.rule_for(0x1000) is None
+    assert list(section.functions()) == []
+
+
+@needs_vectors
+def test_fdes_claiming_too_many_fres_are_rejected() -> None:
+    data = bytearray(load_vector(VECTOR_DIR / "test-x86_64-2.44.json")[0])
+    for index in range(6):  # every FDE claims FDE 0's two rows: 12 FREs, the header has 11
+        struct.pack_into("<II", data, 28 + index * 20 + 8, 0, 2)
+    with pytest.raises(FormatError, match="claim"):
+        list(SFrameSection(data, 0x2130).functions())
+
+
+# -- binaries built here -------------------------------------------------------------------
+
+
+def c_program() -> str:
+    """Functions with tiny, 2-byte and 4-byte stack offsets, a VLA, and a >64 KiB body."""
+    body = "\n".join(f"  p[{n % 7}] += {n};" for n in range(9000))
+    return f"""
+#include <stdio.h>
+#include <string.h>
+int big(volatile int *p) {{
+{body}
+  return p[0];
+}}
+__attribute__((noinline)) int medium(int n) {{
+  volatile char buf[1000]; memset((char *)buf, n, sizeof buf); return buf[n % 1000];
+}}
+__attribute__((noinline)) int huge(int n) {{
+  volatile char buf[70000]; memset((char *)buf, n, sizeof buf); return buf[n % 70000];
+}}
+__attribute__((noinline)) int vla(int n) {{
+  volatile char buf[n + 1]; buf[n] = 1; return buf[n] + medium(n);
+}}
+__attribute__((noinline)) int recurse(int n) {{ return n ? recurse(n - 1) + vla(n) : 0; }}
+int main(int argc, char **argv) {{
+  int values[7] = {{0}};
+  printf("%d\\n", recurse(argc) + huge(argc) + big(values));
+  return 0;
+}}
+"""
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    gcc: str
+    objdump: str
+
+
+TOOLCHAINS = {
+    "x86_64": Toolchain("gcc", "objdump"),
+    "aarch64": Toolchain("aarch64-linux-gnu-gcc", "objdump"),
+}
+BUILDS = [
+    ("x86_64", "O0", ["-O0"]),
+    ("x86_64", "O2", ["-O2"]),
+    ("x86_64", "omit-fp", ["-O2", "-fomit-frame-pointer"]),
+    ("x86_64", "shared", ["-O2", "-fPIC", "-shared"]),
+    ("aarch64", "O0", ["-O0"]),
+    ("aarch64", "O2", ["-O2", "-fomit-frame-pointer"]),
+    ("aarch64", "pac-ret", ["-O2", "-mbranch-protection=pac-ret"]),
+    ("aarch64", "pac-ret-b-key", ["-O0", "-mbranch-protection=pac-ret+b-key"]),
+]
+
+
+def sframe_section(path: Path) -> tuple[bytes, int]:
+    from elftools.elf.elffile import ELFFile
+
+    with path.open("rb") as stream:
+        section = ELFFile(stream).get_section_by_name(".sframe")
+        assert section is not None, f"{path} has no .sframe"
+        return section.data(), section["sh_addr"]
+
+
+@pytest.fixture(scope="module")
+def build_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("sframe")
+    (directory / "prog.c").write_text(c_program())
+    return directory
+
+
+@pytest.mark.parametrize(("arch", "name", "flags"), BUILDS, ids=[f"{a}-{n}" for a, n, _ in BUILDS])
+def test_built_binary_matches_objdump(build_dir: Path, arch: str, name: str, flags: list) -> None:
+    tools = TOOLCHAINS[arch]
+    for tool in (tools.gcc, tools.objdump):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed")
+    binary = build_dir / f"{arch}-{name}"
+    command = [tools.gcc, "-Wa,--gsframe", *flags, str(build_dir / "prog.c"), "-o", str(binary)]
+    built = subprocess.run(command, capture_output=True, text=True)
+    if built.returncode != 0 and "gsframe" in built.stderr:
+        pytest.skip(f"{tools.gcc} cannot write SFrame: {built.stderr.strip()[:200]}")
+    assert built.returncode == 0, built.stderr
+    dump = subprocess.run(
+        [tools.objdump, "--sframe=.sframe", str(binary)], capture_output=True, text=True
+    )
+    assert dump.returncode == 0, dump.stderr
+    data, address = sframe_section(binary)
+    section = SFrameSection(data, address)
+    assert section.arch == arch
+    assert_matches_objdump(section, dump.stdout)
+    assert assert_rules_agree(section) > 10
+    functions = list(section.functions())
+    assert any(function.size > 0xFFFF for function in functions)
+    offsets = [abs(row.cfa.offset) for function in functions for row in function.rows]
+    if "-O0" not in flags:  # frame-pointer CFAs at -O0 hide the stack size
+        assert max(offsets) > 0x7FFF
+    if "pac-ret" in name:
+        assert any(row.ra_signed for function in functions for row in function.rows)
+        assert any(function.pauth_key_b for function in functions) == name.endswith("b-key")
+
+
+# -- fuzz ------------------------------------------------------------------------------------
+
+#: Generous: a well-formed section of this size decodes in well under a millisecond.
+TIME_BOUND = 2.0
+
+
+def exercise(data: bytes, base: int, pcs: list[int]) -> None:
+    """Everything a caller may do with a section; only FormatError may escape."""
+    try:
+        section = SFrameSection(data, base)
+        section.format_objdump()
+        for pc in pcs:
+            section.rule_for(pc)
+            section.function_for(pc)
+    except FormatError:
+        pass
+
+
+def seeds() -> list[tuple[bytes, int]]:
+    sections = nonempty_vectors()
+    big_endian = [
+        (to_big_endian(data), base) for data, base in sections if data[4] == 2 and data[2] > 1
+    ]
+    return sections + big_endian[:3]
+
+
+SEEDS = seeds() if VECTORS else []
+
+mutation = st.one_of(
+    st.tuples(st.just("byte"), st.integers(0, 1 << 16), st.integers(0, 255)),
+    st.tuples(
+        st.just("u32"),
+        st.integers(0, 1 << 16),
+        st.sampled_from([0, 1, 0x7F, 0xFF, 0xFFFF, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF]),
+    ),
+    st.tuples(st.just("truncate"), st.integers(0, 1 << 16), st.just(0)),
+)
+
+
+def mutate(data: bytes, mutations: list[tuple[str, int, int]]) -> bytes:
+    out = bytearray(data)
+    for kind, position, value in mutations:
+        if not out:
+            break
+        position %= len(out)
+        if kind == "byte":
+            out[position] = value
+        elif kind == "u32" and position + 4 <= len(out):
+            struct.pack_into("<I", out, position, value)
+        elif kind == "truncate":
+            del out[position:]
+    return bytes(out)
+
+
+@needs_vectors
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.sampled_from(range(len(SEEDS) or 1)),
+    mutations=st.lists(mutation, min_size=1, max_size=6),
+    extra_pc=st.integers(0, 1 << 64),
+)
+def test_fuzzed_sections_only_raise_format_error(
+    seed: int, mutations: list[tuple[str, int, int]], extra_pc: int
+) -> None:
+    data, base = SEEDS[seed]
+    original = SFrameSection(data, base)
+    pcs = [extra_pc] + [f.start + f.size // 2 for f in original.functions()]
+    pcs += [f.start for f in original.functions()]
+    started = time.perf_counter()
+    exercise(mutate(data, mutations), base, pcs)
+    assert time.perf_counter() - started < TIME_BOUND
