@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from liveunwind.errors import FormatError, LiveUnwindError
-from liveunwind.modules.elf import PT_GNU_EH_FRAME, ElfImage
+from liveunwind.modules.elf import PT_GNU_EH_FRAME, PT_GNU_SFRAME, ElfImage
 from liveunwind.targets.base import AddressSpace, Mapping
 
 if TYPE_CHECKING:
@@ -169,15 +169,20 @@ def _debug_frame(image: ElfImage, arch: object) -> UnwindSource | None:
 
 
 def _sframe(image: ElfImage, arch: object) -> UnwindSource | None:
-    section = image.sections.get(".sframe")
-    if section is None:
-        return None
-    data = image.contents(section)
+    """``.sframe``, found by PT_GNU_SFRAME (as the kernel does) or by section name."""
+    headers = image.segments_of_type(PT_GNU_SFRAME)
+    if headers:
+        data, address = image.segment_data(headers[0]), headers[0].vaddr
+    else:
+        section = image.sections.get(".sframe")
+        if section is None:
+            return None
+        data, address = image.contents(section), section.address
     if not data:
         return None
     from liveunwind.formats.sframe import SFrameSection
 
-    return UnwindSource("sframe", SFrameSection(data, section.address).rule_for)
+    return UnwindSource("sframe", SFrameSection(data, address).rule_for)
 
 
 class ModuleMap:
