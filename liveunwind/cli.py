@@ -45,6 +45,13 @@ def _pid(text: str) -> int:
     return value
 
 
+def _address(text: str) -> int:
+    try:
+        return int(text, 16) if not text.isdigit() or text.startswith("0") else int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an address: {text!r}") from None
+
+
 def _tid_list(text: str) -> list[int]:
     return [_pid(part) for part in text.split(",") if part.strip()]
 
@@ -81,6 +88,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="folders to look for the core's executable and libraries in, by name",
     )
     _add_walk_options(core)
+    info = commands.add_parser(
+        "unwind-info", help="print the unwind tables of a binary, or the rule at one address"
+    )
+    info.add_argument("file", help="an ELF executable, library or object")
+    info.add_argument("--format", choices=("cfi", "sframe", "compact"), help="only this format")
+    info.add_argument(
+        "--pc", type=_address, metavar="ADDR", help="show only the rule at this link-time address"
+    )
     return parser
 
 
@@ -120,6 +135,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: Sequence[str] | None) -> int:
     arguments = build_parser().parse_args(argv)
+    if arguments.command == "unwind-info":
+        from liveunwind.unwindinfo import describe_file
+
+        text, found = describe_file(arguments.file, arguments.format, arguments.pc)
+        sys.stdout.write(text)
+        return EXIT_COMPLETE if found else EXIT_INCOMPLETE
     from liveunwind.stepper import parse_unwinders
 
     unwinders = parse_unwinders(arguments.unwinder)

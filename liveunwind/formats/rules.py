@@ -9,8 +9,17 @@ immutable so they can be cached by (module, module-relative pc).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+
+#: Renders a register number, and a DWARF expression, for diagnostics.
+RegisterNamer = Callable[[int], str]
+ExpressionNamer = Callable[[bytes], str]
+
+
+def _opaque(expression: bytes) -> str:
+    return "exp"
 
 
 class RegKind(Enum):
@@ -34,7 +43,9 @@ class RegisterRule:
     register: int = -1
     expression: bytes = b""
 
-    def describe(self, register_name: callable = str) -> str:
+    def describe(
+        self, register_name: RegisterNamer = str, expression_text: ExpressionNamer = _opaque
+    ) -> str:
         """Short text in the style of ``readelf --debug-dump=frames-interp``."""
         kind = self.kind
         if kind is RegKind.SAME:
@@ -47,7 +58,9 @@ class RegisterRule:
             return f"v{self.offset:+d}"
         if kind is RegKind.REGISTER:
             return register_name(self.register)
-        return "exp" if kind is RegKind.EXPRESSION else "vexp"
+        prefix = "exp" if kind is RegKind.EXPRESSION else "vexp"
+        text = expression_text(self.expression)
+        return prefix if text == "exp" else f"{prefix}({text})"
 
 
 SAME_VALUE = RegisterRule(RegKind.SAME)
@@ -66,9 +79,12 @@ class CfaRule:
     def is_expression(self) -> bool:
         return bool(self.expression)
 
-    def describe(self, register_name: callable = str) -> str:
+    def describe(
+        self, register_name: RegisterNamer = str, expression_text: ExpressionNamer = _opaque
+    ) -> str:
         if self.expression:
-            return "exp"
+            text = expression_text(self.expression)
+            return text if text == "exp" else f"exp({text})"
         return f"{register_name(self.register)}{self.offset:+d}"
 
 
@@ -101,12 +117,14 @@ class UnwindRule:
                 return rule
         return SAME_VALUE
 
-    def describe(self, register_name: callable = str) -> str:
+    def describe(
+        self, register_name: RegisterNamer = str, expression_text: ExpressionNamer = _opaque
+    ) -> str:
         """One line: ``cfa=rsp+16 rbp=c-16 ra=c-8``, for diagnostics."""
-        parts = [f"cfa={self.cfa.describe(register_name)}"]
+        parts = [f"cfa={self.cfa.describe(register_name, expression_text)}"]
         for number, rule in self.registers:
             label = "ra" if number == self.return_address_register else register_name(number)
-            parts.append(f"{label}={rule.describe(register_name)}")
+            parts.append(f"{label}={rule.describe(register_name, expression_text)}")
         if self.signal_frame:
             parts.append("signal-frame")
         if self.ra_signed:

@@ -9,9 +9,8 @@ from __future__ import annotations
 import bisect
 import mmap
 import os
-from collections.abc import Callable
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from liveunwind.errors import FormatError, LiveUnwindError
 from liveunwind.modules.elf import PT_GNU_EH_FRAME, PT_GNU_SFRAME, ElfImage
@@ -26,11 +25,17 @@ _MAX_MEMORY_IMAGE = 64 << 20
 
 
 class UnwindSource:
-    """One table that can answer ``rule_for(relative_pc)``, with the method it reports."""
+    """One unwind table of a module: the method it reports and the section it came from."""
 
-    def __init__(self, method: str, rule_for: Callable[[int], UnwindRule | None]) -> None:
+    def __init__(self, method: str, label: str, table: UnwindTable) -> None:
         self.method = method
-        self.rule_for = rule_for
+        self.label = label
+        self.table = table
+        self.rule_for = table.rule_for
+
+
+class UnwindTable(Protocol):
+    def rule_for(self, pc: int) -> UnwindRule | None: ...
 
 
 class Module:
@@ -111,64 +116,68 @@ class Module:
 
     @cached_property
     def unwind_sources(self) -> dict[str, list[UnwindSource]]:
-        """The module's unwind tables by kind (``cfi``, ``sframe``), best first."""
-        sources: dict[str, list[UnwindSource]] = {"cfi": [], "sframe": []}
-        image = self.image
-        if image is None:
-            return sources
-        for kind, builder in (("cfi", _eh_frame), ("cfi", _debug_frame), ("sframe", _sframe)):
-            try:
-                source = builder(image, self.space.arch)
-            except FormatError as error:
-                self.problems.append(str(error))
-                continue
-            if source is not None:
-                sources[kind].append(source)
+        """The module's unwind tables by method (``cfi``, ``sframe``), best first."""
+        sources: dict[str, list[UnwindSource]] = {}
+        if self.image is not None:
+            for source in unwind_tables(self.image, self.problems):
+                sources.setdefault(source.method, []).append(source)
         return sources
 
 
-def _eh_frame(image: ElfImage, arch: object) -> UnwindSource | None:
+def unwind_tables(image: ElfImage, problems: list[str]) -> list[UnwindSource]:
+    """Every unwind table an ELF image carries; a corrupt one is noted in ``problems``."""
+    sources = []
+    for builder in (_eh_frame, _debug_frame, _sframe):
+        try:
+            source = builder(image)
+        except FormatError as error:
+            problems.append(f"{image.origin}: {error}")
+            continue
+        if source is not None:
+            sources.append(source)
+    return sources
+
+
+def _byte_order(image: ElfImage) -> Literal["little", "big"]:
+    return "little" if image.byte_order == "<" else "big"
+
+
+def _eh_frame(image: ElfImage) -> UnwindSource | None:
     """``.eh_frame``, searched through ``.eh_frame_hdr`` when there is one."""
     from liveunwind.formats.dwarf_cfi import CfiTable
 
     section = image.sections.get(".eh_frame")
-    hdr_data, hdr_address = None, 0
-    headers = image.segments_of_type(PT_GNU_EH_FRAME)
-    if headers:
-        hdr_data = image.segment_data(headers[0])
-        hdr_address = headers[0].vaddr
     if section is None or section.size == 0:
         return None
     data = image.contents(section)
     if data is None:
         return None
+    hdr_data, hdr_address = None, 0
+    headers = image.segments_of_type(PT_GNU_EH_FRAME)
+    if headers:
+        hdr_data, hdr_address = image.segment_data(headers[0]), headers[0].vaddr
     table = CfiTable(
         data,
         section.address,
         kind="eh_frame",
         hdr=hdr_data,
         hdr_address=hdr_address,
-        byte_order="little" if image.byte_order == "<" else "big",
+        byte_order=_byte_order(image),
     )
-    return UnwindSource("cfi", table.rule_for)
+    return UnwindSource("cfi", ".eh_frame", table)
 
 
-def _debug_frame(image: ElfImage, arch: object) -> UnwindSource | None:
+def _debug_frame(image: ElfImage) -> UnwindSource | None:
     from liveunwind.formats.dwarf_cfi import CfiTable
 
     data = image.section_data(".debug_frame")
     if not data:
         return None
-    table = CfiTable(
-        data,
-        0,
-        kind="debug_frame",
-        byte_order="little" if image.byte_order == "<" else "big",
-    )
-    return UnwindSource("cfi", table.rule_for)
+    table = CfiTable(data, 0, kind="debug_frame", byte_order=_byte_order(image))
+    return UnwindSource("cfi", ".debug_frame", table)
 
 
-def _sframe(image: ElfImage, arch: object) -> UnwindSource | None:
+def _sframe(image: ElfImage) -> UnwindSource | None:
     """``.sframe``, found by PT_GNU_SFRAME (as the kernel does) or by section name."""
     headers = image.segments_of_type(PT_GNU_SFRAME)
     if headers:
@@ -182,7 +191,7 @@ def _sframe(image: ElfImage, arch: object) -> UnwindSource | None:
         return None
     from liveunwind.formats.sframe import SFrameSection
 
-    return UnwindSource("sframe", SFrameSection(data, address).rule_for)
+    return UnwindSource("sframe", ".sframe", SFrameSection(data, address))
 
 
 class ModuleMap:

@@ -1,0 +1,140 @@
+"""``liveunwind unwind-info``: the unwind tables of a binary, as liveunwind decodes them.
+
+When a backtrace looks wrong, the first question is what the tables say at
+the pc in question.  This prints every table of a file (or one format), and
+with ``--pc`` the one rule each table gives at that address side by side, so
+a disagreement between ``.eh_frame`` and ``.sframe`` is visible at a glance.
+Addresses are link-time addresses of the file (``module_offset`` in
+liveunwind's JSON output, or what ``objdump -d`` shows).
+"""
+
+from __future__ import annotations
+
+import mmap
+from collections.abc import Iterator
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from liveunwind.arch import Arch, arch_by_elf_machine
+from liveunwind.errors import FormatError, TargetError
+from liveunwind.formats.rules import UnwindRule
+from liveunwind.modules.elf import ElfImage
+from liveunwind.modules.modulemap import UnwindSource, unwind_tables
+
+if TYPE_CHECKING:
+    from liveunwind.modules.symbols import SymbolTable
+
+FORMATS = ("cfi", "sframe", "compact")
+
+
+def load_image(path: str) -> ElfImage:
+    """Maps ``path`` and reads its ELF headers; a one-line error if it is not ELF."""
+    try:
+        with open(path, "rb") as stream:
+            data = mmap.mmap(stream.fileno(), 0, prot=mmap.PROT_READ)
+    except (OSError, ValueError) as error:
+        reason = getattr(error, "strerror", None) or str(error)
+        raise TargetError(f"cannot read {path}: {reason}") from None
+    try:
+        return ElfImage(data, origin=path)
+    except FormatError as error:
+        raise TargetError(str(error)) from None
+
+
+def describe_file(path: str, wanted: str | None, pc: int | None) -> tuple[str, bool]:
+    """The report for ``path``; the flag says whether any requested table was found."""
+    image = load_image(path)
+    if wanted == "compact":
+        return f"{path}: compact unwind exists only in Mach-O files\n", False
+    arch = arch_by_elf_machine(image.machine)
+    problems: list[str] = []
+    sources = [
+        source
+        for source in unwind_tables(image, problems)
+        if wanted is None or source.method == wanted
+    ]
+    lines = list(_header(path, image, arch, sources, wanted))
+    if pc is None:
+        for source in sources:
+            lines.extend(_dump(source, image, arch))
+    else:
+        lines.extend(_rules_at(sources, image, arch, pc))
+    lines.extend(f"note: {problem}" for problem in problems)
+    return "\n".join(lines) + "\n", bool(sources)
+
+
+def _header(
+    path: str, image: ElfImage, arch: Arch, sources: list[UnwindSource], wanted: str | None
+) -> Iterator[str]:
+    labels = ", ".join(source.label for source in sources) or f"no {wanted or 'unwind'} tables"
+    yield f"{path} ({arch.name}): {labels}"
+
+
+def _symbol(image: ElfImage, address: int) -> str:
+    from liveunwind.modules.symbols import demangle
+
+    match = _symbols(image).lookup(address)
+    if match is None:
+        return ""
+    name = demangle(match.name)
+    return f"{name}+{match.offset:#x}" if match.offset else name
+
+
+@lru_cache(maxsize=4)
+def _symbols(image: ElfImage) -> SymbolTable:
+    from liveunwind.modules.symbols import SymbolTable
+
+    return SymbolTable(image)
+
+
+def _rules_at(sources: list[UnwindSource], image: ElfImage, arch: Arch, pc: int) -> Iterator[str]:
+    symbol = _symbol(image, pc)
+    yield f"at {pc:#x}" + (f" ({symbol})" if symbol else "")
+    width = max((len(source.label) for source in sources), default=0)
+    for source in sources:
+        try:
+            rule = source.rule_for(pc)
+        except FormatError as error:
+            yield f"  {source.label:<{width}}  corrupt: {error}"
+            continue
+        if rule is None:
+            yield f"  {source.label:<{width}}  no entry covers {pc:#x}"
+        else:
+            span = f"{rule.start:#x}..{rule.end:#x}"
+            yield f"  {source.label:<{width}}  [{span}]  {_rule_text(rule, arch)}"
+
+
+def _rule_text(rule: UnwindRule, arch: Arch) -> str:
+    from liveunwind.formats.dwarf_expr import describe
+
+    def expression_text(expression: bytes) -> str:
+        try:
+            return describe(expression, arch.register_name)
+        except FormatError:
+            return "<malformed expression>"
+
+    return rule.describe(arch.register_name, expression_text)
+
+
+def _dump(source: UnwindSource, image: ElfImage, arch: Arch) -> Iterator[str]:
+    if source.method == "sframe":
+        yield from source.table.format_objdump().rstrip("\n").splitlines()
+        return
+    yield ""
+    yield f"{source.label}:"
+    table = source.table
+    try:
+        for entry in table.entries():
+            if not hasattr(entry, "pc_begin"):
+                continue  # a CIE: its initial rules show in each FDE's first row
+            symbol = _symbol(image, entry.pc_begin)
+            yield ""
+            yield (
+                f"FDE {entry.pc_begin:#x}..{entry.pc_end:#x}"
+                + (f"  {symbol}" if symbol else "")
+                + f"  (offset {entry.offset:#x})"
+            )
+            for address, rule in table.rows(entry):
+                yield f"  {address:#x}  {_rule_text(rule, arch)}"
+    except FormatError as error:
+        yield f"corrupt {source.label}: {error}"
