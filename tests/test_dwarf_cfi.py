@@ -132,7 +132,7 @@ _X86_64_NAMES = [
     "rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp",
     "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "rip",
 ]  # fmt: skip
-_X86_64_NUMBERED = [(r"xmm(\d+)", 17, 16), (r"st(\d+)", 33, 8), (r"mm(\d+)", 41, 8)]
+_X86_64_NUMBERED = [(r"st(\d+)", 33), (r"mm(\d+)", 41)]
 
 
 def readelf_register_number(name: str, machine: str) -> int:
@@ -143,7 +143,7 @@ def readelf_register_number(name: str, machine: str) -> int:
         if match := re.fullmatch(r"xmm(\d+)", name):
             number = int(match[1])
             return 17 + number if number < 16 else 67 + number - 16
-        for pattern, base, _count in _X86_64_NUMBERED:
+        for pattern, base in _X86_64_NUMBERED:
             if match := re.fullmatch(pattern, name):
                 return base + int(match[1])
         if name == "rflags":
@@ -442,7 +442,7 @@ def _libc_hdr_variant(table_encoding: int) -> tuple[bytes, int]:
     """libc's .eh_frame_hdr table re-encoded (LSB layout) with another table encoding."""
     elf = load(SYSTEM_LIBRARIES[0])
     eh_address = elf.sections[".eh_frame"][1]
-    hdr_address = 0x1000
+    hdr_address = 0x1004  # not 8-aligned, so DW_EH_PE_aligned has to pad
     fdes = sorted(
         (entry.pc_begin, entry.offset + eh_address)
         for entry in elf.table(use_hdr=False).entries()
@@ -462,6 +462,8 @@ def _encode(value: int, encoding: int, field_address: int, data_base: int) -> by
         value -= field_address
     elif application == 0x30:
         value -= data_base
+    if application == 0x50:
+        return bytes(-field_address % 8) + value.to_bytes(8, "little")
     fmt = encoding & 0x0F
     if fmt == 0x01:
         out = bytearray()
@@ -474,7 +476,7 @@ def _encode(value: int, encoding: int, field_address: int, data_base: int) -> by
     return value.to_bytes(size, "little", signed=fmt >= 0x09)
 
 
-@pytest.mark.parametrize("encoding", [0x04, 0x0C, 0x1C, 0x3B, 0x01], ids=hex)
+@pytest.mark.parametrize("encoding", [0x04, 0x0C, 0x1C, 0x3B, 0x01, 0x50], ids=hex)
 def test_hdr_table_encodings(encoding: int) -> None:
     elf = load(SYSTEM_LIBRARIES[0])
     data, address = elf.sections[".eh_frame"]

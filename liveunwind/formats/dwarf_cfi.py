@@ -954,8 +954,8 @@ class _HeaderTable:
         pos = 4
         if frame_encoding != DW_EH_PE_omit:
             _, _, pos = self._pointers.pointer(pos, size, frame_encoding, self._table.address_size)
-        self._parsed = True
         if count_encoding == DW_EH_PE_omit or table_encoding == DW_EH_PE_omit:
+            self._parsed = True
             return
         if table_encoding & DW_EH_PE_indirect:
             raise FormatError(f".eh_frame_hdr table encoding {table_encoding:#x} is indirect")
@@ -968,6 +968,7 @@ class _HeaderTable:
         self._encoding = table_encoding
         if not entry_size:
             self._entries = [self._decode_next() for _ in range(count)]
+        self._parsed = True
 
     def _fixed_size(self, encoding: int) -> int:
         """Bytes per table entry, or 0 when entries vary in size (LEB128, aligned)."""
