@@ -23,6 +23,8 @@ _STB_GLOBAL = 1
 _STB_WEAK = 2
 _SYMBOL_SIZE = 24
 _RUST_HASH = re.compile(r"::h[0-9a-f]{16}$")
+#: LLVM's tag on internal-linkage copies (``.llvm.123…``): noise to a reader.
+_LLVM_SUFFIX = re.compile(r"\.llvm\.\d+$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,16 +119,44 @@ def demangle(name: str) -> str:
     """Readable form of an Itanium C++ or Rust name; other names come back unchanged.
 
     Uses the C++ runtime's own ``__cxa_demangle`` (libstdc++), which also
-    reads Rust's legacy mangling; the trailing Rust hash is dropped.
+    reads Rust's legacy mangling (the trailing Rust hash is dropped), and our
+    own reader of Rust's v0 mangling.
     """
+    if name.startswith("_R"):
+        from liveunwind.modules.rust_demangle import demangle_v0
+
+        return demangle_v0(name)
     if not name.startswith("_Z"):
         return name
     base, at, version = name.partition("@")
+    base = _LLVM_SUFFIX.sub("", base)
     readable = _cxa_demangle(base)
     if readable is None:
         return name
-    readable = _RUST_HASH.sub("", readable)
+    if _RUST_HASH.search(readable):
+        readable = _unescape_rust_legacy(_RUST_HASH.sub("", readable))
     return readable + (at + version if at else "")
+
+
+#: Rust's legacy mangling spells characters an Itanium name cannot hold as ``$..$``.
+_RUST_ESCAPES = {
+    "SP": "@", "BP": "*", "RF": "&", "LT": "<", "GT": ">", "LP": "(", "RP": ")", "C": ",",
+}  # fmt: skip
+_RUST_ESCAPE = re.compile(r"\$(SP|BP|RF|LT|GT|LP|RP|C|u[0-9a-f]{2,6})\$")
+
+
+def _unescape_rust_legacy(text: str) -> str:
+    """Decodes ``$LT$``, ``$u7b$``… and ``..`` (``::``) in a demangled legacy Rust path."""
+
+    def replace(match: re.Match[str]) -> str:
+        code = match.group(1)
+        return _RUST_ESCAPES.get(code) or chr(int(code[1:], 16))
+
+    parts = []
+    for part in text.split("::"):
+        part = part.removeprefix("_") if part.startswith("_$") else part
+        parts.append(_RUST_ESCAPE.sub(replace, part).replace("..", "::"))
+    return "::".join(parts)
 
 
 @lru_cache(maxsize=1)
