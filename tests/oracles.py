@@ -118,13 +118,24 @@ def _parse_gdb(result: subprocess.CompletedProcess[str]) -> Backtraces:
     )
 
 
-def gdb_backtraces(pid: int, *, gdb: str = "gdb", max_frames: int = 0) -> Backtraces:
+def gdb_backtraces(
+    pid: int,
+    *,
+    gdb: str = "gdb",
+    max_frames: int = 0,
+    sysroot: str | None = None,
+    executable: str | None = None,
+) -> Backtraces:
     """Every thread's frames of live process ``pid`` as gdb unwinds them.
 
     gdb attaches, walks all threads, and detaches: the process keeps running.
-    ``max_frames`` limits frames per thread (0: no limit).
+    ``max_frames`` limits frames per thread (0: no limit). ``sysroot`` is where
+    gdb finds the process's libraries (``/proc/PID/root`` for a chroot), and
+    ``executable`` the program when gdb cannot (``/proc/PID/exe`` in a chroot).
     """
-    argv = [*_gdb_argv(gdb, max_frames, []), "-ex", "detach", "-p", str(pid)]
+    setup = [f"set sysroot {sysroot}"] if sysroot else []
+    program = [executable] if executable else []
+    argv = [*_gdb_argv(gdb, max_frames, setup), "-ex", "detach", *program, "-p", str(pid)]
     return _parse_gdb(_run(argv))
 
 
