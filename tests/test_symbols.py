@@ -84,9 +84,7 @@ def test_rust_v0_names_match_cxxfilt_without_crate_hashes(rust_binaries: dict[st
     # c++filt prints the long form; ours is rustc's short one: no crate
     # hashes, no type after a const generic argument. c++filt also drops a
     # numbered suffix (``STATIC.0``), which we keep, like rustc's demangler.
-    expected = [
-        _CONST_TYPE.sub("", re.sub(r"\[[0-9a-f]+\]", "", text)) for text in cxxfilt(names)
-    ]
+    expected = [_CONST_TYPE.sub("", re.sub(r"\[[0-9a-f]+\]", "", text)) for text in cxxfilt(names)]
     ours = [re.sub(r"\.\d+$", "", demangle_v0(name)) for name in names]
     assert ours == expected
 
