@@ -19,6 +19,7 @@ def attach(
     symbols: bool = True,
     snapshot: bool = True,
     stack_cap: int | None = None,
+    verbose: bool = False,
 ) -> Backtrace:
     """Stops the live process ``pid``, walks the stacks of its threads, and lets it go.
 
@@ -43,13 +44,13 @@ def attach(
             timings["copy"] = time.perf_counter() - stopped
         else:
             space = process
-            backtrace = _walk(space, max_frames, unwinders, symbols, timings, process)
+            backtrace = _walk(space, max_frames, unwinders, symbols, verbose, timings, process)
         detaching = time.perf_counter()
     resumed = process.resumed_at or time.perf_counter()
     timings["detach"] = resumed - detaching
     timings["freeze"] = resumed - (process.stopped_at or stopped)
     if snapshot:
-        backtrace = _walk(space, max_frames, unwinders, symbols, timings, process)
+        backtrace = _walk(space, max_frames, unwinders, symbols, verbose, timings, process)
     timings["total"] = time.perf_counter() - started
     return backtrace
 
@@ -63,6 +64,7 @@ def open_core(
     max_frames: int = DEFAULT_MAX_FRAMES,
     unwinders: Sequence[str] = AUTO_UNWINDERS,
     symbols: bool = True,
+    verbose: bool = False,
 ) -> Backtrace:
     """Backtraces of every thread recorded in a core file (ELF; Mach-O once supported).
 
@@ -75,7 +77,7 @@ def open_core(
     started = time.perf_counter()
     space = ElfCore.open(core, executable, sysroot=sysroot, search_path=search_path)
     timings = {"open": time.perf_counter() - started}
-    backtrace = _walk(space, max_frames, unwinders, symbols, timings, None)
+    backtrace = _walk(space, max_frames, unwinders, symbols, verbose, timings, None)
     backtrace.crash = space.crash_info()
     backtrace.problems = sorted({*backtrace.problems, *space.problems})
     timings["total"] = time.perf_counter() - started
@@ -87,6 +89,7 @@ def _walk(
     max_frames: int,
     unwinders: Sequence[str],
     symbols: bool,
+    verbose: bool,
     timings: dict[str, float],
     process: object,
 ) -> Backtrace:
@@ -101,6 +104,7 @@ def _walk(
         unwinders=unwinders,
         max_frames=max_frames,
         should_stop=lambda: getattr(process, "interrupted", False),
+        verbose=verbose,
     )
     traces = unwind_all(space, space.threads(), stepper)
     unwound = time.perf_counter()

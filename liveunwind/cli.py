@@ -111,7 +111,13 @@ def _add_walk_options(parser: argparse.ArgumentParser) -> None:
         "--unwinder",
         default="auto",
         metavar="LIST",
-        help="unwind sources to use, in order (auto, or a list of: cfi, sframe)",
+        help=(
+            "unwind sources to use, in order: auto (= cfi,sframe,fp,scan), or a list of "
+            "dynamic, compact, cfi, sframe, fp, scan"
+        ),
+    )
+    parser.add_argument(
+        "--verbose", action="store_true", help="explain under each frame why a fallback was used"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--no-symbols", action="store_true", help="do not look up function names")
@@ -155,6 +161,7 @@ def _run(argv: Sequence[str] | None) -> int:
             symbols=not arguments.no_symbols,
             snapshot=not arguments.no_snapshot,
             stack_cap=arguments.stack_cap,
+            verbose=arguments.verbose,
         )
     elif arguments.command == "core":
         from liveunwind.api import open_core
@@ -167,6 +174,7 @@ def _run(argv: Sequence[str] | None) -> int:
             max_frames=arguments.max_frames,
             unwinders=unwinders,
             symbols=not arguments.no_symbols,
+            verbose=arguments.verbose,
         )
     else:  # pragma: no cover - argparse allows only the commands above
         raise UsageError(f"unknown command {arguments.command}")
@@ -175,7 +183,9 @@ def _run(argv: Sequence[str] | None) -> int:
     if arguments.json:
         sys.stdout.write(format_json(backtrace))
     else:
-        sys.stdout.write(format_text(backtrace, symbols=not arguments.no_symbols))
+        sys.stdout.write(
+            format_text(backtrace, symbols=not arguments.no_symbols, verbose=arguments.verbose)
+        )
     sys.stdout.flush()
     if arguments.stats:
         phases = ", ".join(

@@ -16,6 +16,7 @@ class Method(Enum):
     DYNAMIC = "dynamic"
     SIGNAL = "signal"  # registers the kernel saved in a signal frame
     FRAMEPOINTER = "framepointer"
+    LEAF = "leaf"  # frame 0 had not built a frame: return address at [sp] or in LR
     SCAN = "scan"
 
 
@@ -33,7 +34,7 @@ class Trust(Enum):
             return Trust.EXACT
         if method is Method.FRAMEPOINTER:
             return Trust.MEDIUM
-        if method is Method.SCAN:
+        if method in (Method.SCAN, Method.LEAF):
             return Trust.LOW
         return Trust.HIGH
 
@@ -74,6 +75,8 @@ class Frame:
     #: ``pc`` is where execution stopped (frame 0, or code interrupted by a
     #: signal), not a return address; lookups use ``pc`` itself, not ``pc - 1``.
     exact_pc: bool = False
+    #: Why this frame was found the way it was (sources that failed), for --verbose.
+    notes: list[str] = field(default_factory=list)
 
     @property
     def trust(self) -> Trust:
@@ -94,6 +97,8 @@ class ThreadBacktrace:
     #: Details of the stop: the pc, module or address concerned.
     stop_detail: str = ""
     state: str = ""
+    #: Why each source failed at the last frame, for --verbose.
+    stop_notes: list[str] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:

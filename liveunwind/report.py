@@ -9,9 +9,9 @@ from typing import Any
 from liveunwind.frames import Backtrace, CrashInfo, Frame, ThreadBacktrace
 
 
-def format_text(backtrace: Backtrace, *, symbols: bool = True) -> str:
+def format_text(backtrace: Backtrace, *, symbols: bool = True, verbose: bool = False) -> str:
     """One block per thread: a header, one line per frame, and why the walk stopped."""
-    blocks = [_thread_text(thread, symbols) for thread in backtrace.threads]
+    blocks = [_thread_text(thread, symbols, verbose) for thread in backtrace.threads]
     if backtrace.crash is not None:
         blocks.insert(0, _crash_text(backtrace.crash))
     if backtrace.problems:
@@ -29,12 +29,16 @@ def _crash_text(crash: CrashInfo) -> str:
     return "\n".join(lines)
 
 
-def _thread_text(thread: ThreadBacktrace, symbols: bool) -> str:
+def _thread_text(thread: ThreadBacktrace, symbols: bool, verbose: bool) -> str:
     state = f" ({thread.state})" if thread.state else ""
     lines = [f'Thread {thread.tid} "{thread.name}"{state}:']
     width = len(str(max(len(thread.frames) - 1, 0)))
     for frame in thread.frames:
+        if verbose:
+            lines.extend(f"      ({note})" for note in frame.notes)
         lines.append(_frame_text(frame, width, symbols))
+    if verbose:
+        lines.extend(f"      ({note})" for note in thread.stop_notes)
     marker = "complete" if thread.complete else "INCOMPLETE"
     lines.append(f"  -- {thread.stop_text} ({marker})")
     return "\n".join(lines)
@@ -112,6 +116,7 @@ def _frame_json(frame: Frame) -> dict[str, Any]:
         "method": frame.method.value,
         "trust": frame.trust.value,
         "signal_frame": frame.signal_frame,
+        "notes": frame.notes,
     }
 
 
