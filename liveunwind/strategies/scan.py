@@ -1,0 +1,300 @@
+"""Stack scanning: the first word above sp that is a return address.
+
+A word on the stack is taken for a return address only if it points into
+executable code *and* the bytes just before it decode as a call instruction
+whose end is exactly that address — what a ``call``/``bl`` leaves behind.
+For direct calls the call's target must be code too.  Stale return addresses
+of earlier, already-returned calls pass these checks as well, which is why
+scanned frames carry the lowest trust; the ``confirm`` hook lets the stepper
+add what only it knows (e.g. that a direct call targets the function the
+callee's pc lies in).
+
+Scanning is bounded twice: a window per scan and a :class:`ScanBudget` shared
+by all scans of one thread, so a corrupt or huge stack costs at most
+``budget`` words of reads and checks.
+
+Call forms recognised
+---------------------
+x86_64 (Intel SDM vol. 2, CALL): ``E8 rel32`` and ``FF /2`` with every
+ModRM form — register (``FF D0+r``), ``[reg]``, ``[reg+disp8]``,
+``[reg+disp32]``, SIB with and without displacement, SIB without base
+(``disp32``), and RIP-relative (``FF 15 disp32``).  Prefixes (REX,
+segment overrides, ``notrack`` 3E, ``bnd`` F2, ``data16``, ``addr32``) sit
+before the opcode and do not change the length of what follows it in 64-bit
+mode, so the decoder need not see them: ``41 FF D3`` ends like ``FF D3``, and
+the linker's ``67 E8 rel32`` relaxation like ``E8 rel32``.
+
+aarch64 (Arm ARM, C6): ``BL imm26``, ``BLR Xn``, and the pointer-auth
+variants ``BLRAA``/``BLRAB Xn, Xm`` and ``BLRAAZ``/``BLRABZ Xn``.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from liveunwind.arch import Arch
+from liveunwind.errors import MemoryReadError
+from liveunwind.strategies import WORD_MASK, CodeReader, IsCode, ReadMemory, note
+
+#: Words one scan examines at most (16 KiB): frames with big local buffers
+#: (PATH_MAX, BUFSIZ) must not hide their caller.
+DEFAULT_WINDOW = 2048
+#: Words all scans of one thread examine at most (512 KiB of stack).
+DEFAULT_BUDGET = 65536
+#: Longest x86_64 call without prefixes: FF, ModRM, SIB, disp32.
+_X86_LONGEST_CALL = 7
+_PAGE = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class CallSite:
+    """A call instruction that ends at a return address."""
+
+    #: Address of the opcode (after any prefixes).
+    address: int
+    #: The address called, for direct calls; None for indirect ones.
+    target: int | None
+
+
+class ScanBudget:
+    """The words all scans of one thread may still examine."""
+
+    def __init__(self, words: int = DEFAULT_BUDGET) -> None:
+        self.remaining = words
+
+    def take(self, words: int) -> int:
+        """Grants up to ``words`` words and returns how many were granted."""
+        granted = min(words, self.remaining)
+        self.remaining -= granted
+        return granted
+
+    def give_back(self, words: int) -> None:
+        """Returns words that were granted but not examined."""
+        self.remaining += words
+
+    @property
+    def exhausted(self) -> bool:
+        return self.remaining <= 0
+
+
+# -- call decoding -----------------------------------------------------------
+
+
+def _x86_64_calls(return_address: int, code: bytes) -> Iterator[CallSite]:
+    """Call instructions whose last byte is the last byte of ``code``."""
+    size = len(code)
+    if size >= 5 and code[-5] == 0xE8:
+        relative = int.from_bytes(code[-4:], "little", signed=True)
+        yield CallSite(return_address - 5, (return_address + relative) & WORD_MASK)
+    for length in (2, 3, 4, 6, 7):
+        if length > size:
+            return
+        start = size - length
+        if code[start] == 0xFF and _ff2_length(code, start) == length:
+            yield CallSite(return_address - length, None)
+
+
+def _ff2_length(code: bytes, start: int) -> int | None:
+    """Length of an ``FF /2`` (near indirect call) at ``start``, from its ModRM and SIB."""
+    modrm = code[start + 1]
+    if (modrm >> 3) & 7 != 2:
+        return None
+    mod, rm = modrm >> 6, modrm & 7
+    if mod == 3:
+        return 2
+    length = 2
+    if rm == 4:  # a SIB byte follows
+        if start + 2 >= len(code):
+            return None
+        length += 1
+        if mod == 0 and code[start + 2] & 7 == 5:  # no base register: disp32
+            return length + 4
+    elif mod == 0 and rm == 5:  # RIP-relative disp32
+        return length + 4
+    return length + (0, 1, 4)[mod]
+
+
+_BL_MASK, _BL = 0xFC000000, 0x94000000
+_BLR_MASK, _BLR = 0xFFFFFC1F, 0xD63F0000
+#: BLRAA / BLRAB Xn, Xm (bit 10 selects key B).
+_BLRA_MASK, _BLRA = 0xFFFFF800, 0xD73F0800
+#: BLRAAZ / BLRABZ Xn (bit 10 selects key B, Rm is 11111).
+_BLRAZ_MASK, _BLRAZ = 0xFFFFF81F, 0xD63F081F
+
+
+def _aarch64_calls(return_address: int, code: bytes) -> Iterator[CallSite]:
+    """The BL/BLR-family instruction in the last four bytes of ``code``, if any."""
+    if len(code) < 4 or return_address % 4:
+        return
+    (word,) = struct.unpack("<I", code[-4:])
+    site = return_address - 4
+    if word & _BL_MASK == _BL:
+        offset = (word & 0x03FFFFFF) << 2
+        if offset & (1 << 27):
+            offset -= 1 << 28
+        yield CallSite(site, (site + offset) & WORD_MASK)
+    elif word & _BLR_MASK == _BLR or word & _BLRA_MASK == _BLRA or word & _BLRAZ_MASK == _BLRAZ:
+        yield CallSite(site, None)
+
+
+_DECODERS: dict[str, tuple[Callable[[int, bytes], Iterator[CallSite]], int]] = {
+    "x86_64": (_x86_64_calls, _X86_LONGEST_CALL),
+    "aarch64": (_aarch64_calls, 4),
+}
+
+
+def calls_before(arch: Arch, return_address: int, code: bytes) -> list[CallSite]:
+    """Every call instruction that could end at ``return_address``.
+
+    ``code`` holds the bytes just before ``return_address`` (its last byte at
+    ``return_address - 1``); a few bytes suffice (7 on x86_64, 4 on aarch64).
+    More than one decoding is possible on x86_64, whose instructions have no
+    fixed start.
+    """
+    decoder, _ = _DECODERS[arch.name]
+    return list(decoder(return_address, code))
+
+
+def call_before(
+    arch: Arch,
+    return_address: int,
+    is_code: IsCode,
+    code_reader: CodeReader,
+    *,
+    check_target: bool = True,
+    confirm: Callable[[CallSite], bool] | None = None,
+) -> CallSite | None:
+    """The call instruction that ``return_address`` follows, or None.
+
+    Reads the code before ``return_address`` through ``code_reader``; a
+    direct call must target code when ``check_target`` is set, and
+    ``confirm`` (if given) has the last word on each decoding.
+    """
+    decoder, longest = _DECODERS.get(arch.name, (None, 0))
+    if decoder is None:
+        return None
+    code = _code_before(code_reader, return_address, longest)
+    for site in decoder(return_address, code):
+        if check_target and site.target is not None and not is_code(site.target):
+            continue
+        if confirm is None or confirm(site):
+            return site
+    return None
+
+
+def _code_before(code_reader: CodeReader, end: int, size: int) -> bytes:
+    """Up to ``size`` bytes of code ending at ``end``, fewer if the page before is not code.
+
+    ``end`` lies in an executable mapping, so the bytes from its page start
+    on are readable even when the page before is not.
+    """
+    start = max(end - size, 0)
+    try:
+        return bytes(code_reader(start, end - start))
+    except MemoryReadError:
+        start = max(start, end - end % _PAGE)
+        if start == end:
+            return b""
+        try:
+            return bytes(code_reader(start, end - start))
+        except MemoryReadError:
+            return b""
+
+
+# -- scanning ----------------------------------------------------------------
+
+
+def find_return_address(
+    arch: Arch,
+    sp: int,
+    read: ReadMemory,
+    is_code: IsCode,
+    code_reader: CodeReader,
+    *,
+    budget: ScanBudget,
+    window: int = DEFAULT_WINDOW,
+    stack_end: int | None = None,
+    check_target: bool = True,
+    confirm: Callable[[CallSite], bool] | None = None,
+    notes: list[str] | None = None,
+) -> tuple[int, int] | None:
+    """``(slot address, return address)`` of the first return address at or above ``sp``.
+
+    Examines at most ``window`` words, never past ``stack_end`` (exclusive),
+    and charges every word to ``budget``.  Pointer-authentication bits are
+    stripped from candidates (signed return addresses saved by ``pac-ret``
+    code).  None when nothing in range qualifies, the stack becomes
+    unreadable or the budget runs out (``notes`` says which).
+    """
+    word = arch.word_size
+    address = -(-sp // word) * word
+    limit = address + window * word
+    if stack_end is not None:
+        limit = min(limit, stack_end)
+    unpack = struct.Struct(f"<{'Q' if word == 8 else 'I'}").iter_unpack
+    while address + word <= limit:
+        # Read up to the next page boundary: pages are readable or not as a whole.
+        chunk_end = min(limit, (address // _PAGE + 1) * _PAGE)
+        wanted = (chunk_end - address) // word
+        granted = budget.take(wanted)
+        if granted == 0:
+            note(notes, f"scan: budget exhausted at {address:#x}")
+            return None
+        try:
+            data = read(address, granted * word)
+        except MemoryReadError as error:
+            note(notes, f"scan: stack unreadable at {error.address:#x}")
+            return None
+        for index, (value,) in enumerate(unpack(data)):
+            candidate = arch.strip_pointer_auth(value)
+            if is_code(candidate) and (
+                call_before(
+                    arch,
+                    candidate,
+                    is_code,
+                    code_reader,
+                    check_target=check_target,
+                    confirm=confirm,
+                )
+                is not None
+            ):
+                budget.give_back(granted - index - 1)
+                return address + index * word, candidate
+        address += granted * word
+        if granted < wanted:
+            note(notes, f"scan: budget exhausted at {address:#x}")
+            return None
+    note(notes, f"scan: no return address within {window} words above sp {sp:#x}")
+    return None
+
+
+def caller_registers(
+    arch: Arch,
+    registers: dict[int, int],
+    slot: int,
+    return_address: int,
+    read: ReadMemory,
+) -> dict[int, int]:
+    """The caller's pc, sp and (a guess at) fp, for a return address found at ``slot``.
+
+    The caller's sp is ``slot + word``: exact on x86_64 (``ret`` pops the
+    slot), a lower bound on aarch64 (the slot is inside the callee's frame
+    record).  The fp is a guess: a function that keeps a frame pointer saved
+    the caller's right below the return address, so a plausible frame pointer
+    there (aligned, above the slot) is taken; otherwise the fp is assumed
+    untouched (it is callee-saved), which holds for code that never uses it.
+    """
+    word = arch.word_size
+    caller = {arch.pc: return_address, arch.sp: slot + word}
+    try:
+        saved: int | None = int.from_bytes(read(slot - word, word), "little")
+    except MemoryReadError:
+        saved = None
+    current = registers.get(arch.fp)
+    if saved is not None and saved > slot and saved % word == 0:
+        caller[arch.fp] = saved
+    elif current is not None:
+        caller[arch.fp] = current
+    return caller
