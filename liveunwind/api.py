@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from liveunwind.frames import Backtrace
 from liveunwind.stepper import AUTO_UNWINDERS, DEFAULT_MAX_FRAMES, Stepper, unwind_all
@@ -20,6 +21,7 @@ def attach(
     snapshot: bool = True,
     stack_cap: int | None = None,
     verbose: bool = False,
+    debug_dirs: Sequence[str] = (),
 ) -> Backtrace:
     """Stops the live process ``pid``, walks the stacks of its threads, and lets it go.
 
@@ -31,6 +33,7 @@ def attach(
     from liveunwind.targets.ptrace import PtraceProcess
     from liveunwind.targets.snapshot import DEFAULT_STACK_CAP, Snapshot
 
+    options = WalkOptions(max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs))
     timings: dict[str, float] = {}
     started = time.perf_counter()
     process = PtraceProcess(pid, thread_ids=list(threads) if threads else None)
@@ -44,13 +47,13 @@ def attach(
             timings["copy"] = time.perf_counter() - stopped
         else:
             space = process
-            backtrace = _walk(space, max_frames, unwinders, symbols, verbose, timings, process)
+            backtrace = _walk(space, options, timings, process)
         detaching = time.perf_counter()
     resumed = process.resumed_at or time.perf_counter()
     timings["detach"] = resumed - detaching
     timings["freeze"] = resumed - (process.stopped_at or stopped)
     if snapshot:
-        backtrace = _walk(space, max_frames, unwinders, symbols, verbose, timings, process)
+        backtrace = _walk(space, options, timings, process)
     timings["total"] = time.perf_counter() - started
     return backtrace
 
@@ -65,6 +68,7 @@ def open_core(
     unwinders: Sequence[str] = AUTO_UNWINDERS,
     symbols: bool = True,
     verbose: bool = False,
+    debug_dirs: Sequence[str] = (),
 ) -> Backtrace:
     """Backtraces of every thread recorded in a core file (ELF; Mach-O once supported).
 
@@ -74,42 +78,50 @@ def open_core(
     """
     from liveunwind.targets.elfcore import ElfCore
 
+    options = WalkOptions(max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs))
     started = time.perf_counter()
     space = ElfCore.open(core, executable, sysroot=sysroot, search_path=search_path)
     timings = {"open": time.perf_counter() - started}
-    backtrace = _walk(space, max_frames, unwinders, symbols, verbose, timings, None)
+    backtrace = _walk(space, options, timings, None)
     backtrace.crash = space.crash_info()
     backtrace.problems = sorted({*backtrace.problems, *space.problems})
     timings["total"] = time.perf_counter() - started
     return backtrace
 
 
+@dataclass(frozen=True)
+class WalkOptions:
+    """How to walk and name the frames of a target (the options every command shares)."""
+
+    max_frames: int = DEFAULT_MAX_FRAMES
+    unwinders: Sequence[str] = AUTO_UNWINDERS
+    symbols: bool = True
+    verbose: bool = False
+    #: Separate debug files are looked for here, then in the default folders.
+    debug_dirs: Sequence[str] = ()
+
+
 def _walk(
-    space: AddressSpace,
-    max_frames: int,
-    unwinders: Sequence[str],
-    symbols: bool,
-    verbose: bool,
-    timings: dict[str, float],
-    process: object,
+    space: AddressSpace, options: WalkOptions, timings: dict[str, float], process: object
 ) -> Backtrace:
     """Unwinds and symbolizes every thread of ``space``."""
+    from liveunwind.modules.debuginfo import DEFAULT_DEBUG_DIRS
     from liveunwind.modules.modulemap import ModuleMap
 
     started = time.perf_counter()
-    modules = ModuleMap(space)
+    modules = ModuleMap(space, debug_dirs=(*options.debug_dirs, *DEFAULT_DEBUG_DIRS))
     stepper = Stepper(
         space,
         modules,
-        unwinders=unwinders,
-        max_frames=max_frames,
+        unwinders=options.unwinders,
+        max_frames=options.max_frames,
         should_stop=lambda: getattr(process, "interrupted", False),
-        verbose=verbose,
+        verbose=options.verbose,
     )
     traces = unwind_all(space, space.threads(), stepper)
     unwound = time.perf_counter()
     timings["unwind"] = unwound - started
-    if symbols:
+    if options.symbols:
         from liveunwind.symbolizer import symbolize
 
         symbolize(traces, modules)

@@ -119,6 +119,13 @@ def _add_walk_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--verbose", action="store_true", help="explain under each frame why a fallback was used"
     )
+    parser.add_argument(
+        "--debug-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="also look for separate debug files here (before /usr/lib/debug); repeatable",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--no-symbols", action="store_true", help="do not look up function names")
     parser.add_argument(
@@ -162,6 +169,7 @@ def _run(argv: Sequence[str] | None) -> int:
             snapshot=not arguments.no_snapshot,
             stack_cap=arguments.stack_cap,
             verbose=arguments.verbose,
+            debug_dirs=arguments.debug_dir,
         )
     elif arguments.command == "core":
         from liveunwind.api import open_core
@@ -175,6 +183,7 @@ def _run(argv: Sequence[str] | None) -> int:
             unwinders=unwinders,
             symbols=not arguments.no_symbols,
             verbose=arguments.verbose,
+            debug_dirs=arguments.debug_dir,
         )
     else:  # pragma: no cover - argparse allows only the commands above
         raise UsageError(f"unknown command {arguments.command}")

@@ -9,15 +9,18 @@ from __future__ import annotations
 import bisect
 import mmap
 import os
+from collections.abc import Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from liveunwind.errors import FormatError, LiveUnwindError
+from liveunwind.modules.debuginfo import DEFAULT_DEBUG_DIRS
 from liveunwind.modules.elf import PT_GNU_EH_FRAME, PT_GNU_SFRAME, ElfImage
 from liveunwind.targets.base import AddressSpace, Mapping
 
 if TYPE_CHECKING:
     from liveunwind.formats.rules import UnwindRule
+    from liveunwind.modules.debuginfo import DebugFile
     from liveunwind.modules.symbols import SymbolMatch, SymbolTable
 
 #: Largest in-memory image (vDSO, JIT object) read from target memory.
@@ -41,8 +44,14 @@ class UnwindTable(Protocol):
 class Module:
     """One loaded image: an ELF file mapped by the loader, the vDSO, or anonymous code."""
 
-    def __init__(self, space: AddressSpace, mappings: list[Mapping]) -> None:
+    def __init__(
+        self,
+        space: AddressSpace,
+        mappings: list[Mapping],
+        debug_dirs: Sequence[str] = DEFAULT_DEBUG_DIRS,
+    ) -> None:
         self.space = space
+        self.debug_dirs = debug_dirs
         self.mappings = mappings
         self.path = mappings[0].path
         self.start = mappings[0].start
@@ -94,16 +103,31 @@ class Module:
     def build_id(self) -> bytes | None:
         return None if self.image is None else self.image.build_id
 
+    @cached_property
+    def debug_file(self) -> DebugFile | None:
+        """The separate debug file (or MiniDebugInfo) of a stripped image, looked up on demand."""
+        if self.image is None or self.is_vdso:
+            return None
+        from liveunwind.modules.debuginfo import find_debug_file
+
+        return find_debug_file(
+            self.image, self.path, self.build_id, self.debug_dirs, problems=self.problems
+        )
+
     # -- symbols ------------------------------------------------------------
 
     @cached_property
     def symbols(self) -> SymbolTable | None:
+        """Function symbols of the image and, when it has one, of its debug file."""
         if self.image is None:
             return None
         from liveunwind.modules.symbols import SymbolTable
 
+        images = [self.image]
+        if self.debug_file is not None:
+            images.append(self.debug_file.image)
         try:
-            return SymbolTable(self.image)
+            return SymbolTable(*images)
         except FormatError as error:
             self.problems.append(str(error))
             return None
@@ -121,7 +145,32 @@ class Module:
         if self.image is not None:
             for source in unwind_tables(self.image, self.problems):
                 sources.setdefault(source.method, []).append(source)
+            if not self.is_vdso:
+                debug_frame = UnwindSource("cfi", "debug file", _DebugFileFrames(self))
+                sources.setdefault("cfi", []).append(debug_frame)
         return sources
+
+
+class _DebugFileFrames:
+    """``.debug_frame`` of the module's separate debug file, looked for only when needed.
+
+    Opening a debug file costs a search of the debug directories; it is done
+    the first time a pc of the module has no rule in the module's own tables.
+    """
+
+    def __init__(self, module: Module) -> None:
+        self._module = module
+        self._table: UnwindTable | None = None
+        self._loaded = False
+
+    def rule_for(self, pc: int) -> UnwindRule | None:
+        if not self._loaded:
+            self._loaded = True
+            debug_file = self._module.debug_file
+            if debug_file is not None:
+                source = _debug_frame(debug_file.image)
+                self._table = None if source is None else source.table
+        return None if self._table is None else self._table.rule_for(pc)
 
 
 def unwind_tables(image: ElfImage, problems: list[str]) -> list[UnwindSource]:
@@ -168,9 +217,11 @@ def _eh_frame(image: ElfImage) -> UnwindSource | None:
 
 
 def _debug_frame(image: ElfImage) -> UnwindSource | None:
+    """``.debug_frame``, decompressed if the toolchain compressed it."""
     from liveunwind.formats.dwarf_cfi import CfiTable
+    from liveunwind.modules.debuginfo import section_data
 
-    data = image.section_data(".debug_frame")
+    data = section_data(image, ".debug_frame")
     if not data:
         return None
     table = CfiTable(data, 0, kind="debug_frame", byte_order=_byte_order(image))
@@ -197,8 +248,11 @@ def _sframe(image: ElfImage) -> UnwindSource | None:
 class ModuleMap:
     """All modules of a target, found by address."""
 
-    def __init__(self, space: AddressSpace) -> None:
+    def __init__(
+        self, space: AddressSpace, *, debug_dirs: Sequence[str] = DEFAULT_DEBUG_DIRS
+    ) -> None:
         self.space = space
+        self.debug_dirs = tuple(debug_dirs)
         self.modules: list[Module] = []
         self._mappings = [mapping for mapping in space.mappings() if mapping.readable]
         self._starts = [mapping.start for mapping in self._mappings]
@@ -213,7 +267,7 @@ class ModuleMap:
                 key = (mapping.path, mapping.inode)
                 module = by_file.get(key)
                 if module is None:
-                    module = Module(self.space, [mapping])
+                    module = Module(self.space, [mapping], self.debug_dirs)
                     by_file[key] = module
                     self.modules.append(module)
                 else:

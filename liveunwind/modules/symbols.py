@@ -37,31 +37,37 @@ class SymbolMatch:
 
 
 class SymbolTable:
-    """The function symbols of one image, searchable by link-time address."""
+    """The function symbols of one module, searchable by link-time address.
 
-    def __init__(self, image: ElfImage) -> None:
-        self._image = image
+    Several images can contribute: the module's own file and its separate
+    debug file or MiniDebugInfo, which share link-time addresses.
+    """
+
+    def __init__(self, *images: ElfImage) -> None:
         self._strings: dict[int, memoryview] = {}
         entries: dict[int, tuple[int, int, int, int]] = {}
-        for section in image.section_headers:
-            if section.type not in (SHT_SYMTAB, SHT_DYNSYM):
-                continue
-            strings_header = (
-                image.section_headers[section.link]
-                if section.link < len(image.section_headers)
-                else None
-            )
-            symbols = image.contents(section)
-            strings = image.contents(strings_header) if strings_header is not None else None
-            if symbols is None or strings is None:
-                continue
-            self._collect(symbols, strings, section.type == SHT_SYMTAB, entries)
+        for image in images:
+            self._collect_image(image, entries)
         ordered = sorted(entries.items())
         self._addresses = [address for address, _ in ordered]
         self._records = [record for _, record in ordered]
 
+    def _collect_image(
+        self, image: ElfImage, entries: dict[int, tuple[int, int, int, int]]
+    ) -> None:
+        headers = image.section_headers
+        for section in headers:
+            if section.type not in (SHT_SYMTAB, SHT_DYNSYM) or section.link >= len(headers):
+                continue
+            symbols = image.contents(section)
+            strings = image.contents(headers[section.link])
+            if symbols is None or strings is None:
+                continue
+            self._collect(image.byte_order, symbols, strings, section.type == SHT_SYMTAB, entries)
+
     def _collect(
         self,
+        order: str,
         symbols: memoryview,
         strings: memoryview,
         is_symtab: bool,
@@ -72,7 +78,6 @@ class SymbolTable:
         Rank prefers .symtab over .dynsym (it has local functions too), then
         global over weak over local bindings, as debuggers do.
         """
-        order = self._image.byte_order
         usable = len(symbols) - len(symbols) % _SYMBOL_SIZE
         table_id = id(strings)
         self._strings[table_id] = strings
@@ -116,26 +121,25 @@ def _c_string(table: memoryview, offset: int) -> str:
 
 @lru_cache(maxsize=4096)
 def demangle(name: str) -> str:
-    """Readable form of an Itanium C++ or Rust name; other names come back unchanged.
+    """Readable form of an Itanium C++ or Rust name, without a symbol version (``@GLIBC_2.34``).
 
     Uses the C++ runtime's own ``__cxa_demangle`` (libstdc++), which also
     reads Rust's legacy mangling (the trailing Rust hash is dropped), and our
     own reader of Rust's v0 mangling.
     """
+    name = name.partition("@")[0]
     if name.startswith("_R"):
         from liveunwind.modules.rust_demangle import demangle_v0
 
         return demangle_v0(name)
     if not name.startswith("_Z"):
         return name
-    base, at, version = name.partition("@")
-    base = _LLVM_SUFFIX.sub("", base)
-    readable = _cxa_demangle(base)
+    readable = _cxa_demangle(_LLVM_SUFFIX.sub("", name))
     if readable is None:
         return name
     if _RUST_HASH.search(readable):
         readable = _unescape_rust_legacy(_RUST_HASH.sub("", readable))
-    return readable + (at + version if at else "")
+    return readable
 
 
 #: Rust's legacy mangling spells characters an Itanium name cannot hold as ``$..$``.
