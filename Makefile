@@ -6,7 +6,7 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 # What the test suite drives: compilers for the test programs, the oracles
 # (gdb, eu-stack, readelf, objdump), and the programs nobody here wrote.
-SYSTEM_PACKAGES := gcc g++ make binutils gdb elfutils sqlite3 python3 debootstrap \
+SYSTEM_PACKAGES := gcc g++ make binutils gdb elfutils sqlite3 python3 debootstrap xz-utils \
 	gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu \
 	qemu-user gdb-multiarch libunwind-dev
 
@@ -36,6 +36,7 @@ $(VENV)/.installed: pyproject.toml
 
 testprogs:
 	$(MAKE) -C testprogs -j2
+	$(MAKE) -C testprogs/fallback -j2
 
 # A Debian sid root file system (cached outside the checkout) whose binutils
 # writes SFrame version 3; tests that need it skip, saying why, without it.
