@@ -15,7 +15,7 @@ from liveunwind.errors import FormatError, LiveUnwindError, MemoryReadError, Usa
 from liveunwind.formats.rules import RegKind, UnwindRule
 from liveunwind.frames import Frame, Method, StopReason, ThreadBacktrace
 from liveunwind.modules.modulemap import Module, ModuleMap
-from liveunwind.strategies.scan import ScanBudget
+from liveunwind.strategies.scan import CallSite, ScanBudget
 from liveunwind.targets.base import AddressSpace, ThreadState
 
 #: Every unwind source the stepper knows.
@@ -287,6 +287,7 @@ class Stepper:
             read,
             budget=walk.budget,
             stack_end=walk.stack_range[1] if walk.stack_range else None,
+            confirm=self._call_target_is_function_start,
             notes=walk.notes,
         )
         if found is None:
@@ -294,6 +295,20 @@ class Stepper:
         slot, return_address = found
         caller = scan.caller_registers(arch, registers, slot, return_address, read)
         return self._guess(caller, Method.SCAN)
+
+    def _call_target_is_function_start(self, call: CallSite) -> bool:
+        """The symbol-table check of a scanned return address's call instruction.
+
+        A direct call lands on a function's first instruction; a target in the
+        middle of a known function means the "call" is really data that
+        happens to decode as one.  Targets without a symbol (PLT stubs, JIT
+        code) are not refused.
+        """
+        if call.target is None:
+            return True
+        module = self.modules.find(call.target)
+        match = None if module is None else module.symbolize(call.target)
+        return match is None or match.offset == 0
 
     def _guess(self, caller: dict[int, int], method: Method) -> _Step:
         """A strategy's caller registers: only pc, sp and fp are known after a guess."""
