@@ -139,6 +139,8 @@ MAX_JIT_OBJECT = 64 << 20
 MAX_JIT_TOTAL = 256 << 20
 MAX_NAME = 512
 MAX_PERF_MAP_LINES = 1 << 20
+#: Problems kept per registry (a corrupt list could otherwise produce one per entry).
+MAX_PROBLEMS = 64
 
 _MASK = (1 << 64) - 1
 
@@ -150,7 +152,8 @@ class JitRange:
     start: int
     end: int
     name: str
-    #: ``libunwind``, ``gdb-jit`` or ``perf-map``.
+    #: ``libunwind`` (a DYNAMIC procedure), ``libunwind-table`` (a table of FDEs, named
+    #: as a whole), ``gdb-jit`` (a function of a JIT object) or ``perf-map``.
     source: str
 
 
@@ -426,7 +429,9 @@ class DynamicRegistry:
         self._lists = tuple(libunwind_lists)
         self._descriptors = tuple(jit_descriptors)
         self._perf_map = list(perf_map)
+        #: What was wrong with the registries, for the report (at most MAX_PROBLEMS).
         self.problems: list[str] = []
+        self._dropped_problems = 0
         self._touched: list[tuple[int, int]] = []
         self._loaded = False
         self._procedures: list[_Procedure] = []
@@ -440,7 +445,7 @@ class DynamicRegistry:
     def ranges(self) -> list[JitRange]:
         """Every announced code range, sorted: libunwind procedures, JIT functions, perf map."""
         self._load()
-        found = [JitRange(p.start, p.end, p.name, "libunwind") for p in self._procedures]
+        found = [JitRange(p.start, p.end, p.name, _source(p)) for p in self._procedures]
         for jit_object in self._objects:
             found.extend(jit_object.functions)
         found.extend(self._perf_map)
@@ -454,12 +459,13 @@ class DynamicRegistry:
         )
 
     def name_for(self, pc: int) -> str | None:
-        """The registered name of the code at ``pc``, best source first."""
+        """The registered name of the code at ``pc``, by source rank (:data:`_NAME_RANKS`).
+
+        Among names of one source the innermost (latest-starting) range wins.
+        """
         self._load()
-        for item in self._names.covering(pc):
-            assert isinstance(item, JitRange)
-            return item.name
-        return None
+        best = min(self._names.covering(pc), key=_name_rank, default=None)
+        return best.name if isinstance(best, JitRange) else None
 
     def rule_for(self, pc: int) -> UnwindRule | None:
         """The rule at ``pc`` (a lookup pc: callers pass return address - 1).
@@ -497,9 +503,16 @@ class DynamicRegistry:
                         offset = self._table_entry(procedure, index)[1]
                         self._fde_bytes(procedure.segbase + offset)
                     except (MemoryReadError, FormatError) as error:
-                        self.problems.append(f"{procedure.name}: {error}")
+                        self._problem(f"{procedure.name}: {error}")
                         break
         return _merge(self._touched)
+
+    def _problem(self, text: str) -> None:
+        if len(self.problems) < MAX_PROBLEMS:
+            self.problems.append(text)
+            return
+        self._dropped_problems += 1
+        self.problems[-1] = f"... and {self._dropped_problems} more problems"
 
     # -- reading --------------------------------------------------------------
 
@@ -535,18 +548,15 @@ class DynamicRegistry:
             self._objects.extend(self._read_jit_descriptor(address, budget))
         for procedure in self._procedures:
             self._unwind.items.append((procedure.start, procedure.end, procedure))
-            name = JitRange(procedure.start, procedure.end, procedure.name, "libunwind")
+            name = JitRange(procedure.start, procedure.end, procedure.name, _source(procedure))
             self._names.items.append((procedure.start, procedure.end, name))
         for jit_object in self._objects:
             self._unwind.items.append((jit_object.start, jit_object.end, jit_object))
             for function in jit_object.functions:
                 self._names.items.append((function.start, function.end, function))
-        # perf-map names only where nothing better names the code: sorted first
-        # (same start sorts by end), they are found last among equals.
         for entry in self._perf_map:
             self._names.items.append((entry.start, entry.end, entry))
         self._unwind.freeze()
-        self._names.items.sort(key=lambda item: _name_rank(item[2]))
         self._names.freeze()
 
     # -- libunwind ------------------------------------------------------------
@@ -558,7 +568,7 @@ class DynamicRegistry:
             try:
                 _version, generation, first = _LIST.unpack(self._read(address, _LIST.size))
             except MemoryReadError as error:
-                self.problems.append(f"libunwind list at {address:#x}: {error}")
+                self._problem(f"libunwind list at {address:#x}: {error}")
                 return []
             procedures, problems = self._walk_libunwind(first)
             try:
@@ -567,9 +577,10 @@ class DynamicRegistry:
                 after = generation
                 problems.append(f"libunwind list at {address:#x}: {error}")
             if after == generation:
-                self.problems.extend(problems)
+                for problem in problems:
+                    self._problem(problem)
                 return procedures
-        self.problems.append(
+        self._problem(
             f"libunwind list at {address:#x} kept changing; "
             f"using the last of {MAX_GENERATION_RETRIES} reads"
         )
@@ -596,13 +607,15 @@ class DynamicRegistry:
             fields = _INFO.unpack(raw)
             next_address = fields[0]
             try:
-                procedures.append(self._libunwind_entry(address, fields))
+                procedures.append(self._libunwind_entry(address, fields, problems))
             except (MemoryReadError, FormatError) as error:
                 problems.append(f"libunwind entry {address:#x}: {error}")
             address = next_address
         return procedures, problems
 
-    def _libunwind_entry(self, address: int, fields: tuple[int, ...]) -> _Procedure:
+    def _libunwind_entry(
+        self, address: int, fields: tuple[int, ...], problems: list[str]
+    ) -> _Procedure:
         """Decodes one unw_dyn_info_t from its unpacked fields.
 
         Layout: next, prev, start_ip, end_ip, gp, int32 format, int32 pad,
@@ -618,7 +631,7 @@ class DynamicRegistry:
             try:
                 name = self._string(name_ptr)
             except MemoryReadError as error:
-                self.problems.append(f"libunwind entry {address:#x}: name: {error}")
+                problems.append(f"libunwind entry {address:#x}: name: {error}")
         procedure = _Procedure(start, end, name or f"jit@{start:#x}", fmt, gp)
         try:
             if fmt == UNW_INFO_FORMAT_DYNAMIC:
@@ -633,7 +646,7 @@ class DynamicRegistry:
                 raise FormatError(f"unsupported unwind-info format {fmt}")
         except (MemoryReadError, FormatError) as error:
             procedure.error = str(error)
-            self.problems.append(f"libunwind entry {address:#x} ({procedure.name}): {error}")
+            problems.append(f"libunwind entry {address:#x} ({procedure.name}): {error}")
         return procedure
 
     def _read_regions(self, address: int) -> tuple[_Region, ...]:
@@ -726,20 +739,20 @@ class DynamicRegistry:
                 self._read(address, _JIT_DESCRIPTOR.size)
             )
         except MemoryReadError as error:
-            self.problems.append(f"__jit_debug_descriptor at {address:#x}: {error}")
+            self._problem(f"__jit_debug_descriptor at {address:#x}: {error}")
             return []
         if version != 1:
-            self.problems.append(f"__jit_debug_descriptor at {address:#x}: version {version}")
+            self._problem(f"__jit_debug_descriptor at {address:#x}: version {version}")
             return []
         objects: list[_JitObject] = []
         seen: set[int] = set()
         entry = first
         while entry:
             if entry in seen:
-                self.problems.append(f"GDB JIT list: cycle at entry {entry:#x}")
+                self._problem(f"GDB JIT list: cycle at entry {entry:#x}")
                 break
             if len(seen) >= MAX_LIST_ENTRIES:
-                self.problems.append(f"GDB JIT list: more than {MAX_LIST_ENTRIES} entries")
+                self._problem(f"GDB JIT list: more than {MAX_LIST_ENTRIES} entries")
                 break
             seen.add(entry)
             try:
@@ -747,7 +760,7 @@ class DynamicRegistry:
                     self._read(entry, _JIT_ENTRY.size)
                 )
             except MemoryReadError as error:
-                self.problems.append(f"GDB JIT entry {entry:#x}: {error}")
+                self._problem(f"GDB JIT entry {entry:#x}: {error}")
                 break
             try:
                 if size > MAX_JIT_OBJECT or size > budget[0]:
@@ -757,7 +770,7 @@ class DynamicRegistry:
                 if jit_object is not None:
                     objects.append(jit_object)
             except (MemoryReadError, FormatError) as error:
-                self.problems.append(f"GDB JIT entry {entry:#x}: {error}")
+                self._problem(f"GDB JIT entry {entry:#x}: {error}")
             entry = next_entry
         return objects
 
@@ -788,7 +801,10 @@ class DynamicRegistry:
             code = [(function.start, function.end) for function in functions]
         if not code:
             return None
-        sources = unwind_tables(image, self.problems)
+        table_problems: list[str] = []
+        sources = unwind_tables(image, table_problems)
+        for problem in table_problems:
+            self._problem(problem)
         start = min(low for low, _ in code)
         end = max(high for _, high in code)
         return _JitObject(address, start, end, sources, functions)
@@ -802,7 +818,13 @@ class DynamicRegistry:
 
 
 _TABLE_FORMATS = (UNW_INFO_FORMAT_TABLE, UNW_INFO_FORMAT_REMOTE_TABLE, UNW_INFO_FORMAT_IP_OFFSET)
-_NAME_RANKS = {"libunwind": 0, "gdb-jit": 1, "perf-map": 2}
+#: Whose name wins: a procedure's own, a JIT object's symbol, perf's, then a table's
+#: (the name of a whole table of functions, e.g. a library's).
+_NAME_RANKS = {"libunwind": 0, "gdb-jit": 1, "perf-map": 2, "libunwind-table": 3}
+
+
+def _source(procedure: _Procedure) -> str:
+    return "libunwind-table" if procedure.format in _TABLE_FORMATS else "libunwind"
 
 
 def _name_rank(item: object) -> int:

@@ -1,0 +1,347 @@
+"""Mach-O images: segments, sections, unwind tables, symbols and LC_UUID, through lief.
+
+Only Mach-O code paths import this module, and lief is imported inside it
+only when an image is actually opened, so an ELF backtrace never pays for
+lief.  A :class:`MachOImage` answers in link-time addresses;
+:class:`MachOModule` places an image at its load address in a target and
+offers what the stepper and the symbolizer ask of a module.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from liveunwind.errors import FormatError
+from liveunwind.modules.symbols import SymbolMatch
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from liveunwind.formats.compact import CompactUnwindTable
+    from liveunwind.formats.rules import UnwindRule
+    from liveunwind.modules.modulemap import UnwindSource
+
+#: Mach-O ``cputype`` values and the architecture names liveunwind uses.
+CPU_TYPES = {0x01000007: "x86_64", 0x0100000C: "aarch64"}
+_N_STAB = 0xE0
+_N_TYPE = 0x0E
+_N_SECT = 0x0E
+
+
+@dataclass(frozen=True, slots=True)
+class MachOSegment:
+    name: str
+    vmaddr: int
+    vmsize: int
+    fileoff: int
+    filesize: int
+
+
+@dataclass(frozen=True, slots=True)
+class MachOSection:
+    segment: str
+    name: str
+    address: int
+    size: int
+    executable: bool
+
+
+class MachOImage:
+    """One Mach-O file (the slice for ``arch`` of a universal file), in link-time addresses."""
+
+    def __init__(self, path: str, *, arch: str | None = None) -> None:
+        import lief
+
+        self.path = path
+        if not os.path.isfile(path):
+            raise FormatError(f"{path}: not a regular file")
+        lief.logging.disable()
+        fat = lief.MachO.parse(path)
+        if fat is None or fat.size == 0:
+            raise FormatError(f"{path}: not a Mach-O file")
+        binary = None
+        for index in range(fat.size):
+            candidate = fat.at(index)
+            name = CPU_TYPES.get(int(candidate.header.cpu_type.value))
+            if name is not None and (arch is None or name == arch):
+                binary = candidate
+                break
+        if binary is None:
+            raise FormatError(f"{path}: no {arch or 'x86_64 or arm64'} slice")
+        # The FatBinary owns the slices: keep it alive as long as the slice is used.
+        self._fat = fat
+        self._binary: Any = binary
+        self.arch = CPU_TYPES[int(binary.header.cpu_type.value)]
+        self.segments = [
+            MachOSegment(s.name, s.virtual_address, s.virtual_size, s.file_offset, s.file_size)
+            for s in binary.segments
+        ]
+        instruction_flags = {"PURE_INSTRUCTIONS", "SOME_INSTRUCTIONS"}
+        self.section_list = [
+            MachOSection(
+                s.segment_name,
+                s.name,
+                s.virtual_address,
+                s.size,
+                any(flag.name in instruction_flags for flag in s.flags_list),
+            )
+            for s in binary.sections
+        ]
+        self._lief_sections = {(s.segment_name, s.name): s for s in binary.sections}
+        text = next((s for s in self.segments if s.name == "__TEXT"), None)
+        if text is None:
+            raise FormatError(f"{path}: no __TEXT segment")
+        #: The link-time address of the Mach-O header: the base of __unwind_info offsets.
+        self.text_base = text.vmaddr
+        self.uuid: bytes | None = bytes(binary.uuid.uuid) if binary.has_uuid else None
+
+    @property
+    def build_id(self) -> bytes | None:
+        """The UUID, under the name ELF modules use for their identity."""
+        return self.uuid
+
+    def section_data(self, segment: str, name: str) -> bytes | None:
+        section = self._lief_sections.get((segment, name))
+        if section is None or section.size == 0:
+            return None
+        data = bytes(section.content)
+        if len(data) != section.size:
+            raise FormatError(f"{self.path}: {segment},{name} is truncated")
+        return data
+
+    def section(self, segment: str, name: str) -> MachOSection | None:
+        for section in self.section_list:
+            if section.segment == segment and section.name == name:
+                return section
+        return None
+
+    def read(self, address: int, size: int) -> bytes:
+        """``size`` file-backed bytes at link-time ``address`` (the code STACK_IND reads)."""
+        for segment in self.segments:
+            if segment.vmaddr <= address and address + size <= segment.vmaddr + segment.filesize:
+                content = self._segment_content(segment.name)
+                start = address - segment.vmaddr
+                return bytes(content[start : start + size])
+        raise FormatError(f"{self.path}: {address:#x}+{size} is not in the file")
+
+    def _segment_content(self, name: str) -> memoryview:
+        return self._segment_contents[name]
+
+    @cached_property
+    def _segment_contents(self) -> dict[str, memoryview]:
+        return {s.name: memoryview(bytes(s.content)) for s in self._binary.segments}
+
+    # -- unwind tables --------------------------------------------------------------
+
+    @cached_property
+    def compact_table(self) -> CompactUnwindTable | None:
+        """``__TEXT,__unwind_info`` with its DWARF escape into ``__eh_frame``."""
+        from liveunwind.formats.compact import CompactUnwindTable
+
+        section = self.section("__TEXT", "__unwind_info")
+        data = self.section_data("__TEXT", "__unwind_info")
+        if section is None or data is None:
+            return None
+        return CompactUnwindTable(
+            data,
+            section.address,
+            arch=self.arch,
+            image_base=self.text_base,
+            eh_frame=self.eh_frame,
+            read_code=self.read,
+        )
+
+    @cached_property
+    def eh_frame(self) -> Any:
+        """``__TEXT,__eh_frame`` as a CfiTable, or None."""
+        from liveunwind.formats.dwarf_cfi import CfiTable
+
+        section = self.section("__TEXT", "__eh_frame")
+        data = self.section_data("__TEXT", "__eh_frame")
+        if section is None or data is None:
+            return None
+        return CfiTable(data, section.address, kind="eh_frame", text_base=self.text_base)
+
+    def unwind_tables(self, problems: list[str]) -> list[UnwindSource]:
+        """The image's unwind sources, best first; a corrupt table is noted in ``problems``.
+
+        ``compact`` answers for functions with a compact encoding; DWARF-mode
+        entries are answered by a ``cfi`` source that follows the escape's FDE
+        offset (so those frames say ``cfi``), then the whole ``__eh_frame``
+        serves functions ``__unwind_info`` does not list.
+        """
+        from liveunwind.modules.modulemap import UnwindSource
+
+        sources = []
+        try:
+            compact = self.compact_table
+        except FormatError as error:
+            problems.append(f"{self.path}: __unwind_info: {error}")
+            compact = None
+        if compact is not None:
+            sources.append(
+                UnwindSource(
+                    "compact", "__unwind_info", _RuleView(compact, compact.compact_rule_for)
+                )
+            )
+            sources.append(
+                UnwindSource(
+                    "cfi", "__unwind_info→__eh_frame", _RuleView(compact, compact.dwarf_rule_for)
+                )
+            )
+        try:
+            eh_frame = self.eh_frame
+        except FormatError as error:
+            problems.append(f"{self.path}: __eh_frame: {error}")
+            eh_frame = None
+        if eh_frame is not None:
+            sources.append(UnwindSource("cfi", "__eh_frame", eh_frame))
+        return sources
+
+    # -- symbols --------------------------------------------------------------------
+
+    @cached_property
+    def symbols(self) -> MachOSymbolTable:
+        return MachOSymbolTable(self)
+
+    def _symbol_records(self) -> list[tuple[int, str, int]]:
+        """(address, name, section index) of defined, non-debug symbols in code sections."""
+        records = []
+        for symbol in self._binary.symbols:
+            raw = symbol.raw_type
+            if raw & _N_STAB or raw & _N_TYPE != _N_SECT:
+                continue
+            index = symbol.numberof_sections - 1
+            if not 0 <= index < len(self.section_list) or not self.section_list[index].executable:
+                continue
+            records.append((symbol.value, symbol.name, index))
+        return records
+
+
+class _RuleView:
+    """One side of a compact table (compact rules, or DWARF escapes) as an unwind table."""
+
+    def __init__(self, table: CompactUnwindTable, rule_for: Callable[[int], UnwindRule | None]):
+        self.table = table
+        self.rule_for = rule_for
+
+
+class MachOSymbolTable:
+    """Function symbols of an image, searchable by link-time address.
+
+    Mach-O symbols have no size: a function ends where the next symbol of its
+    section starts, or with the section.  The C-level leading underscore is
+    dropped, so names read (and demangle) as they do on ELF.
+    """
+
+    def __init__(self, image: MachOImage) -> None:
+        ends = {i: s.address + s.size for i, s in enumerate(image.section_list)}
+        starts = {i: s.address for i, s in enumerate(image.section_list)}
+        named: dict[int, tuple[str, int]] = {}
+        for address, name, section in image._symbol_records():
+            if starts[section] <= address < ends[section]:
+                current = named.get(address)
+                if current is None or (current[0].startswith("l") and not name.startswith("l")):
+                    named[address] = (name[1:] if name.startswith("_") else name, section)
+        ordered = sorted(named.items())
+        self._addresses = [address for address, _ in ordered]
+        self._names = [name for _, (name, _) in ordered]
+        self._ends = []
+        for i, (address, (_, section)) in enumerate(ordered):
+            end = ends[section]
+            if i + 1 < len(ordered) and ordered[i + 1][1][1] == section:
+                end = min(end, ordered[i + 1][0])
+            self._ends.append(max(end, address))
+
+    def lookup(self, address: int) -> SymbolMatch | None:
+        index = bisect.bisect_right(self._addresses, address) - 1
+        if index < 0 or address >= self._ends[index]:
+            return None
+        start = self._addresses[index]
+        return SymbolMatch(self._names[index], address - start, self._ends[index] - start)
+
+    def __len__(self) -> int:
+        return len(self._addresses)
+
+
+class MachOModule:
+    """A Mach-O image loaded at ``load_address`` in a target, shaped like modulemap.Module.
+
+    ``ranges`` are the runtime address ranges of the image's segments in the
+    target; the image file is opened the first time it is needed.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        load_address: int,
+        ranges: list[tuple[int, int]],
+        *,
+        arch: str | None = None,
+        uuid: bytes | None = None,
+    ) -> None:
+        self.path = path
+        self.load_address = load_address
+        self.ranges = sorted(ranges)
+        self.start = self.ranges[0][0] if self.ranges else load_address
+        self.end = self.ranges[-1][1] if self.ranges else load_address
+        self.arch = arch
+        self.expected_uuid = uuid
+        self.problems: list[str] = []
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+    @property
+    def is_vdso(self) -> bool:
+        return False
+
+    @cached_property
+    def image(self) -> MachOImage | None:
+        try:
+            image = MachOImage(self.path, arch=self.arch)
+        except (FormatError, OSError) as error:
+            self.problems.append(str(error))
+            return None
+        if self.expected_uuid is not None and image.uuid != self.expected_uuid:
+            self.problems.append(f"{self.path}: UUID differs from the one the target loaded")
+            return None
+        return image
+
+    @cached_property
+    def load_bias(self) -> int:
+        """Runtime address minus link-time address (the ASLR slide)."""
+        image = self.image
+        return self.load_address - (image.text_base if image is not None else self.load_address)
+
+    @property
+    def build_id(self) -> bytes | None:
+        return self.expected_uuid if self.image is None else self.image.uuid
+
+    @property
+    def uuid(self) -> bytes | None:
+        return self.build_id
+
+    def contains(self, address: int) -> bool:
+        return any(start <= address < end for start, end in self.ranges)
+
+    @cached_property
+    def symbols(self) -> MachOSymbolTable | None:
+        return None if self.image is None else self.image.symbols
+
+    def symbolize(self, pc: int) -> SymbolMatch | None:
+        table = self.symbols
+        return None if table is None else table.lookup(pc - self.load_bias)
+
+    @cached_property
+    def unwind_sources(self) -> dict[str, list[UnwindSource]]:
+        sources: dict[str, list[UnwindSource]] = {}
+        if self.image is not None:
+            for source in self.image.unwind_tables(self.problems):
+                sources.setdefault(source.method, []).append(source)
+        return sources

@@ -1,0 +1,498 @@
+"""Mach-O core files (MH_CORE): memory, threads and loaded images of a macOS process.
+
+Parsed with ``struct`` rather than lief: a core is a header, load commands
+and raw memory, and we need only three commands (LC_SEGMENT_64 for memory,
+LC_THREAD for registers, LC_NOTE for the "all image infos" list); slicing
+them straight out of an mmap is fast on multi-gigabyte cores and keeps lief
+out of the target layer.  Every count, size and offset comes from an
+untrusted file and is checked before use.
+
+Images (modules) come from the "all image infos" LC_NOTE that LLDB and
+Apple's tools write; without it, the core's memory is searched for Mach-O
+headers on page boundaries and their LC_UUIDs are matched against the files
+found along the search path.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from liveunwind.arch import Arch, arch_by_name
+from liveunwind.errors import CoreFileError, MemoryReadError
+from liveunwind.targets.base import Mapping, ThreadState
+
+MH_MAGIC_64 = 0xFEEDFACF
+FAT_MAGIC = 0xCAFEBABE
+MH_CORE = 4
+#: File types whose headers can be found in memory: executable, dylib, dyld, bundle.
+_IMAGE_FILE_TYPES = {2, 6, 7, 8}
+LC_THREAD = 0x4
+LC_UNIXTHREAD = 0x5
+LC_SEGMENT_64 = 0x19
+LC_UUID = 0x1B
+LC_NOTE = 0x31
+CPU_TYPE_X86_64 = 0x01000007
+CPU_TYPE_ARM64 = 0x0100000C
+X86_THREAD_STATE = 7
+X86_THREAD_STATE64 = 4
+ARM_THREAD_STATE = 1
+ARM_THREAD_STATE64 = 6
+ARM_NEON_STATE64 = 17
+ALL_IMAGE_INFOS = "all image infos"
+
+_HEADER = struct.Struct("<7I4x")
+_LOAD_COMMAND = struct.Struct("<2I")
+_SEGMENT = struct.Struct("<2I16s4Q4I")
+_NOTE = struct.Struct("<2I16s2Q")
+_IMAGE_INFOS = struct.Struct("<2IQ2I")
+_IMAGE_ENTRY = struct.Struct("<Q16s2Q2I")
+_SEGMENT_VMADDR = struct.Struct("<16s2Q")
+#: x86_thread_state64_t: rax rbx rcx rdx rdi rsi rbp rsp r8–r15 rip (then rflags cs fs gs).
+_X86_64_ORDER = (0, 3, 2, 1, 5, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16)
+_MAX_COMMANDS = 1 << 16
+_MAX_IMAGES = 1 << 16
+_MAX_SEGMENTS_PER_IMAGE = 256
+_MAX_HEADER_BYTES = 1 << 20
+_MAX_SEARCH_FILES = 20000
+_PAGE = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class CoreSegment:
+    """One LC_SEGMENT_64 of the core: target memory ``[vmaddr, vmaddr+vmsize)``."""
+
+    vmaddr: int
+    vmsize: int
+    fileoff: int
+    filesize: int
+    initprot: int
+
+    @property
+    def end(self) -> int:
+        return self.vmaddr + self.vmsize
+
+    @property
+    def perms(self) -> str:
+        prot = self.initprot
+        return (
+            ("r" if prot & 1 else "-")
+            + ("w" if prot & 2 else "-")
+            + ("x" if prot & 4 else "-")
+            + "p"
+        )
+
+
+@dataclass(slots=True)
+class CoreImage:
+    """An image loaded in the cored process: where, which (UUID), and the file that matches."""
+
+    #: The path the process knew the image by ("" when only its header was found).
+    name: str
+    uuid: bytes | None
+    #: Runtime address of the image's Mach-O header.
+    load_address: int
+    #: Runtime (segment name, start, end) of the image's segments, when known.
+    segments: list[tuple[str, int, int]] = field(default_factory=list)
+    #: A file with this image's UUID, found on disk or along the search path; "" if none.
+    path: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class _HeaderInfo:
+    """What the load commands of a Mach-O header say about an image."""
+
+    cpu_type: int
+    file_type: int
+    uuid: bytes | None
+    #: (name, vmaddr, vmsize, fileoff) of each LC_SEGMENT_64.
+    segments: tuple[tuple[str, int, int, int], ...]
+
+
+class MachOCore:
+    """An AddressSpace over a Mach-O core file.
+
+    ``search_path`` lists directories (searched recursively, bounded) and
+    files where the images' files may be found by UUID.
+    """
+
+    pid: int | None = None
+
+    def __init__(self, path: str, search_path: list[str] | tuple[str, ...] = ()) -> None:
+        self.path = path
+        self.search_path = tuple(search_path)
+        try:
+            with open(path, "rb") as stream:
+                if not os.path.isfile(path):
+                    raise CoreFileError(f"{path}: not a regular file")
+                self._data: bytes | mmap.mmap = mmap.mmap(stream.fileno(), 0, prot=mmap.PROT_READ)
+        except (OSError, ValueError) as error:
+            reason = getattr(error, "strerror", None) or str(error)
+            raise CoreFileError(f"cannot read {path}: {reason}") from None
+        if len(self._data) < _HEADER.size:
+            raise CoreFileError(f"{path}: too short for a Mach-O header")
+        magic, cpu_type, _subtype, file_type, ncmds, sizeofcmds, _flags = _HEADER.unpack_from(
+            self._data, 0
+        )
+        if magic != MH_MAGIC_64 or file_type != MH_CORE:
+            raise CoreFileError(f"{path}: not a 64-bit Mach-O core")
+        names = {CPU_TYPE_X86_64: "x86_64", CPU_TYPE_ARM64: "aarch64"}
+        if cpu_type not in names:
+            raise CoreFileError(f"{path}: unsupported CPU type {cpu_type:#x}")
+        self.arch: Arch = arch_by_name(names[cpu_type])
+        self._cpu_type = cpu_type
+        self.segments: list[CoreSegment] = []
+        self._thread_commands: list[tuple[int, int]] = []
+        self._notes: dict[str, tuple[int, int]] = {}
+        for command, offset, size in _load_commands(self._data, _HEADER.size, ncmds, sizeofcmds):
+            if command == LC_SEGMENT_64:
+                self._segment(offset, size)
+            elif command in (LC_THREAD, LC_UNIXTHREAD):
+                self._thread_commands.append((offset + 8, offset + size))
+            elif command == LC_NOTE and size >= _NOTE.size:
+                _, _, owner, note_offset, note_size = _NOTE.unpack_from(self._data, offset)
+                if note_offset + note_size > len(self._data):
+                    raise CoreFileError(f"{path}: LC_NOTE data runs past the end of the file")
+                self._notes.setdefault(_c_string(owner), (note_offset, note_size))
+        self.segments.sort(key=lambda segment: segment.vmaddr)
+        self._starts = [segment.vmaddr for segment in self.segments]
+
+    def _segment(self, offset: int, size: int) -> None:
+        if size < _SEGMENT.size:
+            raise CoreFileError(f"{self.path}: short LC_SEGMENT_64")
+        _, _, _, vmaddr, vmsize, fileoff, filesize, _, initprot, _, _ = _SEGMENT.unpack_from(
+            self._data, offset
+        )
+        if fileoff + filesize > len(self._data):
+            raise CoreFileError(
+                f"{self.path}: segment at {vmaddr:#x} runs past the end of the file"
+            )
+        if vmsize:
+            self.segments.append(CoreSegment(vmaddr, vmsize, fileoff, filesize, initprot))
+
+    def close(self) -> None:
+        if isinstance(self._data, mmap.mmap):
+            self._data.close()
+
+    def __enter__(self) -> MachOCore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- memory ----------------------------------------------------------------------
+
+    def read(self, address: int, size: int) -> bytes:
+        """Target memory; bytes a segment covers but the file omits read as zeros."""
+        if size < 0:
+            raise MemoryReadError(address, size, "negative size")
+        chunks = []
+        position, remaining = address, size
+        while remaining:
+            index = bisect_right(self._starts, position) - 1
+            if index < 0 or position >= self.segments[index].end:
+                raise MemoryReadError(address, size, "not in the core")
+            segment = self.segments[index]
+            inside = position - segment.vmaddr
+            take = min(remaining, segment.end - position)
+            present = max(0, min(take, segment.filesize - inside))
+            start = segment.fileoff + inside
+            chunks.append(bytes(self._data[start : start + present]))
+            chunks.append(bytes(take - present))
+            position += take
+            remaining -= take
+        return b"".join(chunks)
+
+    def mappings(self) -> list[Mapping]:
+        """One mapping per core segment; those inside a found image carry its file and offset."""
+        owners = []
+        for image in self.images():
+            if not image.path:
+                continue
+            inode = os.stat(image.path).st_ino or 1
+            for _name, start, end in image.segments:
+                owners.append((start, end, image, inode))
+        result = []
+        for segment in self.segments:
+            path, inode, offset = "", 0, 0
+            for start, end, image, image_inode in owners:
+                if start <= segment.vmaddr < end:
+                    path, inode = image.path, image_inode
+                    offset = self._file_offset(image, segment.vmaddr)
+                    break
+            result.append(Mapping(segment.vmaddr, segment.end, segment.perms, offset, inode, path))
+        return result
+
+    def _file_offset(self, image: CoreImage, address: int) -> int:
+        """The file offset of runtime ``address`` in ``image``, from its header's segments."""
+        info = self._header_at(image.load_address)
+        if info is None:
+            return 0
+        text = next((s for s in info.segments if s[0] == "__TEXT"), None)
+        slide = image.load_address - text[1] if text is not None else 0
+        for _name, vmaddr, vmsize, fileoff in info.segments:
+            if vmaddr + slide <= address < vmaddr + slide + vmsize:
+                return fileoff + address - (vmaddr + slide)
+        return 0
+
+    def open_mapped_file(self, mapping: Mapping) -> BinaryIO | None:
+        if not mapping.path or not os.path.isfile(mapping.path):
+            return None
+        return open(mapping.path, "rb")
+
+    # -- threads -----------------------------------------------------------------------
+
+    def threads(self) -> list[ThreadState]:
+        """One thread per LC_THREAD, numbered from 1 in command order (cores have no tids)."""
+        return [
+            ThreadState(tid=number, name="", registers=self._registers(start, end))
+            for number, (start, end) in enumerate(self._thread_commands, 1)
+        ]
+
+    def _registers(self, start: int, end: int) -> dict[int, int]:
+        registers: dict[int, int] = {}
+        position = start
+        for _ in range(64):
+            if position + 8 > end:
+                break
+            flavor, count = struct.unpack_from("<2I", self._data, position)
+            position += 8
+            state_end = position + 4 * count
+            if state_end > end:
+                raise CoreFileError(f"{self.path}: thread state {flavor} runs past LC_THREAD")
+            self._decode_state(flavor, position, state_end, registers)
+            position = state_end
+        return registers
+
+    def _decode_state(self, flavor: int, start: int, end: int, registers: dict[int, int]) -> None:
+        data, size = self._data, end - start
+        if flavor in (X86_THREAD_STATE, ARM_THREAD_STATE) and size >= 8:
+            inner, _count = struct.unpack_from("<2I", data, start)
+            self._decode_state(inner, start + 8, end, registers)
+        elif flavor == X86_THREAD_STATE64 and self._cpu_type == CPU_TYPE_X86_64 and size >= 136:
+            values = struct.unpack_from("<17Q", data, start)
+            registers.update(zip(_X86_64_ORDER, values))
+        elif flavor == ARM_THREAD_STATE64 and self._cpu_type == CPU_TYPE_ARM64 and size >= 264:
+            values = struct.unpack_from("<33Q", data, start)
+            registers.update(enumerate(values[:31]))  # x0–x28, fp, lr
+            registers[31] = values[31]
+            registers[self.arch.pc] = values[32]
+        elif flavor == ARM_NEON_STATE64 and self._cpu_type == CPU_TYPE_ARM64 and size >= 512:
+            # v0–v31 are DWARF 64–95; a register rule restores the low 64 bits (d0–d31).
+            for number in range(32):
+                registers[64 + number] = struct.unpack_from("<Q", data, start + 16 * number)[0]
+
+    # -- images ------------------------------------------------------------------------
+
+    def images(self) -> list[CoreImage]:
+        """The loaded images, from the "all image infos" note or else from headers in memory."""
+        if not hasattr(self, "_images"):
+            found = self._images_from_note()
+            if found is None:
+                found = self._images_from_memory()
+            for image in found:
+                image.path = self._find_file(image)
+            self._images = found
+        return self._images
+
+    def _images_from_note(self) -> list[CoreImage] | None:
+        note = self._notes.get(ALL_IMAGE_INFOS)
+        if note is None:
+            return None
+        offset, size = note
+        if size < _IMAGE_INFOS.size:
+            raise CoreFileError(f"{self.path}: short all-image-infos note")
+        version, count, entries, entry_size, _ = _IMAGE_INFOS.unpack_from(self._data, offset)
+        if version != 1 or entry_size < _IMAGE_ENTRY.size or count > _MAX_IMAGES:
+            raise CoreFileError(
+                f"{self.path}: all-image-infos version {version}, {count} entries "
+                f"of {entry_size} bytes is not a layout we know"
+            )
+        if entries + count * entry_size > len(self._data):
+            raise CoreFileError(f"{self.path}: all-image-infos entries run past the file")
+        images = []
+        for index in range(count):
+            path_offset, uuid, load, segs_offset, seg_count, _ = _IMAGE_ENTRY.unpack_from(
+                self._data, entries + index * entry_size
+            )
+            name = self._string_at(path_offset) if path_offset != 2**64 - 1 else ""
+            segments = []
+            if segs_offset != 2**64 - 1 and seg_count <= _MAX_SEGMENTS_PER_IMAGE:
+                if segs_offset + seg_count * _SEGMENT_VMADDR.size > len(self._data):
+                    raise CoreFileError(f"{self.path}: image segment list runs past the file")
+                for number in range(seg_count):
+                    seg_name, vmaddr, _ = _SEGMENT_VMADDR.unpack_from(
+                        self._data, segs_offset + number * _SEGMENT_VMADDR.size
+                    )
+                    segments.append((_c_string(seg_name), vmaddr))
+            images.append(self._image(name, uuid if any(uuid) else None, load, segments))
+        return images
+
+    def _image(
+        self, name: str, uuid: bytes | None, load: int, vmaddrs: list[tuple[str, int]]
+    ) -> CoreImage:
+        """Completes an image from its header in core memory (load address, sizes, UUID)."""
+        if load == 2**64 - 1:
+            text = next((vmaddr for seg_name, vmaddr in vmaddrs if seg_name == "__TEXT"), None)
+            load = text if text is not None else 0
+        info = self._header_at(load)
+        segments: list[tuple[str, int, int]] = []
+        if info is not None:
+            uuid = uuid or info.uuid
+            text = next((s for s in info.segments if s[0] == "__TEXT"), None)
+            slide = load - text[1] if text is not None else 0
+            runtime = dict(vmaddrs)
+            for seg_name, vmaddr, vmsize, _ in info.segments:
+                if vmsize and seg_name != "__PAGEZERO":
+                    start = runtime.get(seg_name, vmaddr + slide)
+                    segments.append((seg_name, start, start + vmsize))
+        return CoreImage(name=name, uuid=uuid, load_address=load, segments=segments)
+
+    def _images_from_memory(self) -> list[CoreImage]:
+        """Mach-O headers at page starts of the core's memory, each one an image."""
+        images = []
+        for segment in self.segments:
+            start = (segment.vmaddr + _PAGE - 1) // _PAGE * _PAGE
+            for address in range(start, segment.vmaddr + segment.filesize - 32, _PAGE):
+                if self.read(address, 4) != b"\xcf\xfa\xed\xfe":
+                    continue
+                info = self._header_at(address)
+                if info is not None and info.file_type in _IMAGE_FILE_TYPES:
+                    images.append(self._image("", info.uuid, address, []))
+        return images
+
+    def _header_at(self, address: int) -> _HeaderInfo | None:
+        try:
+            header = self.read(address, _HEADER.size)
+            magic, _, _, _, _, sizeofcmds, _ = _HEADER.unpack(header)
+            if magic != MH_MAGIC_64 or sizeofcmds > _MAX_HEADER_BYTES:
+                return None
+            commands = self.read(address + _HEADER.size, sizeofcmds)
+        except MemoryReadError:
+            return None
+        return parse_header(header + commands)
+
+    def _string_at(self, offset: int) -> str:
+        if offset >= len(self._data):
+            raise CoreFileError(f"{self.path}: image path offset {offset:#x} is past the file")
+        return _c_string(bytes(self._data[offset : offset + 4096]))
+
+    # -- finding image files -------------------------------------------------------------
+
+    def _find_file(self, image: CoreImage) -> str:
+        """A regular file whose UUID is the image's: its own path first, then the search path."""
+        if image.uuid is None:
+            return image.name if image.name and os.path.isfile(image.name) else ""
+        if image.name and file_uuid(image.name, self._cpu_type) == image.uuid:
+            return image.name
+        basename = os.path.basename(image.name) if image.name else None
+        candidates = list(self._search_files())
+        if basename:  # files with the recorded name first
+            candidates.sort(key=lambda candidate: os.path.basename(candidate) != basename)
+        for candidate in candidates:
+            if file_uuid(candidate, self._cpu_type) == image.uuid:
+                return candidate
+        return ""
+
+    def _search_files(self) -> list[str]:
+        if not hasattr(self, "_search_cache"):
+            files: list[str] = []
+            for entry in self.search_path:
+                if os.path.isfile(entry):
+                    files.append(entry)
+                    continue
+                for root, _dirs, names in os.walk(entry):
+                    for name in sorted(names):
+                        candidate = os.path.join(root, name)
+                        if os.path.isfile(candidate) and not os.path.islink(candidate):
+                            files.append(candidate)
+                        if len(files) >= _MAX_SEARCH_FILES:
+                            break
+                    if len(files) >= _MAX_SEARCH_FILES:
+                        break
+            self._search_cache = files
+        return self._search_cache
+
+
+def _load_commands(
+    data: bytes | mmap.mmap, start: int, count: int, size: int
+) -> list[tuple[int, int, int]]:
+    """(command, offset, size) of each load command, all within ``[start, start + size)``."""
+    end = start + size
+    if count > _MAX_COMMANDS or end > len(data):
+        raise CoreFileError("load commands run past the end of the file")
+    commands = []
+    offset = start
+    for _ in range(count):
+        if offset + 8 > end:
+            raise CoreFileError(f"load command at {offset:#x} is truncated")
+        command, command_size = _LOAD_COMMAND.unpack_from(data, offset)
+        if command_size < 8 or offset + command_size > end:
+            raise CoreFileError(f"load command at {offset:#x} has bad size {command_size}")
+        commands.append((command, offset, command_size))
+        offset += command_size
+    return commands
+
+
+def parse_header(data: bytes) -> _HeaderInfo | None:
+    """UUID and segments from a Mach-O header plus its load commands; None if malformed."""
+    if len(data) < _HEADER.size:
+        return None
+    magic, cpu_type, _, file_type, ncmds, sizeofcmds, _ = _HEADER.unpack_from(data, 0)
+    if magic != MH_MAGIC_64:
+        return None
+    try:
+        commands = _load_commands(data, _HEADER.size, ncmds, sizeofcmds)
+    except CoreFileError:
+        return None
+    uuid = None
+    segments = []
+    for command, offset, size in commands:
+        if command == LC_UUID and size >= 24:
+            uuid = bytes(data[offset + 8 : offset + 24])
+        elif command == LC_SEGMENT_64 and size >= _SEGMENT.size:
+            _, _, name, vmaddr, vmsize, fileoff, _, _, _, _, _ = _SEGMENT.unpack_from(data, offset)
+            segments.append((_c_string(name), vmaddr, vmsize, fileoff))
+    return _HeaderInfo(cpu_type, file_type, uuid, tuple(segments))
+
+
+def file_uuid(path: str, cpu_type: int) -> bytes | None:
+    """LC_UUID of the ``cpu_type`` image in a thin or universal Mach-O file, or None."""
+    try:
+        if not os.path.isfile(path):
+            return None
+        with open(path, "rb") as stream:
+            head = stream.read(_PAGE)
+            if len(head) < 8:
+                return None
+            offset = 0
+            if struct.unpack_from(">I", head)[0] == FAT_MAGIC:
+                (count,) = struct.unpack_from(">I", head, 4)
+                for index in range(min(count, 64)):
+                    if 8 + 20 * (index + 1) > len(head):
+                        return None
+                    cpu, _, slice_offset, _, _ = struct.unpack_from(">5I", head, 8 + 20 * index)
+                    if cpu == cpu_type:
+                        offset = slice_offset
+                        break
+                else:
+                    return None
+            stream.seek(offset)
+            header = stream.read(_HEADER.size)
+            if len(header) < _HEADER.size:
+                return None
+            magic, cpu, _, _, _, sizeofcmds, _ = _HEADER.unpack(header)
+            if magic != MH_MAGIC_64 or cpu != cpu_type or sizeofcmds > _MAX_HEADER_BYTES:
+                return None
+            info = parse_header(header + stream.read(sizeofcmds))
+    except OSError:
+        return None
+    return None if info is None else info.uuid
+
+
+def _c_string(raw: bytes) -> str:
+    return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
