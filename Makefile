@@ -37,6 +37,7 @@ $(VENV)/.installed: pyproject.toml
 testprogs:
 	$(MAKE) -C testprogs -j2
 	$(MAKE) -C testprogs/fallback -j2
+	$(MAKE) -C testprogs/jit -j2
 
 # A Debian sid root file system (cached outside the checkout) whose binutils
 # writes SFrame version 3; tests that need it skip, saying why, without it.

@@ -30,6 +30,7 @@ def attach(
     without it the process stays stopped for the whole walk.  Either way it
     is running again (or still stopped, if it was) before this returns.
     """
+    from liveunwind.targets.procfs import read_perf_map
     from liveunwind.targets.ptrace import PtraceProcess
     from liveunwind.targets.snapshot import DEFAULT_STACK_CAP, Snapshot
 
@@ -47,13 +48,13 @@ def attach(
             timings["copy"] = time.perf_counter() - stopped
         else:
             space = process
-            backtrace = _walk(space, options, timings, process)
+            backtrace = _walk(space, options, timings, process, read_perf_map(pid))
         detaching = time.perf_counter()
     resumed = process.resumed_at or time.perf_counter()
     timings["detach"] = resumed - detaching
     timings["freeze"] = resumed - (process.stopped_at or stopped)
     if snapshot:
-        backtrace = _walk(space, options, timings, process)
+        backtrace = _walk(space, options, timings, process, read_perf_map(pid))
     timings["total"] = time.perf_counter() - started
     return backtrace
 
@@ -102,14 +103,19 @@ class WalkOptions:
 
 
 def _walk(
-    space: AddressSpace, options: WalkOptions, timings: dict[str, float], process: object
+    space: AddressSpace,
+    options: WalkOptions,
+    timings: dict[str, float],
+    process: object,
+    perf_map: str = "",
 ) -> Backtrace:
     """Unwinds and symbolizes every thread of ``space``."""
     from liveunwind.modules.debuginfo import DEFAULT_DEBUG_DIRS
     from liveunwind.modules.modulemap import ModuleMap
 
     started = time.perf_counter()
-    modules = ModuleMap(space, debug_dirs=(*options.debug_dirs, *DEFAULT_DEBUG_DIRS))
+    debug_dirs = (*options.debug_dirs, *DEFAULT_DEBUG_DIRS)
+    modules = ModuleMap(space, debug_dirs=debug_dirs, perf_map=perf_map)
     stepper = Stepper(
         space,
         modules,

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from liveunwind.frames import ThreadBacktrace
+from liveunwind.frames import Frame, ThreadBacktrace
 from liveunwind.modules.modulemap import ModuleMap
 from liveunwind.modules.symbols import demangle
+
+if TYPE_CHECKING:
+    from liveunwind.formats.dynamic import DynamicRegistry
 
 
 def symbolize(threads: Iterable[ThreadBacktrace], modules: ModuleMap) -> None:
@@ -19,10 +23,22 @@ def symbolize(threads: Iterable[ThreadBacktrace], modules: ModuleMap) -> None:
     for thread in threads:
         for frame in thread.frames:
             module = modules.find(frame.lookup_pc)
-            if module is None:
-                continue
-            match = module.symbolize(frame.lookup_pc)
-            if match is None:
-                continue
-            frame.function = demangle(match.name)
-            frame.offset = match.offset + (frame.pc - frame.lookup_pc)
+            match = None if module is None else module.symbolize(frame.lookup_pc)
+            if match is not None:
+                frame.function = demangle(match.name)
+                frame.offset = match.offset + (frame.pc - frame.lookup_pc)
+            elif modules.registry is not None:
+                _name_jit_frame(frame, modules.registry)
+
+
+def _name_jit_frame(frame: Frame, registry: DynamicRegistry) -> None:
+    """Names code no file describes from what the JIT compiler registered (or its perf map).
+
+    The module column says who registered it, e.g. ``[jit libunwind]``, so
+    such frames stand out.
+    """
+    found = registry.range_for(frame.lookup_pc)
+    if found is not None:
+        frame.function = demangle(found.name)
+        frame.offset = frame.pc - found.start
+        frame.module = f"[jit {found.source}]"

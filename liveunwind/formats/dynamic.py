@@ -459,13 +459,18 @@ class DynamicRegistry:
         )
 
     def name_for(self, pc: int) -> str | None:
-        """The registered name of the code at ``pc``, by source rank (:data:`_NAME_RANKS`).
+        """The registered name of the code at ``pc`` (see :meth:`range_for`)."""
+        found = self.range_for(pc)
+        return None if found is None else found.name
+
+    def range_for(self, pc: int) -> JitRange | None:
+        """The best-named registered range holding ``pc``, by source rank (:data:`_NAME_RANKS`).
 
         Among names of one source the innermost (latest-starting) range wins.
         """
         self._load()
         best = min(self._names.covering(pc), key=_name_rank, default=None)
-        return best.name if isinstance(best, JitRange) else None
+        return best if isinstance(best, JitRange) else None
 
     def rule_for(self, pc: int) -> UnwindRule | None:
         """The rule at ``pc`` (a lookup pc: callers pass return address - 1).

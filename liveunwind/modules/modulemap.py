@@ -19,6 +19,7 @@ from liveunwind.modules.elf import PT_GNU_EH_FRAME, PT_GNU_SFRAME, ElfImage
 from liveunwind.targets.base import AddressSpace, Mapping
 
 if TYPE_CHECKING:
+    from liveunwind.formats.dynamic import DynamicRegistry
     from liveunwind.formats.rules import UnwindRule
     from liveunwind.modules.debuginfo import DebugFile
     from liveunwind.modules.symbols import SymbolMatch, SymbolTable
@@ -249,10 +250,16 @@ class ModuleMap:
     """All modules of a target, found by address."""
 
     def __init__(
-        self, space: AddressSpace, *, debug_dirs: Sequence[str] = DEFAULT_DEBUG_DIRS
+        self,
+        space: AddressSpace,
+        *,
+        debug_dirs: Sequence[str] = DEFAULT_DEBUG_DIRS,
+        perf_map: str = "",
     ) -> None:
         self.space = space
         self.debug_dirs = tuple(debug_dirs)
+        #: Text of the target's /tmp/perf-PID.map, if it wrote one.
+        self.perf_map = perf_map
         self.modules: list[Module] = []
         self._mappings = [mapping for mapping in space.mappings() if mapping.readable]
         self._starts = [mapping.start for mapping in self._mappings]
@@ -291,5 +298,50 @@ class ModuleMap:
         return None
 
     def is_executable(self, address: int) -> bool:
+        """Code: an executable mapping, or a range a JIT compiler registered."""
         mapping = self.mapping_at(address)
-        return mapping is not None and mapping.executable
+        if mapping is not None and mapping.executable:
+            return True
+        registry = self.registry
+        return registry is not None and registry.covers(address)
+
+    @cached_property
+    def registry(self) -> DynamicRegistry | None:
+        """Unwind info and names registered at run time (JIT code), or None if there can be none.
+
+        JIT code lives in anonymous executable memory; a process without any
+        (most of them) costs nothing here.  Otherwise every module is asked
+        for the registry heads it defines (libunwind's list, the GDB JIT
+        descriptor), and the perf map adds names.
+        """
+        if not any(_maybe_jit(mapping) for mapping in self._mappings) and not self.perf_map:
+            return None
+        from liveunwind.formats.dynamic import DynamicRegistry, find_roots, parse_perf_map
+
+        lists: list[int] = []
+        descriptors: list[int] = []
+        for module in self.modules:
+            if module.image is None or module.is_vdso:
+                continue
+            try:
+                roots = find_roots(module.image, module.load_bias)
+            except FormatError as error:
+                module.problems.append(f"{module.name}: {error}")
+                continue
+            lists.extend(roots.libunwind_lists)
+            descriptors.extend(roots.jit_descriptors)
+        try:
+            return DynamicRegistry(
+                self.space.read,
+                self.space.arch,
+                libunwind_lists=lists,
+                jit_descriptors=descriptors,
+                perf_map=parse_perf_map(self.perf_map),
+            )
+        except FormatError:
+            return None
+
+
+def _maybe_jit(mapping: Mapping) -> bool:
+    """Executable memory no file describes: where JIT compilers put code."""
+    return mapping.executable and not mapping.is_file and not mapping.path.startswith("[v")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 
 from liveunwind.errors import NoSuchProcessError
@@ -100,3 +101,32 @@ def tracer_of(pid: int) -> int:
     except OSError:
         pass
     return 0
+
+
+#: Largest perf map read; JIT runtimes append forever, so cap what we parse.
+_MAX_PERF_MAP = 16 << 20
+
+
+def read_perf_map(pid: int) -> str:
+    """The process's ``/tmp/perf-PID.map`` as it sees it (its root, its own pid), or ``""``.
+
+    Inside a pid namespace the file is named after the pid the process sees
+    itself as (the last ``NSpid`` entry), and lives under its own root.  Only a
+    regular file is read, and at most 16 MiB of it.
+    """
+    own_pid = pid
+    try:
+        with open(f"/proc/{pid}/status") as stream:
+            for line in stream:
+                if line.startswith("NSpid:"):
+                    own_pid = int(line.split()[-1])
+    except (OSError, ValueError):
+        return ""
+    path = f"/proc/{pid}/root/tmp/perf-{own_pid}.map"
+    try:
+        with open(path, "rb") as stream:
+            if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+                return ""
+            return stream.read(_MAX_PERF_MAP).decode("utf-8", "replace")
+    except OSError:
+        return ""
