@@ -8,7 +8,7 @@ VPY := $(VENV)/bin/python
 # (gdb, eu-stack, readelf, objdump), and the programs nobody here wrote.
 SYSTEM_PACKAGES := gcc g++ make binutils gdb elfutils sqlite3 python3 debootstrap xz-utils \
 	gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu \
-	qemu-user gdb-multiarch libunwind-dev
+	qemu-user gdb-multiarch libunwind-dev clang-16 lld-16 llvm-16
 
 .PHONY: all system-deps venv testprogs sid-rootfs demo test lint clean
 
@@ -38,6 +38,7 @@ testprogs:
 	$(MAKE) -C testprogs -j2
 	$(MAKE) -C testprogs/fallback -j2
 	$(MAKE) -C testprogs/jit -j2
+	$(MAKE) -C testprogs/macho -j2
 
 # A Debian sid root file system (cached outside the checkout) whose binutils
 # writes SFrame version 3; tests that need it skip, saying why, without it.

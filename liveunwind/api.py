@@ -77,10 +77,17 @@ def open_core(
     refers to are found by their recorded path, the same path under
     ``sysroot``, by name along ``search_path``, and by build-id.
     """
-    from liveunwind.targets.elfcore import ElfCore
-
     options = WalkOptions(max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs))
     started = time.perf_counter()
+    if _is_mach_o_core(core):
+        from liveunwind.targets.machocore import MachOCore
+
+        with MachOCore(core, tuple(search_path)) as mach_o:
+            backtrace = _walk(mach_o, options, {"open": time.perf_counter() - started}, None)
+        backtrace.timings["total"] = time.perf_counter() - started
+        return backtrace
+    from liveunwind.targets.elfcore import ElfCore
+
     space = ElfCore.open(core, executable, sysroot=sysroot, search_path=search_path)
     timings = {"open": time.perf_counter() - started}
     backtrace = _walk(space, options, timings, None)
@@ -88,6 +95,16 @@ def open_core(
     backtrace.problems = sorted({*backtrace.problems, *space.problems})
     timings["total"] = time.perf_counter() - started
     return backtrace
+
+
+def _is_mach_o_core(path: str) -> bool:
+    """A 64-bit little-endian Mach-O file of type MH_CORE (compressed cores are ELF here)."""
+    try:
+        with open(path, "rb") as stream:
+            header = stream.read(16)
+    except OSError:
+        return False  # ElfCore.open reports the problem in its words
+    return header[:4] == b"\xcf\xfa\xed\xfe" and header[12:16] == b"\x04\x00\x00\x00"
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from liveunwind.arch import Arch, arch_by_elf_machine
+from liveunwind.arch import Arch, arch_by_elf_machine, arch_by_name
 from liveunwind.errors import FormatError, TargetError
 from liveunwind.formats.rules import UnwindRule
 from liveunwind.modules.elf import ElfImage
@@ -41,8 +41,13 @@ def load_image(path: str) -> ElfImage:
         raise TargetError(str(error)) from None
 
 
+_MACH_O_MAGICS = (b"\xcf\xfa\xed\xfe", b"\xca\xfe\xba\xbe")
+
+
 def describe_file(path: str, wanted: str | None, pc: int | None) -> tuple[str, bool]:
     """The report for ``path``; the flag says whether any requested table was found."""
+    if _is_mach_o(path):
+        return _describe_mach_o(path, wanted, pc)
     image = load_image(path)
     if wanted == "compact":
         return f"{path}: compact unwind exists only in Mach-O files\n", False
@@ -59,6 +64,50 @@ def describe_file(path: str, wanted: str | None, pc: int | None) -> tuple[str, b
             lines.extend(_dump(source, image, arch))
     else:
         lines.extend(_rules_at(sources, image, arch, pc))
+    lines.extend(f"note: {problem}" for problem in problems)
+    return "\n".join(lines) + "\n", bool(sources)
+
+
+def _is_mach_o(path: str) -> bool:
+    try:
+        with open(path, "rb") as stream:
+            return stream.read(4) in _MACH_O_MAGICS
+    except OSError:
+        return False  # load_image reports it
+
+
+def _describe_mach_o(path: str, wanted: str | None, pc: int | None) -> tuple[str, bool]:
+    """A Mach-O file: its compact unwind table (and the __eh_frame it escapes to)."""
+    from liveunwind.modules.macho import MachOImage
+
+    try:
+        image = MachOImage(path)
+    except FormatError as error:
+        raise TargetError(str(error)) from None
+    arch = arch_by_name(image.arch)
+    problems: list[str] = []
+    sources = [
+        source
+        for source in image.unwind_tables(problems)
+        if wanted is None or source.method == wanted
+    ]
+    labels = ", ".join(source.label for source in sources) or f"no {wanted or 'unwind'} tables"
+    lines = [f"{path} ({image.arch}, Mach-O): {labels}"]
+    table = image.compact_table
+    if pc is None:
+        if table is not None and wanted in (None, "compact"):
+            lines.extend(table.format_dump().rstrip("\n").splitlines())
+    else:
+        match = image.symbols.lookup(pc)
+        where = "" if match is None else f" ({match.name}+{match.offset:#x})"
+        lines.append(f"at {pc:#x}{where}")
+        entry = None if table is None else table.entry_for(pc)
+        if entry is not None:
+            lines.append(
+                f"  compact entry {entry.start:#x}..{entry.end:#x}  encoding {entry.encoding:#010x}"
+                f"  {table.describe_encoding(entry.encoding)}"
+            )
+        lines.extend(_rule_lines(sources, arch, pc))
     lines.extend(f"note: {problem}" for problem in problems)
     return "\n".join(lines) + "\n", bool(sources)
 
@@ -90,6 +139,11 @@ def _symbols(image: ElfImage) -> SymbolTable:
 def _rules_at(sources: list[UnwindSource], image: ElfImage, arch: Arch, pc: int) -> Iterator[str]:
     symbol = _symbol(image, pc)
     yield f"at {pc:#x}" + (f" ({symbol})" if symbol else "")
+    yield from _rule_lines(sources, arch, pc)
+
+
+def _rule_lines(sources: list[UnwindSource], arch: Arch, pc: int) -> Iterator[str]:
+    """Each table's rule at ``pc``, aligned, so disagreements stand out."""
     width = max((len(source.label) for source in sources), default=0)
     for source in sources:
         try:

@@ -525,40 +525,6 @@ def make_core(binary: Path, directory: Path, *extra: str) -> tuple[Path, dict]:
     return core, json.loads(Path(f"{core}.json").read_text())
 
 
-class CoreModules:
-    """The slice of ModuleMap the stepper uses, built from a core's images.
-
-    Stands in until the module map knows Mach-O images (see the report to
-    the lead): find(pc), mapping_at(address), is_executable(address).
-    """
-
-    def __init__(self, core) -> None:
-        from liveunwind.modules.macho import MachOModule
-
-        self.modules = [
-            MachOModule(
-                image.path,
-                image.load_address,
-                [(start, end) for _, start, end in image.segments],
-                arch=core.arch.name,
-                uuid=image.uuid,
-            )
-            for image in core.images()
-            if image.path
-        ]
-        self._mappings = core.mappings()
-
-    def find(self, address: int):
-        return next((module for module in self.modules if module.contains(address)), None)
-
-    def mapping_at(self, address: int):
-        return next((mapping for mapping in self._mappings if address in mapping), None)
-
-    def is_executable(self, address: int) -> bool:
-        mapping = self.mapping_at(address)
-        return mapping is not None and mapping.executable
-
-
 def expected_method(path: Path, link_pc: int) -> Method:
     """What the frame's caller step must report, from llvm-objdump's encoding for the function."""
     entries = objdump_unwind_info(path)["entries"]
@@ -586,6 +552,7 @@ def execute(rule: UnwindRule, registers: dict[int, int], read) -> dict[int, int]
 def test_core_unwinds_to_the_true_chain(
     binaries: dict[str, Path], tmp_path: Path, arch: str, note: bool
 ) -> None:
+    from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.stepper import Stepper
     from liveunwind.targets.machocore import MachOCore
 
@@ -597,7 +564,7 @@ def test_core_unwinds_to_the_true_chain(
     assert found.path == str(binary)
     assert found.uuid.hex() == truth["uuid"]
     assert found.name == ("/Applications/Chain.app/chain" if note else "")
-    modules = CoreModules(core)
+    modules = ModuleMap(core)
     (module,) = modules.modules
     assert module.load_bias == truth["slide"]
     (thread,) = core.threads()
@@ -662,3 +629,28 @@ def test_core_memory_and_corruption(binaries: dict[str, Path], tmp_path: Path) -
         bad.write_bytes(broken)
         with pytest.raises(CoreFileError):
             MachOCore(str(bad)).threads()
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_core_command_on_a_mach_o_core(
+    binaries: dict[str, Path], tmp_path: Path, arch: str
+) -> None:
+    import sys
+
+    core_path, truth = make_core(binaries[arch], tmp_path, "--no-image-infos")
+    result = subprocess.run(
+        [sys.executable, "-m", "liveunwind", "core", str(core_path), "--search-path", str(BUILD)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert result.returncode == 0, result.stderr
+    frame_lines = [line for line in result.stdout.splitlines() if line.strip().startswith("#")]
+    assert len(frame_lines) == len(truth["frames"])
+    assert any(line.endswith("[compact]") for line in frame_lines)
+    assert any(line.endswith("[cfi]") for line in frame_lines)
+    for line, frame in zip(frame_lines, truth["frames"]):
+        assert f"0x{frame['pc']:016x}" in line
+        assert frame["function"].removeprefix("_") in line
+    assert result.stdout.rstrip().endswith("-- end of stack (complete)")

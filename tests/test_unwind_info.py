@@ -113,3 +113,21 @@ def test_bad_inputs(tmp_path: Path, testprogs_build: Path) -> None:
     assert compact.returncode == 1 and "Mach-O" in compact.stdout
     no_sframe = cli(str(testprogs_build / "threads-O2"), "--format", "sframe")
     assert no_sframe.returncode == 1 and "no sframe tables" in no_sframe.stdout
+
+
+def test_mach_o_compact_table_and_rule_at_pc() -> None:
+    binary = ROOT / "testprogs" / "macho" / "build" / "chain-x86_64"
+    if not binary.exists():
+        pytest.skip("testprogs/macho is not built (needs clang-16 and lld-16)")
+    dump = cli(str(binary), "--format", "compact")
+    assert dump.returncode == 0, dump.stderr
+    assert "Contents of __unwind_info section:" in dump.stdout
+    assert "STACK_IND" in dump.stdout and "RBP_FRAME" in dump.stdout and "DWARF" in dump.stdout
+    entry = next(line for line in dump.stdout.splitlines() if "STACK_IND" in line and ".." in line)
+    start = int(entry.split()[0].split("..")[0], 16)
+    at = cli(str(binary), "--pc", hex(start + 0x10))
+    assert at.returncode == 0, at.stderr
+    rule_line = next(
+        line for line in at.stdout.splitlines() if line.strip().startswith("__unwind_info ")
+    )
+    assert "cfa=rsp+" in rule_line and "ra=c-8" in rule_line

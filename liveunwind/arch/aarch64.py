@@ -11,6 +11,8 @@ from liveunwind.arch import Arch, ReadMemory
 PC = 32
 REGISTER_NAMES = {number: f"x{number}" for number in range(31)}
 REGISTER_NAMES.update({29: "fp", 30: "lr", 31: "sp", PC: "pc"})
+#: DWARF 64–95 are the SIMD registers; unwind tables only save their low halves, d8–d15.
+REGISTER_NAMES.update({64 + number: f"d{number}" for number in range(32)})
 
 #: ``struct user_pt_regs`` (NT_PRSTATUS): x0–x30, sp, pc, pstate.
 USER_REGS_SIZE = 34 * 8

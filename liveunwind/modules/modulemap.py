@@ -268,6 +268,9 @@ class ModuleMap:
 
     def _group(self) -> None:
         """Groups the mappings of each file (and the vDSO) into one module each."""
+        if hasattr(self.space, "images"):
+            self._group_mach_o()
+            return
         by_file: dict[tuple[str, int], Module] = {}
         for mapping in self._mappings:
             if mapping.is_file or mapping.path == "[vdso]":
@@ -283,6 +286,22 @@ class ModuleMap:
                 self._module_of_mapping.append(module)
             else:
                 self._module_of_mapping.append(None)
+
+    def _group_mach_o(self) -> None:
+        """A Mach-O core names its images and their segments itself."""
+        from liveunwind.modules.macho import MachOModule
+
+        arch = self.space.arch.name
+        for image in self.space.images():
+            if image.path:
+                ranges = [(start, end) for _, start, end in image.segments]
+                module = MachOModule(
+                    image.path, image.load_address, ranges, arch=arch, uuid=image.uuid
+                )
+                self.modules.append(module)
+        for mapping in self._mappings:
+            owner = next((m for m in self.modules if m.contains(mapping.start)), None)
+            self._module_of_mapping.append(owner)
 
     def mapping_at(self, address: int) -> Mapping | None:
         index = bisect.bisect_right(self._starts, address) - 1
@@ -321,7 +340,7 @@ class ModuleMap:
         lists: list[int] = []
         descriptors: list[int] = []
         for module in self.modules:
-            if module.image is None or module.is_vdso:
+            if not isinstance(getattr(module, "image", None), ElfImage) or module.is_vdso:
                 continue
             try:
                 roots = find_roots(module.image, module.load_bias)
