@@ -1,7 +1,8 @@
 """liveunwind: native backtraces of Linux processes, core dumps and the calling process.
 
 ``attach(pid)`` returns a :class:`Backtrace` of every thread of a live
-process.  Names are imported lazily so that ``import liveunwind`` stays cheap.
+process, ``open_core(path)`` of every thread recorded in a core file.
+Names are imported lazily so that ``import liveunwind`` stays cheap.
 """
 
 from __future__ import annotations
@@ -9,13 +10,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from liveunwind.api import attach
+    from liveunwind.api import attach, open_core
     from liveunwind.frames import Backtrace, Frame, ThreadBacktrace
 
-__all__ = ["Backtrace", "Frame", "ThreadBacktrace", "attach"]
+__all__ = ["Backtrace", "Frame", "ThreadBacktrace", "attach", "open_core"]
 
 _EXPORTS = {
     "attach": "liveunwind.api",
+    "open_core": "liveunwind.api",
     "Backtrace": "liveunwind.frames",
     "Frame": "liveunwind.frames",
     "ThreadBacktrace": "liveunwind.frames",
