@@ -37,6 +37,7 @@ $(VENV)/.installed: pyproject.toml
 testprogs:
 	$(MAKE) -C testprogs -j2
 	$(MAKE) -C testprogs/fallback -j2
+	$(MAKE) -C testprogs/crash -j2
 	$(MAKE) -C testprogs/jit -j2
 	$(MAKE) -C testprogs/macho -j2
 

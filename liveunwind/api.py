@@ -88,11 +88,11 @@ def open_core(
         return backtrace
     from liveunwind.targets.elfcore import ElfCore
 
-    space = ElfCore.open(core, executable, sysroot=sysroot, search_path=search_path)
-    timings = {"open": time.perf_counter() - started}
-    backtrace = _walk(space, options, timings, None)
-    backtrace.crash = space.crash_info()
-    backtrace.problems = sorted({*backtrace.problems, *space.problems})
+    with ElfCore.open(core, executable, sysroot=sysroot, search_path=search_path) as space:
+        timings = {"open": time.perf_counter() - started}
+        backtrace = _walk(space, options, timings, None)
+        backtrace.crash = space.crash_info()
+        backtrace.problems = sorted({*backtrace.problems, *space.problems})
     timings["total"] = time.perf_counter() - started
     return backtrace
 

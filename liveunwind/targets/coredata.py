@@ -1,0 +1,181 @@
+"""Random access to the bytes of a core file: plain, gzip or xz.
+
+A core is read at scattered offsets (headers, notes, then whatever pages the
+walk touches), so every kind of core is served through ``read_at``.  A plain
+file is read with ``pread``.  A compressed core is never unpacked to disk:
+gzip and xz streams can only be decompressed front to back, so it is read
+forward once and the decompressed bytes are kept in 1 MiB blocks in a cache
+bounded by :data:`CACHE_BUDGET`.  A core that decompresses to less than the
+budget is decompressed at most once and costs its decompressed size in
+memory; a larger one keeps the most recently used blocks, and a read behind
+the stream's position that misses the cache restarts the stream (slow, but
+memory stays bounded).  Walks read the notes first and then mostly stack
+pages and a few module headers, so in practice a large core is read through
+once or twice.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections import OrderedDict
+from typing import BinaryIO, Protocol
+
+from liveunwind.errors import CoreFileError
+
+#: Bytes per cached block of a compressed core.
+BLOCK_SIZE = 1 << 20
+#: Most decompressed bytes kept in memory for one compressed core.
+CACHE_BUDGET = 512 << 20
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_XZ_MAGIC = b"\xfd7zXZ\x00"
+
+
+class CoreData(Protocol):
+    """The bytes of a core, by file offset."""
+
+    #: What the core is called in messages (its path).
+    name: str
+    #: Its (decompressed) size when known without reading it all, else None.
+    size: int | None
+
+    def read_at(self, offset: int, size: int) -> bytes:
+        """Up to ``size`` bytes at ``offset``; shorter only at the end of the data."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class PlainCoreData:
+    """An uncompressed core file, read with ``pread``."""
+
+    def __init__(self, name: str, fd: int) -> None:
+        self.name = name
+        self._fd = fd
+        self.size: int | None = os.fstat(fd).st_size
+
+    def read_at(self, offset: int, size: int) -> bytes:
+        if offset < 0 or size <= 0:
+            return b""
+        return os.pread(self._fd, size, offset)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class CompressedCoreData:
+    """A gzip or xz core, decompressed forward on demand into a bounded block cache."""
+
+    def __init__(self, name: str, kind: str, *, budget: int = CACHE_BUDGET) -> None:
+        self.name = name
+        self.kind = kind
+        self.size: int | None = None
+        self._budget_blocks = max(1, budget // BLOCK_SIZE)
+        self._blocks: OrderedDict[int, bytes] = OrderedDict()
+        self._stream: BinaryIO | None = None
+        #: Index of the next block the open stream will produce.
+        self._next_block = 0
+        #: Number of blocks in the data, once the end has been seen.
+        self._block_count: int | None = None
+        #: What the decompressor raises for a cut or corrupt stream.
+        self._stream_errors: tuple[type[Exception], ...] = (EOFError, OSError)
+
+    def read_at(self, offset: int, size: int) -> bytes:
+        if offset < 0 or size <= 0:
+            return b""
+        pieces = []
+        position, end = offset, offset + size
+        while position < end:
+            block = self._block(position // BLOCK_SIZE)
+            start = position % BLOCK_SIZE
+            piece = block[start : start + end - position]
+            if not piece:
+                break
+            pieces.append(piece)
+            position += len(piece)
+            if len(block) < BLOCK_SIZE:
+                break  # the last block: the data ends here
+        return b"".join(pieces)
+
+    def _block(self, index: int) -> bytes:
+        cached = self._blocks.get(index)
+        if cached is not None:
+            self._blocks.move_to_end(index)
+            return cached
+        if self._block_count is not None and index >= self._block_count:
+            return b""
+        if self._stream is None or index < self._next_block:
+            self._restart()
+        data = b""
+        while self._next_block <= index:
+            data = self._read_block()
+            self._remember(self._next_block, data)
+            self._next_block += 1
+            if len(data) < BLOCK_SIZE:
+                self._block_count = self._next_block
+                self.size = (self._next_block - 1) * BLOCK_SIZE + len(data)
+                return data if self._next_block - 1 == index else b""
+        return data
+
+    def _read_block(self) -> bytes:
+        """The next block of the stream; a corrupt or cut stream ends the data there."""
+        assert self._stream is not None
+        chunks, wanted = [], BLOCK_SIZE
+        try:
+            while wanted:
+                chunk = self._stream.read(wanted)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                wanted -= len(chunk)
+        except self._stream_errors:
+            pass  # a cut or corrupt stream: the data ends where it became unreadable
+        return b"".join(chunks)
+
+    def _remember(self, index: int, data: bytes) -> None:
+        self._blocks[index] = data
+        self._blocks.move_to_end(index)
+        while len(self._blocks) > self._budget_blocks:
+            self._blocks.popitem(last=False)
+
+    def _restart(self) -> None:
+        self.close()
+        if self.kind == "gzip":
+            import gzip
+            import zlib
+
+            self._stream = gzip.open(self.name, "rb")  # noqa: SIM115 - kept open across reads
+            self._stream_errors = (EOFError, OSError, zlib.error)
+        else:
+            import lzma
+
+            self._stream = lzma.open(self.name, "rb")  # noqa: SIM115 - kept open across reads
+            self._stream_errors = (EOFError, OSError, lzma.LZMAError)
+        self._next_block = 0
+
+    def close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+
+def open_core_data(path: str) -> CoreData:
+    """Opens a core as plain, gzip or xz data, told apart by their magic bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as error:
+        raise CoreFileError(f"cannot open core {path}: {error.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise CoreFileError(f"{path} is not a regular file")
+        magic = os.pread(fd, 6, 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    if magic.startswith(_GZIP_MAGIC) or magic == _XZ_MAGIC:
+        os.close(fd)
+        return CompressedCoreData(path, "gzip" if magic.startswith(_GZIP_MAGIC) else "xz")
+    return PlainCoreData(path, fd)
