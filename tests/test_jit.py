@@ -19,7 +19,7 @@ import liveunwind
 from liveunwind.frames import Method
 from liveunwind.targets import procfs
 from tests.conftest import TESTPROGS
-from tests.oracles import gdb_backtraces, pcs
+from tests.oracles import gdb_backtraces, gdb_gcore, pcs
 
 PROGRAMS = {"jit-dynamic": "libunwind", "jit-table": "perf-map", "jit-gdb": "gdb-jit"}
 
@@ -86,3 +86,21 @@ def test_without_the_registry_the_walk_stops_in_jit_code(
     thread = liveunwind.attach(pid, unwinders=("cfi",)).threads[0]
     assert not thread.complete
     assert thread.frames[-1].function == "jit_inner"
+
+
+@pytest.mark.parametrize("jit_program", sorted(PROGRAMS), indirect=True)
+def test_the_same_from_a_gcore_core(
+    jit_program: tuple[int, list[str]], gdb: str, tmp_path: Path
+) -> None:
+    pid, _ = jit_program
+    live = liveunwind.attach(pid).threads[0]
+    core = tmp_path / "jit.core"
+    gdb_gcore(pid, core, gdb=gdb)
+    from_core = liveunwind.open_core(str(core)).threads[0]
+    assert [frame.pc for frame in from_core.frames] == [frame.pc for frame in live.frames]
+    assert [frame.method for frame in from_core.frames[1:]] == [
+        frame.method for frame in live.frames[1:]
+    ]
+    assert from_core.complete, from_core.stop_text
+    jit = [frame for frame in from_core.frames if (frame.module or "").startswith("[jit ")]
+    assert len(jit) == 2
