@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from liveunwind.errors import FormatError
+from liveunwind.formats import leb128
 from liveunwind.formats.rules import (
     SAME_VALUE,
     UNDEFINED,
@@ -55,7 +56,6 @@ _FIXED_FORMATS.update({0x0A: (2, True), 0x0B: (4, True), 0x0C: (8, True)})
 #: Deepest DW_CFA_remember_state nesting accepted (compilers use one or two).
 MAX_STATE_DEPTH = 64
 #: LEB128 values longer than this are corrupt (a 64-bit value needs ten bytes).
-_MAX_LEB_BYTES = 10
 #: Largest register number accepted (x86_64 and aarch64 stay below 200).
 _MAX_REGISTER = 0xFFFF
 
@@ -71,26 +71,6 @@ def _struct(byte_order: ByteOrder, size: int, signed: bool) -> struct.Struct:
         code = code if signed else code.upper()
         found = _STRUCT_CACHE[key] = struct.Struct(("<" if byte_order == "little" else ">") + code)
     return found
-
-
-def _leb128(data: bytes, pos: int, end: int, signed: bool) -> tuple[int, int]:
-    """Decodes one (S/U)LEB128 at ``pos`` (not past ``end``); returns it and the next position."""
-    byte = data[pos] if pos < end else 0x80
-    if byte < 0x40 or (not signed and byte < 0x80):
-        return byte, pos + 1  # the common one-byte case
-    result = 0
-    shift = 0
-    stop = min(end, pos + _MAX_LEB_BYTES)
-    while pos < stop:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            if signed and byte & 0x40:
-                result -= 1 << shift
-            return result, pos
-    raise FormatError(f"truncated or overlong LEB128 at offset {pos:#x}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +139,7 @@ class _Pointers:
         """The raw value of the encoding's format at ``pos`` (no base applied)."""
         fmt = encoding & 0x0F
         if fmt in (DW_EH_PE_uleb128, DW_EH_PE_sleb128):
-            return _leb128(self.data, pos, end, fmt == DW_EH_PE_sleb128)
+            return leb128.decode(self.data, pos, end, fmt == DW_EH_PE_sleb128)
         if fmt == DW_EH_PE_absptr:
             size, signed = address_size, False
         elif fmt in _FIXED_FORMATS:
@@ -279,7 +259,7 @@ class _Program:
                     on_row(self.loc, self.state)
                 self.loc = new_loc
             elif high == 0x80:
-                offset, pos = _leb128(data, pos, end, False)
+                offset, pos = leb128.decode(data, pos, end, False)
                 self._set(op & 0x3F, RegisterRule(RegKind.OFFSET, offset * self.cie.data_alignment))
             elif high == 0xC0:
                 self._restore(op & 0x3F, pos)
@@ -309,20 +289,20 @@ class _Program:
     # Operand helpers -----------------------------------------------------------
 
     def uleb(self, pos: int) -> tuple[int, int]:
-        return _leb128(self.data, pos, self.end, False)
+        return leb128.decode(self.data, pos, self.end, False)
 
     def sleb(self, pos: int) -> tuple[int, int]:
-        return _leb128(self.data, pos, self.end, True)
+        return leb128.decode(self.data, pos, self.end, True)
 
     def register(self, pos: int) -> tuple[int, int]:
-        number, after = _leb128(self.data, pos, self.end, False)
+        number, after = leb128.decode(self.data, pos, self.end, False)
         if number > _MAX_REGISTER:
             raise FormatError(f"register number {number} out of range at offset {pos:#x}")
         return number, after
 
     def block(self, pos: int) -> tuple[bytes, int]:
         """A ULEB128 length and that many bytes (a DWARF expression)."""
-        length, pos = _leb128(self.data, pos, self.end, False)
+        length, pos = leb128.decode(self.data, pos, self.end, False)
         if length > self.end - pos:
             raise FormatError(f"expression block of {length} bytes overruns entry at {pos:#x}")
         return bytes(self.data[pos : pos + length]), pos + length
@@ -777,14 +757,14 @@ def _parse_cie(table: CfiTable, header: _EntryHeader) -> Cie:
                 f"CIE at offset {offset:#x}: address size {address_size}, "
                 f"segment size {segment_size} unsupported"
             )
-    code_alignment, pos = _leb128(data, pos, end, False)
-    data_alignment, pos = _leb128(data, pos, end, True)
+    code_alignment, pos = leb128.decode(data, pos, end, False)
+    data_alignment, pos = leb128.decode(data, pos, end, True)
     if version == 1:
         if pos >= end:
             raise FormatError(f"CIE at offset {offset:#x} truncated")
         return_address_register, pos = data[pos], pos + 1
     else:
-        return_address_register, pos = _leb128(data, pos, end, False)
+        return_address_register, pos = leb128.decode(data, pos, end, False)
     fields = _CieAugmentation()
     if augmentation.startswith("z"):
         pos = fields.parse(table, augmentation, pos, end, address_size, offset)
@@ -828,7 +808,7 @@ class _CieAugmentation:
         self, table: CfiTable, augmentation: str, pos: int, end: int, address_size: int, at: int
     ) -> int:
         """Reads the augmentation data; returns the position of the initial instructions."""
-        length, pos = _leb128(table._data, pos, end, False)
+        length, pos = leb128.decode(table._data, pos, end, False)
         data_end = pos + length
         if data_end > end:
             raise FormatError(f"CIE at offset {at:#x}: augmentation data overruns the entry")
@@ -871,7 +851,7 @@ def _parse_fde(table: CfiTable, header: _EntryHeader, cie: Cie) -> Fde:
         raise FormatError(f"FDE at offset {header.offset:#x} has a negative range")
     lsda = None
     if cie.has_augmentation_data:
-        length, pos = _leb128(table._data, pos, end, False)
+        length, pos = leb128.decode(table._data, pos, end, False)
         data_end = pos + length
         if data_end > end:
             raise FormatError(f"FDE at offset {header.offset:#x}: augmentation data overruns")

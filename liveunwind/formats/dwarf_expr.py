@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Literal, Protocol
 
 from liveunwind.errors import ExpressionError
+from liveunwind.formats import leb128
 
 ByteOrder = Literal["little", "big"]
 
@@ -111,24 +112,11 @@ _OPERATIONS.update({0x70 + n: (f"DW_OP_breg{n}", "s") for n in range(32)})
 _NOT_IN_CFI = frozenset({0x18, 0x91, 0x93, 0x95, 0x97, 0x98, 0x99, 0x9C, 0x9F})
 
 #: LEB128 values longer than this are corrupt (a 64-bit value needs ten bytes).
-_MAX_LEB_BYTES = 10
 
 
 def _leb128(data: bytes, pos: int, signed: bool) -> tuple[int, int]:
     """Decodes one (S/U)LEB128 value at ``pos``; returns it and the next position."""
-    result = 0
-    shift = 0
-    end = min(len(data), pos + _MAX_LEB_BYTES)
-    while pos < end:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            if signed and byte & 0x40:
-                result -= 1 << shift
-            return result, pos
-    raise ExpressionError(f"truncated or overlong LEB128 at expression offset {pos}")
+    return leb128.decode(data, pos, len(data), signed, ExpressionError)
 
 
 def _fixed(

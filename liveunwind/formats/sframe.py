@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from liveunwind.errors import FormatError
+from liveunwind.formats import leb128
 from liveunwind.formats.rules import CfaRule, RegisterRule, RegKind, UnwindRule
 
 MAGIC = 0xDEE2
@@ -659,24 +660,5 @@ def _register_rule(location: Location) -> RegisterRule:
 def _breg(register: int, offset: int) -> bytes:
     """DW_OP_breg<n> / DW_OP_bregx: push register + offset."""
     if register < 32:
-        return bytes([_DW_OP_BREG0 + register]) + _sleb128(offset)
-    return bytes([_DW_OP_BREGX]) + _uleb128(register) + _sleb128(offset)
-
-
-def _uleb128(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def _sleb128(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        done = (value == 0 and not byte & 0x40) or (value == -1 and byte & 0x40)
-        out.append(byte if done else byte | 0x80)
-        if done:
-            return bytes(out)
+        return bytes([_DW_OP_BREG0 + register]) + leb128.encode_signed(offset)
+    return bytes([_DW_OP_BREGX]) + leb128.encode_unsigned(register) + leb128.encode_signed(offset)
