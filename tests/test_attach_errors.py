@@ -15,6 +15,7 @@ import pytest
 
 from liveunwind.targets import procfs
 from liveunwind.targets.ptrace import PtraceProcess
+from tests.assertions import assert_one_line_error
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,17 +28,6 @@ def run_cli(
         command = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *command]
     env = dict(os.environ, PYTHONPATH=str(package_root))
     return subprocess.run(command, capture_output=True, text=True, timeout=60, cwd="/", env=env)
-
-
-def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int, *words: str) -> None:
-    assert result.returncode == code, result.stderr
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("liveunwind: ")
-    for word in words:
-        assert word in lines[0], lines[0]
-    assert result.stdout == ""
 
 
 def start_sleeper() -> subprocess.Popen[bytes]:

@@ -28,7 +28,8 @@ from liveunwind.frames import Backtrace
 from liveunwind.modules.filefinder import FileFinder, open_image
 from liveunwind.targets.coredata import BLOCK_SIZE, CompressedCoreData
 from liveunwind.targets.elfcore import ElfCore
-from tests.oracles import Backtraces, describe, gdb_core_backtraces, gdb_gcore, pcs
+from tests.assertions import assert_matches_gdb, assert_one_line_error
+from tests.oracles import gdb_core_backtraces, gdb_gcore, pcs
 
 ROOT = Path(__file__).resolve().parents[1]
 CRASH = ROOT / "testprogs" / "crash"
@@ -145,23 +146,6 @@ def gdb_multiarch() -> str:
 
 
 # -- comparing ----------------------------------------------------------------------
-
-
-def assert_matches_gdb(backtrace: Backtrace, oracle: Backtraces, *, only: set[int] | None = None):
-    ours = {thread.tid: thread for thread in backtrace.threads}
-    assert set(ours) == set(oracle), "liveunwind and gdb saw different threads"
-    for tid, frames in oracle.items():
-        if only is not None and tid not in only:
-            continue
-        thread = ours[tid]
-        got = [frame.pc for frame in thread.frames]
-        assert got == pcs(frames), (
-            f"thread {tid} ({thread.name}) differs from gdb\n"
-            f"liveunwind ({thread.stop_text}):\n"
-            + "\n".join(f"#{f.index:<3} {f.pc:#x} {f.function}" for f in thread.frames)
-            + f"\ngdb:\n{describe(frames)}"
-        )
-        assert thread.complete, f"thread {tid} stopped early: {thread.stop_text}"
 
 
 def functions(backtrace: Backtrace, index: int = 0) -> list[str | None]:
@@ -490,17 +474,6 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
         cwd="/",
         env=env,
     )
-
-
-def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int, *words: str) -> None:
-    assert result.returncode == code, result.stderr
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("liveunwind: ")
-    for word in words:
-        assert word in lines[0], lines[0]
-    assert result.stdout == ""
 
 
 def test_not_an_elf_file(tmp_path) -> None:

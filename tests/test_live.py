@@ -23,7 +23,8 @@ import pytest
 import liveunwind
 from liveunwind.frames import Backtrace, Method
 from liveunwind.targets import procfs
-from tests.oracles import Backtraces, describe, eu_stack_backtraces, gdb_backtraces, pcs
+from tests.assertions import assert_matches_gdb
+from tests.oracles import Backtraces, eu_stack_backtraces, gdb_backtraces
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,21 +40,6 @@ TEST_PROGRAMS = [
     ("cxxthrow-O0", ()),
     ("cxxthrow-O2", ()),
 ]
-
-
-def assert_matches_gdb(backtrace: Backtrace, oracle: Backtraces) -> None:
-    ours = {thread.tid: thread for thread in backtrace.threads}
-    assert set(ours) == set(oracle), "liveunwind and gdb saw different threads"
-    for tid, frames in oracle.items():
-        thread = ours[tid]
-        got = [frame.pc for frame in thread.frames]
-        assert got == pcs(frames), (
-            f"thread {tid} ({thread.name}) differs from gdb\n"
-            f"liveunwind ({thread.stop_text}):\n"
-            + "\n".join(f"#{f.index:<3} {f.pc:#x} {f.function}" for f in thread.frames)
-            + f"\ngdb:\n{describe(frames)}"
-        )
-        assert thread.complete, f"thread {tid} stopped early: {thread.stop_text}"
 
 
 def assert_agrees_with_eu_stack(backtrace: Backtrace, oracle: Backtraces) -> None:
