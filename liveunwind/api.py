@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from liveunwind.frames import Backtrace
-from liveunwind.stepper import AUTO_UNWINDERS, DEFAULT_MAX_FRAMES, Stepper, unwind_all
-from liveunwind.targets.base import AddressSpace
+from liveunwind.stepper import AUTO_UNWINDERS, DEFAULT_MAX_FRAMES
+from liveunwind.walker import Walker, WalkOptions
 
 
 def attach(
@@ -30,33 +29,11 @@ def attach(
     without it the process stays stopped for the whole walk.  Either way it
     is running again (or still stopped, if it was) before this returns.
     """
-    from liveunwind.targets.procfs import read_perf_map
-    from liveunwind.targets.ptrace import PtraceProcess
-    from liveunwind.targets.snapshot import DEFAULT_STACK_CAP, Snapshot
+    from liveunwind.session import Session
 
     options = WalkOptions(max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs))
-    timings: dict[str, float] = {}
-    started = time.perf_counter()
-    process = PtraceProcess(pid, thread_ids=list(threads) if threads else None)
-    with process:
-        stopped = time.perf_counter()
-        timings["attach"] = stopped - started
-        if snapshot:
-            space: AddressSpace = Snapshot.capture(
-                process, stack_cap=stack_cap or DEFAULT_STACK_CAP
-            )
-            timings["copy"] = time.perf_counter() - stopped
-        else:
-            space = process
-            backtrace = _walk(space, options, timings, process, read_perf_map(pid))
-        detaching = time.perf_counter()
-    resumed = process.resumed_at or time.perf_counter()
-    timings["detach"] = resumed - detaching
-    timings["freeze"] = resumed - (process.stopped_at or stopped)
-    if snapshot:
-        backtrace = _walk(space, options, timings, process, read_perf_map(pid))
-    timings["total"] = time.perf_counter() - started
-    return backtrace
+    session = Session(pid, threads=threads, options=options, snapshot=snapshot, stack_cap=stack_cap)
+    return session.backtrace()
 
 
 def open_core(
@@ -83,14 +60,15 @@ def open_core(
         from liveunwind.targets.machocore import MachOCore
 
         with MachOCore(core, tuple(search_path)) as mach_o:
-            backtrace = _walk(mach_o, options, {"open": time.perf_counter() - started}, None)
+            timings = {"open": time.perf_counter() - started}
+            backtrace = Walker(options).walk(mach_o, timings)
         backtrace.timings["total"] = time.perf_counter() - started
         return backtrace
     from liveunwind.targets.elfcore import ElfCore
 
     with ElfCore.open(core, executable, sysroot=sysroot, search_path=search_path) as space:
         timings = {"open": time.perf_counter() - started}
-        backtrace = _walk(space, options, timings, None)
+        backtrace = Walker(options).walk(space, timings)
         backtrace.crash = space.crash_info()
         backtrace.problems = sorted({*backtrace.problems, *space.problems})
     timings["total"] = time.perf_counter() - started
@@ -105,51 +83,3 @@ def _is_mach_o_core(path: str) -> bool:
     except OSError:
         return False  # ElfCore.open reports the problem in its words
     return header[:4] == b"\xcf\xfa\xed\xfe" and header[12:16] == b"\x04\x00\x00\x00"
-
-
-@dataclass(frozen=True)
-class WalkOptions:
-    """How to walk and name the frames of a target (the options every command shares)."""
-
-    max_frames: int = DEFAULT_MAX_FRAMES
-    unwinders: Sequence[str] = AUTO_UNWINDERS
-    symbols: bool = True
-    verbose: bool = False
-    #: Separate debug files are looked for here, then in the default folders.
-    debug_dirs: Sequence[str] = ()
-
-
-def _walk(
-    space: AddressSpace,
-    options: WalkOptions,
-    timings: dict[str, float],
-    process: object,
-    perf_map: str = "",
-) -> Backtrace:
-    """Unwinds and symbolizes every thread of ``space``."""
-    from liveunwind.modules.debuginfo import DEFAULT_DEBUG_DIRS
-    from liveunwind.modules.modulemap import ModuleMap
-
-    started = time.perf_counter()
-    debug_dirs = (*options.debug_dirs, *DEFAULT_DEBUG_DIRS)
-    modules = ModuleMap(space, debug_dirs=debug_dirs, perf_map=perf_map)
-    stepper = Stepper(
-        space,
-        modules,
-        unwinders=options.unwinders,
-        max_frames=options.max_frames,
-        should_stop=lambda: getattr(process, "interrupted", False),
-        verbose=options.verbose,
-    )
-    traces = unwind_all(space, space.threads(), stepper)
-    unwound = time.perf_counter()
-    timings["unwind"] = unwound - started
-    if options.symbols:
-        from liveunwind.symbolizer import symbolize
-
-        symbolize(traces, modules)
-        timings["symbolize"] = time.perf_counter() - unwound
-    problems = sorted({problem for module in modules.modules for problem in module.problems})
-    return Backtrace(
-        pid=space.pid, threads=traces, arch=space.arch.name, problems=problems, timings=timings
-    )

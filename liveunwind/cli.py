@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from liveunwind.errors import LiveUnwindError, UsageError
+
+if TYPE_CHECKING:
+    from liveunwind.frames import Backtrace
 
 EXIT_COMPLETE = 0
 EXIT_INCOMPLETE = 1
@@ -31,6 +36,16 @@ def _positive_int(text: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {text}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value >= 0:
         raise argparse.ArgumentTypeError(f"must not be negative: {text}")
     return value
 
@@ -69,6 +84,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-snapshot",
         action="store_true",
         help="keep the process stopped for the whole walk instead of unwinding a copy",
+    )
+    pid.add_argument(
+        "--repeat",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="take N backtraces, keeping what was learned about the process between them",
+    )
+    pid.add_argument(
+        "--interval",
+        type=_seconds,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait this long between --repeat backtraces (default 0)",
+    )
+    pid.add_argument(
+        "--collapsed",
+        action="store_true",
+        help="print folded stacks (thread;outer;...;inner count) over all backtraces",
     )
     pid.add_argument(
         "--stack-cap",
@@ -158,20 +192,8 @@ def _run(argv: Sequence[str] | None) -> int:
 
     unwinders = parse_unwinders(arguments.unwinder)
     if arguments.command == "pid":
-        from liveunwind.api import attach
-
-        backtrace = attach(
-            arguments.pid,
-            threads=arguments.threads,
-            max_frames=arguments.max_frames,
-            unwinders=unwinders,
-            symbols=not arguments.no_symbols,
-            snapshot=not arguments.no_snapshot,
-            stack_cap=arguments.stack_cap,
-            verbose=arguments.verbose,
-            debug_dirs=arguments.debug_dir,
-        )
-    elif arguments.command == "core":
+        return _pid_command(arguments, unwinders)
+    if arguments.command == "core":
         from liveunwind.api import open_core
 
         backtrace = open_core(
@@ -185,8 +207,53 @@ def _run(argv: Sequence[str] | None) -> int:
             verbose=arguments.verbose,
             debug_dirs=arguments.debug_dir,
         )
-    else:  # pragma: no cover - argparse allows only the commands above
-        raise UsageError(f"unknown command {arguments.command}")
+        return _print(arguments, backtrace)
+    raise UsageError(f"unknown command {arguments.command}")
+
+
+def _pid_command(arguments: argparse.Namespace, unwinders: tuple[str, ...]) -> int:
+    """``liveunwind pid``: one backtrace, or ``--repeat`` of them printed as they come."""
+    from liveunwind.report import format_collapsed
+    from liveunwind.session import Session
+    from liveunwind.walker import WalkOptions
+
+    options = WalkOptions(
+        max_frames=arguments.max_frames,
+        unwinders=unwinders,
+        symbols=not arguments.no_symbols,
+        verbose=arguments.verbose,
+        debug_dirs=tuple(arguments.debug_dir),
+    )
+    session = Session(
+        arguments.pid,
+        threads=arguments.threads,
+        options=options,
+        snapshot=not arguments.no_snapshot,
+        stack_cap=arguments.stack_cap,
+    )
+    samples = []
+    status = EXIT_COMPLETE
+    for index in range(max(arguments.repeat, 1)):
+        if index and arguments.interval:
+            time.sleep(arguments.interval)
+        backtrace = session.backtrace()
+        if arguments.collapsed:
+            samples.append(backtrace)
+            status = _stats(arguments, backtrace, status)
+        else:
+            status = max(status, _print(arguments, backtrace))
+    if arguments.collapsed:
+        sys.stdout.write(format_collapsed(samples))
+    return status
+
+
+def _stats(arguments: argparse.Namespace, backtrace: Backtrace, status: int) -> int:
+    if arguments.stats:
+        _print_stats(backtrace)
+    return max(status, EXIT_COMPLETE if backtrace.complete else EXIT_INCOMPLETE)
+
+
+def _print(arguments: argparse.Namespace, backtrace: Backtrace) -> int:
     from liveunwind.report import format_json, format_text
 
     if arguments.json:
@@ -196,9 +263,14 @@ def _run(argv: Sequence[str] | None) -> int:
             format_text(backtrace, symbols=not arguments.no_symbols, verbose=arguments.verbose)
         )
     sys.stdout.flush()
-    if arguments.stats:
-        phases = ", ".join(
-            f"{name} {seconds * 1000:.2f} ms" for name, seconds in backtrace.timings.items()
-        )
-        print(f"liveunwind: stats: {phases}", file=sys.stderr)
-    return EXIT_COMPLETE if backtrace.complete else EXIT_INCOMPLETE
+    return _stats(arguments, backtrace, EXIT_COMPLETE)
+
+
+def _print_stats(backtrace: Backtrace) -> None:
+    phases = ", ".join(
+        f"{name} {seconds * 1000:.2f} ms" for name, seconds in backtrace.timings.items()
+    )
+    frames = sum(len(thread.frames) for thread in backtrace.threads)
+    walk = backtrace.timings.get("unwind", 0.0) + backtrace.timings.get("symbolize", 0.0)
+    rate = f", {frames / walk:,.0f} frames/s" if walk else ""
+    print(f"liveunwind: stats: {phases}; {frames} frames{rate}", file=sys.stderr)

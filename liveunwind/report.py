@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 from liveunwind.frames import Backtrace, CrashInfo, Frame, ThreadBacktrace
@@ -122,3 +124,27 @@ def _frame_json(frame: Frame) -> dict[str, Any]:
 
 def format_json(backtrace: Backtrace) -> str:
     return json.dumps(to_json_document(backtrace), indent=2) + "\n"
+
+
+def format_collapsed(backtraces: Iterable[Backtrace]) -> str:
+    """Folded stacks, as flame-graph tools read them: ``thread;outer;…;inner count``.
+
+    Identical stacks of threads with the same name are counted together,
+    across every backtrace given (one per ``--repeat`` sample).
+    """
+    counts: Counter[str] = Counter()
+    for backtrace in backtraces:
+        for thread in backtrace.threads:
+            names = [_collapsed_name(frame) for frame in reversed(thread.frames)]
+            counts[";".join([thread.name or str(thread.tid), *names])] += 1
+    return "".join(f"{stack} {count}\n" for stack, count in sorted(counts.items()))
+
+
+def _collapsed_name(frame: Frame) -> str:
+    if frame.function:
+        name = frame.function
+    elif frame.module and frame.module_offset is not None:
+        name = f"{os.path.basename(frame.module)}+{frame.module_offset:#x}"
+    else:
+        name = f"{frame.pc:#x}"
+    return name.replace(";", ":").replace(" ", "_")

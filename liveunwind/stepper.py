@@ -104,6 +104,7 @@ class Stepper:
         max_frames: int = DEFAULT_MAX_FRAMES,
         should_stop: Callable[[], bool] = lambda: False,
         verbose: bool = False,
+        rule_cache: dict[tuple[str, int, int], tuple[UnwindRule, Method] | None] | None = None,
     ) -> None:
         self.space = space
         self.arch = space.arch
@@ -112,8 +113,9 @@ class Stepper:
         self.max_frames = max_frames
         self._should_stop = should_stop
         self.verbose = verbose
-        #: (source, module start, relative pc) → (rule, method), shared by all threads.
-        self._rules: dict[tuple[str, int, int], tuple[UnwindRule, Method] | None] = {}
+        #: (source, module start, relative pc) → (rule, method), shared by all threads
+        #: (and by later backtraces of the same process, while its modules stay put).
+        self._rules = {} if rule_cache is None else rule_cache
 
     # -- the walk -------------------------------------------------------------
 

@@ -1,0 +1,76 @@
+"""Warm backtraces: a Session keeps what it learned between backtraces; --repeat and --collapsed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from liveunwind.modules.modulemap import ModuleMap
+from liveunwind.session import Session
+from liveunwind.targets.ptrace import PtraceProcess
+from liveunwind.walker import WalkOptions
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_warm_backtraces_equal_cold_ones(run_program) -> None:
+    program = run_program("threads-O2")
+    session = Session(program.pid, options=WalkOptions())
+    first = session.backtrace()
+    second = session.backtrace()
+    fresh = Session(program.pid).backtrace()
+    for backtrace in (second, fresh):
+        assert [[f.pc for f in t.frames] for t in backtrace.threads] == [
+            [f.pc for f in t.frames] for t in first.threads
+        ]
+        assert [[f.function for f in t.frames] for t in backtrace.threads] == [
+            [f.function for f in t.frames] for t in first.threads
+        ]
+    assert second.complete
+
+
+def test_module_map_takes_over_unchanged_modules(run_program) -> None:
+    program = run_program("threads-O2")
+    with PtraceProcess(program.pid) as process:
+        first = ModuleMap(process)
+        assert all(module.image is not None for module in first.modules if module.path != "")
+        second = ModuleMap(process, previous=first)
+    assert [id(module) for module in second.modules] == [id(module) for module in first.modules]
+    assert second.unchanged_since == first.unchanged_since
+
+
+def test_repeat_collapsed(run_program) -> None:
+    program = run_program("threads-O2")
+    command = [sys.executable, "-m", "liveunwind", "pid", str(program.pid), "--repeat", "3"]
+    result = subprocess.run(
+        [*command, "--interval", "0.01", "--collapsed"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == len(program.threads())
+    stacks = dict(line.rsplit(" ", 1) for line in lines)
+    assert set(stacks.values()) == {"3"}
+    deep = next(stack for stack in stacks if stack.startswith("deep;"))
+    frames = deep.split(";")
+    assert frames[-3:-1] == ["block_in_nanosleep", "__nanosleep"]
+    assert [name for name in frames if name.startswith("chain_")] == [
+        f"chain_{n:02d}" for n in range(1, 31)
+    ]
+
+
+def test_repeat_prints_every_backtrace(run_program) -> None:
+    program = run_program("threads-O2")
+    result = subprocess.run(
+        [sys.executable, "-m", "liveunwind", "pid", str(program.pid), "--repeat", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count(f'Thread {program.pid} "threads-O2"') == 2
