@@ -10,7 +10,7 @@ SYSTEM_PACKAGES := gcc g++ make binutils gdb elfutils sqlite3 python3 debootstra
 	gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu \
 	qemu-user gdb-multiarch libunwind-dev clang-16 lld-16 llvm-16
 
-.PHONY: all system-deps venv testprogs sid-rootfs demo test lint clean
+.PHONY: all system-deps venv testprogs sid-rootfs demo test lint bench clean
 
 all: venv testprogs
 
@@ -50,11 +50,17 @@ demo: venv testprogs
 	@$(VPY) tools/demo.py
 
 lint: venv
-	$(VPY) -m ruff check liveunwind tests tools
-	$(VPY) -m ruff format --check liveunwind tests tools
+	$(VPY) -m ruff check liveunwind tests tools bench
+	$(VPY) -m ruff format --check liveunwind tests tools bench
 
 test: system-deps venv testprogs sid-rootfs lint
 	$(VPY) -m pytest -q -p no:cacheprovider tests
+
+# Not part of `make test`: times liveunwind against its peers (see bench/run.py)
+# and writes bench/results.json.
+bench: system-deps venv
+	$(VPY) -m pip install -q pystack py-spy
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) bench/run.py
 
 clean:
 	$(MAKE) -C testprogs clean

@@ -1,0 +1,268 @@
+"""`make bench`: liveunwind against eu-stack, gdb, pystack and py-spy, measured in one run.
+
+Targets (built or started here): a C program with 9 threads 30 frames deep,
+the same with 64 threads, python3 with 8 threads 20 Python frames deep, and a
+core of the python3 one. For each tool that applies: the wall time of the
+whole command and the freeze it caused (the longest gap a heartbeat thread
+inside the target saw), several repetitions, median and spread. Then warm
+frames per second of ``liveunwind pid --repeat``, and a check that
+liveunwind's frames equal gdb's on the C target. Prints a table and writes
+bench/results.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+#: The tools run as subprocesses; liveunwind is found in this checkout.
+ENV = dict(os.environ, PYTHONPATH=str(ROOT))
+REPETITIONS = 7
+PYTHON_TARGET = "/usr/bin/python3"
+
+
+class Target:
+    """A started benchmark target with its heartbeat file."""
+
+    def __init__(self, name: str, command: list[str], heartbeat: Path) -> None:
+        self.name = name
+        self.heartbeat = heartbeat
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        assert self.process.stdout is not None
+        if self.process.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"{name} did not start")
+        time.sleep(0.5)  # let every thread park
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def reset_gap(self) -> None:
+        with open(self.heartbeat, "r+b") as stream:
+            stream.write(struct.pack("d", 0.0))
+        time.sleep(0.02)
+
+    def longest_gap_ms(self) -> float:
+        time.sleep(0.02)
+        return struct.unpack("d", self.heartbeat.read_bytes()[:8])[0]
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+def measure(target: Target | None, command: list[str]) -> tuple[float, float | None]:
+    """(wall seconds, freeze ms or None) of one run of ``command``."""
+    if target is not None:
+        target.reset_gap()
+    started = time.perf_counter()
+    result = subprocess.run(command, capture_output=True, timeout=600, env=ENV)
+    wall = time.perf_counter() - started
+    if result.returncode not in (0, 1):
+        raise RuntimeError(f"{command[0]} failed: {result.stderr.decode()[:300]}")
+    return wall, (target.longest_gap_ms() if target is not None else None)
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+    }
+
+
+def tools_for(pid_or_core: str, kind: str, python: bool) -> dict[str, list[str]]:
+    """The command of every available tool for a live pid or a core."""
+    liveunwind = [sys.executable, "-m", "liveunwind"]
+    commands: dict[str, list[str]] = {}
+    if kind == "pid":
+        commands["liveunwind"] = [*liveunwind, "pid", pid_or_core]
+        if shutil.which("eu-stack"):
+            commands["eu-stack"] = ["eu-stack", "-p", pid_or_core]
+        if shutil.which("gdb"):
+            commands["gdb"] = [
+                "gdb",
+                "-batch",
+                "-nx",
+                "-ex",
+                "thread apply all bt",
+                "-p",
+                pid_or_core,
+            ]
+        if python and shutil.which("pystack"):
+            commands["pystack"] = ["pystack", "remote", "--native-all", pid_or_core]
+        if python and shutil.which("py-spy"):
+            commands["py-spy"] = ["py-spy", "dump", "--native", "--pid", pid_or_core]
+    else:
+        commands["liveunwind"] = [*liveunwind, "core", pid_or_core]
+        if shutil.which("eu-stack"):
+            commands["eu-stack"] = ["eu-stack", "--core", pid_or_core, "-e", PYTHON_TARGET]
+        if shutil.which("gdb"):
+            commands["gdb"] = [
+                "gdb",
+                "-batch",
+                "-nx",
+                "-ex",
+                "thread apply all bt",
+                PYTHON_TARGET,
+                pid_or_core,
+            ]
+        if shutil.which("pystack"):
+            commands["pystack"] = ["pystack", "core", "--native-all", pid_or_core, PYTHON_TARGET]
+    return commands
+
+
+def bench_scenario(name: str, target: Target | None, subject: str, kind: str, python: bool) -> dict:
+    rows = {}
+    for tool, command in tools_for(subject, kind, python).items():
+        measure(target, command)  # warm the page cache once; not counted
+        walls, freezes = [], []
+        for _ in range(REPETITIONS):
+            wall, freeze = measure(target, command)
+            walls.append(wall)
+            if freeze is not None:
+                freezes.append(freeze)
+        rows[tool] = {"wall_s": summary(walls)}
+        if freezes:
+            rows[tool]["freeze_ms"] = summary(freezes)
+    return rows
+
+
+def warm_frames_per_second(pid: int) -> float:
+    """Median frames per second of the warm backtraces of ``liveunwind pid --repeat``."""
+    command = [sys.executable, "-m", "liveunwind", "pid", str(pid), "--repeat", "30"]
+    result = subprocess.run(
+        [*command, "--collapsed", "--stats"], capture_output=True, text=True, timeout=600, env=ENV
+    )
+    rates = [
+        float(line.rsplit(" frames/s", 1)[0].rsplit(", ", 1)[1].replace(",", ""))
+        for line in result.stderr.splitlines()
+        if "frames/s" in line
+    ]
+    if len(rates) < 2:
+        raise RuntimeError(f"liveunwind --repeat failed: {result.stderr[-500:]}")
+    return statistics.median(rates[1:])
+
+
+def frames_equal_gdb(pid: int) -> bool:
+    import liveunwind
+    from tests.oracles import gdb_backtraces, pcs
+
+    ours = {t.tid: [f.pc for f in t.frames] for t in liveunwind.attach(pid).threads}
+    theirs = {tid: pcs(frames) for tid, frames in gdb_backtraces(pid).items()}
+    return ours == theirs
+
+
+def python_start_seconds() -> float:
+    walls = []
+    for _ in range(REPETITIONS):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        walls.append(time.perf_counter() - started)
+    return statistics.median(walls)
+
+
+def main() -> int:
+    work = Path(tempfile.mkdtemp(prefix="liveunwind-bench-"))
+    c_target = work / "target"
+    subprocess.run(
+        [
+            "gcc",
+            "-O2",
+            "-g",
+            "-pthread",
+            "-o",
+            str(c_target),
+            str(Path(__file__).with_name("target.c")),
+        ],
+        check=True,
+    )
+    results: dict = {
+        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores, "
+        f"Linux {platform.release()}, Python {platform.python_version()}",
+        "python_start_s": python_start_seconds(),
+        "scenarios": {},
+    }
+    scenarios = [
+        ("C, 9 threads x 30 frames", [str(c_target), "9", "30"], False),
+        ("C, 64 threads x 30 frames", [str(c_target), "64", "30"], False),
+        (
+            "python3, 8 threads x 20 Python frames",
+            [PYTHON_TARGET, str(Path(__file__).with_name("target.py")), "8", "20"],
+            True,
+        ),
+    ]
+    for name, command, python in scenarios:
+        heartbeat = work / f"heartbeat-{len(results['scenarios'])}"
+        heartbeat.write_bytes(bytes(8))
+        target = Target(name, [*command, str(heartbeat)], heartbeat)
+        try:
+            print(f"== {name} (pid {target.pid})", flush=True)
+            entry = {"tools": bench_scenario(name, target, str(target.pid), "pid", python)}
+            entry["warm_frames_per_s"] = warm_frames_per_second(target.pid)
+            if not python:
+                entry["frames_equal_gdb"] = frames_equal_gdb(target.pid)
+            results["scenarios"][name] = entry
+            if python:
+                core = work / "python.core"
+                subprocess.run(
+                    ["gdb", "-batch", "-nx", "-ex", f"gcore {core}", "-p", str(target.pid)],
+                    capture_output=True,
+                    check=True,
+                )
+                print("== core of the python3 target", flush=True)
+                results["scenarios"]["core of the python3 target"] = {
+                    "tools": bench_scenario("core", None, str(core), "core", True)
+                }
+        finally:
+            target.stop()
+    out = Path(__file__).with_name("results.json")
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(format_table(results))
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def format_table(results: dict) -> str:
+    """The results as a text table; wall-time ratios are against liveunwind in the same run."""
+    lines = [
+        f"machine: {results['machine']}",
+        f"python -c pass: {results['python_start_s'] * 1000:.0f} ms",
+        "",
+        f"{'scenario':38} {'tool':10} {'wall ms (min-max)':>20} {'freeze ms (min-max)':>22}"
+        f" {'wall/ours':>9}",
+    ]
+    for name, entry in results["scenarios"].items():
+        ours = entry["tools"]["liveunwind"]["wall_s"]["median"]
+        for tool, row in entry["tools"].items():
+            wall, freeze = row["wall_s"], row.get("freeze_ms")
+            wall_text = (
+                f"{wall['median'] * 1e3:.0f} ({wall['min'] * 1e3:.0f}-{wall['max'] * 1e3:.0f})"
+            )
+            freeze_text = (
+                f"{freeze['median']:.1f} ({freeze['min']:.1f}-{freeze['max']:.1f})"
+                if freeze
+                else "-"
+            )
+            ratio = wall["median"] / ours
+            lines.append(f"{name:38} {tool:10} {wall_text:>20} {freeze_text:>22} {ratio:>8.2f}x")
+        if "warm_frames_per_s" in entry:
+            lines.append(f"{'':38} warm repeat mode: {entry['warm_frames_per_s']:,.0f} frames/s")
+        if "frames_equal_gdb" in entry:
+            lines.append(f"{'':38} frames equal gdb's: {entry['frames_equal_gdb']}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
