@@ -225,14 +225,19 @@ class _Parser:
         finally:
             self.silent -= 1
 
+    def items(self, parse: Callable[[], None], separator: str = ", ") -> int:
+        """Parses items up to the closing ``E``, ``separator`` between them; returns how many."""
+        count = 0
+        while not self.eat("E"):
+            if count:
+                self.emit(separator)
+            parse()
+            count += 1
+        return count
+
     def generic_args(self, close: bool = True) -> None:
         """Arguments up to ``E``; the caller has written ``<`` and, if ``close``, gets ``>``."""
-        first = True
-        while not self.eat("E"):
-            if not first:
-                self.emit(", ")
-            first = False
-            self.generic_arg()
+        self.items(self.generic_arg)
         if close:
             self.emit(">")
 
@@ -282,12 +287,7 @@ class _Parser:
         elif tag == "T":
             self.pos += 1
             self.emit("(")
-            count = 0
-            while not self.eat("E"):
-                if count:
-                    self.emit(", ")
-                self.type()
-                count += 1
+            count = self.items(self.type)
             self.emit(",)" if count == 1 else ")")
         elif tag == "F":
             self.pos += 1
@@ -311,12 +311,7 @@ class _Parser:
             abi = "C" if self.eat("C") else self.undisambiguated_identifier().replace("_", "-")
             self.emit(f'extern "{abi}" ')
         self.emit("fn(")
-        count = 0
-        while not self.eat("E"):
-            if count:
-                self.emit(", ")
-            self.type()
-            count += 1
+        self.items(self.type)
         self.emit(")")
         if self.peek() == "u":
             self.pos += 1  # returns (): printed as nothing
@@ -333,12 +328,7 @@ class _Parser:
                 self.emit(" + " + self.lifetime(index))
 
     def _dyn_traits(self) -> None:
-        count = 0
-        while not self.eat("E"):
-            if count:
-                self.emit(" + ")
-            self.dyn_trait()
-            count += 1
+        self.items(self.dyn_trait, " + ")
 
     def dyn_trait(self) -> None:
         """A trait path whose associated-type bindings join its generic arguments."""
