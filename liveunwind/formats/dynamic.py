@@ -84,6 +84,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from liveunwind import linkedlist
 from liveunwind.errors import FormatError, MemoryReadError
 from liveunwind.formats.rules import CfaRule, RegisterRule, RegKind, UnwindRule
 
@@ -594,28 +595,20 @@ class DynamicRegistry:
     def _walk_libunwind(self, first: int) -> tuple[list[_Procedure], list[str]]:
         procedures: list[_Procedure] = []
         problems: list[str] = []
-        seen: set[int] = set()
-        address = first
-        while address:
-            if address in seen:
-                problems.append(f"libunwind list: cycle at entry {address:#x}")
-                break
-            if len(seen) >= MAX_LIST_ENTRIES:
-                problems.append(f"libunwind list: more than {MAX_LIST_ENTRIES} entries")
-                break
-            seen.add(address)
-            try:
-                raw = self._read(address, _INFO_SIZE)
-            except MemoryReadError as error:
-                problems.append(f"libunwind entry {address:#x}: {error}")
-                break
-            fields = _INFO.unpack(raw)
-            next_address = fields[0]
+        entries = linkedlist.walk(
+            self._read,
+            first,
+            _INFO,
+            0,
+            limit=MAX_LIST_ENTRIES,
+            label="libunwind list",
+            problems=problems,
+        )
+        for address, fields in entries:
             try:
                 procedures.append(self._libunwind_entry(address, fields, problems))
             except (MemoryReadError, FormatError) as error:
                 problems.append(f"libunwind entry {address:#x}: {error}")
-            address = next_address
         return procedures, problems
 
     def _libunwind_entry(
@@ -750,23 +743,17 @@ class DynamicRegistry:
             self._problem(f"__jit_debug_descriptor at {address:#x}: version {version}")
             return []
         objects: list[_JitObject] = []
-        seen: set[int] = set()
-        entry = first
-        while entry:
-            if entry in seen:
-                self._problem(f"GDB JIT list: cycle at entry {entry:#x}")
-                break
-            if len(seen) >= MAX_LIST_ENTRIES:
-                self._problem(f"GDB JIT list: more than {MAX_LIST_ENTRIES} entries")
-                break
-            seen.add(entry)
-            try:
-                next_entry, _prev, symfile, size = _JIT_ENTRY.unpack(
-                    self._read(entry, _JIT_ENTRY.size)
-                )
-            except MemoryReadError as error:
-                self._problem(f"GDB JIT entry {entry:#x}: {error}")
-                break
+        problems: list[str] = []
+        entries = linkedlist.walk(
+            self._read,
+            first,
+            _JIT_ENTRY,
+            0,
+            limit=MAX_LIST_ENTRIES,
+            label="GDB JIT list",
+            problems=problems,
+        )
+        for entry, (_next, _prev, symfile, size) in entries:
             try:
                 if size > MAX_JIT_OBJECT or size > budget[0]:
                     raise FormatError(f"object of {size} bytes is over the limit")
@@ -776,7 +763,8 @@ class DynamicRegistry:
                     objects.append(jit_object)
             except (MemoryReadError, FormatError) as error:
                 self._problem(f"GDB JIT entry {entry:#x}: {error}")
-            entry = next_entry
+        for problem in problems:
+            self._problem(problem)
         return objects
 
     def _jit_object(self, address: int, data: bytes) -> _JitObject | None:

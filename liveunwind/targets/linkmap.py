@@ -16,6 +16,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from liveunwind import linkedlist
 from liveunwind.arch import ReadMemory
 from liveunwind.errors import FormatError, MemoryReadError
 from liveunwind.modules.elf import PT_DYNAMIC, PT_LOAD, ElfImage
@@ -78,25 +79,19 @@ def first_link_map(read: ReadMemory, image: ElfImage, bias: int) -> int | None:
 
 def walk_link_map(read: ReadMemory, head: int) -> tuple[list[LoadedObject], list[str]]:
     """Every object on the chain starting at ``head``, and what went wrong on the way."""
-    objects: list[LoadedObject] = []
     problems: list[str] = []
-    seen: set[int] = set()
-    address = head
-    while address:
-        if address in seen:
-            problems.append(f"the link_map list loops back to {address:#x}; stopped there")
-            break
-        if len(seen) >= MAX_OBJECTS:
-            problems.append(f"the link_map list has more than {MAX_OBJECTS} entries; stopped")
-            break
-        seen.add(address)
-        try:
-            base, name_address, dynamic, following = _LINK_MAP.unpack(read(address, _LINK_MAP.size))
-        except MemoryReadError as error:
-            problems.append(f"the link_map list is cut at {address:#x}: {error}")
-            break
-        objects.append(LoadedObject(read_c_string(read, name_address), base, dynamic))
-        address = following
+    objects = [
+        LoadedObject(read_c_string(read, name_address), base, dynamic)
+        for _, (base, name_address, dynamic, _next) in linkedlist.walk(
+            read,
+            head,
+            _LINK_MAP,
+            3,
+            limit=MAX_OBJECTS,
+            label="the link_map list",
+            problems=problems,
+        )
+    ]
     return objects, problems
 
 
