@@ -156,13 +156,18 @@ def test_sigint_halfway_exits_130(run_program) -> None:
     command = [sys.executable, "-m", "liveunwind", "pid", str(program.pid)]
     command += ["--max-frames", "0", "--no-snapshot"]
     runner = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
-    time.sleep(0.3)
+    # Interrupt only once liveunwind holds the target (a first run in a fresh
+    # checkout spends a while compiling its modules before it gets there).
+    deadline = time.monotonic() + 30
+    while procfs.tracer_of(program.pid) != runner.pid and runner.poll() is None:
+        assert time.monotonic() < deadline, "liveunwind never attached"
+        time.sleep(0.001)
     runner.send_signal(signal.SIGINT)
     _, stderr = runner.communicate(timeout=60)
     if runner.returncode == 130:
         assert stderr.decode().strip() == "liveunwind: interrupted"
     else:  # it finished before the signal came
-        assert runner.returncode == 0
+        assert runner.returncode == 0, stderr.decode()
     assert procfs.tracer_of(program.pid) == 0
     _wait_state(program.pid, "S")
 
