@@ -353,39 +353,22 @@ def _op_nop(program: _Program, pos: int) -> int:
     return pos
 
 
-def _op_offset_extended(program: _Program, pos: int) -> int:
-    register, pos = program.register(pos)
-    offset, pos = program.uleb(pos)
-    program._set(register, RegisterRule(RegKind.OFFSET, offset * program.cie.data_alignment))
-    return pos
+def _op_register_at_offset(
+    kind: RegKind, signed: bool, sign: int = 1
+) -> Callable[[_Program, int], int]:
+    """A handler for the ops ``register, factored offset`` (offset_extended, val_offset, …).
 
+    They differ only in the rule they set, whether the offset is signed, and
+    (GNU_negative_offset_extended) its sign.
+    """
 
-def _op_offset_extended_sf(program: _Program, pos: int) -> int:
-    register, pos = program.register(pos)
-    offset, pos = program.sleb(pos)
-    program._set(register, RegisterRule(RegKind.OFFSET, offset * program.cie.data_alignment))
-    return pos
+    def handler(program: _Program, pos: int) -> int:
+        register, pos = program.register(pos)
+        offset, pos = program.sleb(pos) if signed else program.uleb(pos)
+        program._set(register, RegisterRule(kind, sign * offset * program.cie.data_alignment))
+        return pos
 
-
-def _op_negative_offset_extended(program: _Program, pos: int) -> int:
-    register, pos = program.register(pos)
-    offset, pos = program.uleb(pos)
-    program._set(register, RegisterRule(RegKind.OFFSET, -offset * program.cie.data_alignment))
-    return pos
-
-
-def _op_val_offset(program: _Program, pos: int) -> int:
-    register, pos = program.register(pos)
-    offset, pos = program.uleb(pos)
-    program._set(register, RegisterRule(RegKind.VAL_OFFSET, offset * program.cie.data_alignment))
-    return pos
-
-
-def _op_val_offset_sf(program: _Program, pos: int) -> int:
-    register, pos = program.register(pos)
-    offset, pos = program.sleb(pos)
-    program._set(register, RegisterRule(RegKind.VAL_OFFSET, offset * program.cie.data_alignment))
-    return pos
+    return handler
 
 
 def _op_restore_extended(program: _Program, pos: int) -> int:
@@ -494,7 +477,7 @@ _ADVANCES = {0x01: 0, 0x02: 1, 0x03: 2, 0x04: 4, 0x1D: 8}
 
 _HANDLERS: dict[int, Callable[[_Program, int], int]] = {
     0x00: _op_nop,
-    0x05: _op_offset_extended,
+    0x05: _op_register_at_offset(RegKind.OFFSET, signed=False),
     0x06: _op_restore_extended,
     0x07: _op_undefined,
     0x08: _op_same_value,
@@ -506,15 +489,15 @@ _HANDLERS: dict[int, Callable[[_Program, int], int]] = {
     0x0E: _op_def_cfa_offset,
     0x0F: _op_def_cfa_expression,
     0x10: _op_expression,
-    0x11: _op_offset_extended_sf,
+    0x11: _op_register_at_offset(RegKind.OFFSET, signed=True),
     0x12: _op_def_cfa_sf,
     0x13: _op_def_cfa_offset_sf,
-    0x14: _op_val_offset,
-    0x15: _op_val_offset_sf,
+    0x14: _op_register_at_offset(RegKind.VAL_OFFSET, signed=False),
+    0x15: _op_register_at_offset(RegKind.VAL_OFFSET, signed=True),
     0x16: _op_val_expression,
     0x2D: _op_negate_ra_state,
     0x2E: _op_args_size,
-    0x2F: _op_negative_offset_extended,
+    0x2F: _op_register_at_offset(RegKind.OFFSET, signed=False, sign=-1),
 }
 
 
