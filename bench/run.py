@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 REPETITIONS = 7
 PYTHON_TARGET = "/usr/bin/python3"
+GDB_ALL_THREADS = ["gdb", "-batch", "-nx", "-ex", "thread apply all bt"]
 
 
 class Target:
@@ -91,15 +92,7 @@ def tools_for(pid_or_core: str, kind: str, python: bool) -> dict[str, list[str]]
         if shutil.which("eu-stack"):
             commands["eu-stack"] = ["eu-stack", "-p", pid_or_core]
         if shutil.which("gdb"):
-            commands["gdb"] = [
-                "gdb",
-                "-batch",
-                "-nx",
-                "-ex",
-                "thread apply all bt",
-                "-p",
-                pid_or_core,
-            ]
+            commands["gdb"] = [*GDB_ALL_THREADS, "-p", pid_or_core]
         if python and shutil.which("pystack"):
             commands["pystack"] = ["pystack", "remote", "--native-all", pid_or_core]
         if python and shutil.which("py-spy"):
@@ -109,15 +102,7 @@ def tools_for(pid_or_core: str, kind: str, python: bool) -> dict[str, list[str]]
         if shutil.which("eu-stack"):
             commands["eu-stack"] = ["eu-stack", "--core", pid_or_core, "-e", PYTHON_TARGET]
         if shutil.which("gdb"):
-            commands["gdb"] = [
-                "gdb",
-                "-batch",
-                "-nx",
-                "-ex",
-                "thread apply all bt",
-                PYTHON_TARGET,
-                pid_or_core,
-            ]
+            commands["gdb"] = [*GDB_ALL_THREADS, PYTHON_TARGET, pid_or_core]
         if shutil.which("pystack"):
             commands["pystack"] = ["pystack", "core", "--native-all", pid_or_core, PYTHON_TARGET]
     return commands
