@@ -145,7 +145,7 @@ class ElfImage:
         names_header = raw[self._shstrndx]
         names = self.slice(names_header[4], names_header[5])
         return [
-            Section(_c_string(names, name), stype, flags, address, offset, size, link, entsize)
+            Section(c_string(names, name), stype, flags, address, offset, size, link, entsize)
             for name, stype, flags, address, offset, size, link, _info, _align, entsize in raw
         ]
 
@@ -202,8 +202,12 @@ def _align4(value: int) -> int:
     return (value + 3) & ~3
 
 
-def _c_string(table: memoryview, offset: int) -> str:
+def c_string(table: memoryview, offset: int, missing: str = "") -> str:
+    """The NUL-terminated name at ``offset`` of a string table (at most 4 KiB of it).
+
+    An offset outside the table (corrupt input) gives ``missing``.
+    """
     if offset >= len(table):
-        return ""
+        return missing
     raw = bytes(table[offset : offset + 4096])
     return raw.split(b"\0", 1)[0].decode("utf-8", "replace")

@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass
 from functools import lru_cache
 
-from liveunwind.modules.elf import ElfImage
+from liveunwind.modules.elf import ElfImage, c_string
 
 SHT_SYMTAB = 2
 SHT_DYNSYM = 11
@@ -104,19 +104,11 @@ class SymbolTable:
         size, name_offset, table_id, _rank = self._records[index]
         if size and address >= start + size:
             return None
-        name = _c_string(self._strings[table_id], name_offset)
+        name = c_string(self._strings[table_id], name_offset, missing="?")
         return SymbolMatch(name=name, offset=address - start, size=size)
 
     def __len__(self) -> int:
         return len(self._addresses)
-
-
-def _c_string(table: memoryview, offset: int) -> str:
-    if offset >= len(table):
-        return "?"
-    raw = bytes(table[offset : offset + 4096])
-    end = raw.find(b"\0")
-    return raw[: end if end >= 0 else len(raw)].decode("utf-8", "replace")
 
 
 @lru_cache(maxsize=4096)
