@@ -93,11 +93,8 @@ def install_liveunwind(work: Path) -> list[str]:
     """
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python")]
-        + ["install", "-q", "--no-deps", str(ROOT)],
-        check=True,
-    )
+    pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python")]
+    subprocess.run([*pip, "install", "-q", "--no-deps", str(ROOT)], check=True)
     return [str(venv / "bin" / "liveunwind")]
 
 
