@@ -7,9 +7,10 @@ Names are imported lazily so that ``import liveunwind`` stays cheap.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from liveunwind.api import attach, open_core
     from liveunwind.frames import Backtrace, Frame, ThreadBacktrace
 

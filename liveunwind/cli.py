@@ -10,12 +10,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from liveunwind.errors import LiveUnwindError, UsageError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from liveunwind.frames import Backtrace
 
 EXIT_COMPLETE = 0

@@ -1,8 +1,13 @@
-"""The results of a walk: frames, per-thread backtraces, and why each walk ended."""
+"""The results of a walk: frames, per-thread backtraces, and why each walk ended.
+
+The records are plain classes with ``__slots__`` rather than dataclasses:
+``dataclasses`` (with ``inspect`` behind it) and the code it generates per
+class cost more start-up time than a whole cold backtrace of a small program.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections import namedtuple
 from enum import Enum
 
 
@@ -53,30 +58,60 @@ class StopReason(Enum):
     INTERRUPTED = "interrupted"
 
 
-@dataclass(slots=True)
 class Frame:
     """One frame of a backtrace.
 
     ``module_offset`` is the pc as a link-time address of its module (pc minus
-    load bias): the number ``addr2line -e MODULE`` wants.
+    load bias): the number ``addr2line -e MODULE`` wants.  ``module``,
+    ``function`` and ``offset`` are filled in by the symbolizer.
     """
 
-    index: int
-    pc: int
-    sp: int
-    method: Method
-    cfa: int | None = None
-    module: str | None = None
-    module_offset: int | None = None
-    function: str | None = None
-    offset: int | None = None
-    #: This frame is the kernel's signal frame (sigreturn trampoline).
-    signal_frame: bool = False
-    #: ``pc`` is where execution stopped (frame 0, or code interrupted by a
-    #: signal), not a return address; lookups use ``pc`` itself, not ``pc - 1``.
-    exact_pc: bool = False
-    #: Why this frame was found the way it was (sources that failed), for --verbose.
-    notes: list[str] = field(default_factory=list)
+    __slots__ = (
+        "cfa",
+        "exact_pc",
+        "function",
+        "index",
+        "method",
+        "module",
+        "module_offset",
+        "notes",
+        "offset",
+        "pc",
+        "signal_frame",
+        "sp",
+    )
+
+    def __init__(
+        self,
+        index: int,
+        pc: int,
+        sp: int,
+        method: Method,
+        cfa: int | None = None,
+        *,
+        signal_frame: bool = False,
+        exact_pc: bool = False,
+    ) -> None:
+        self.index = index
+        self.pc = pc
+        self.sp = sp
+        self.method = method
+        self.cfa = cfa
+        self.module: str | None = None
+        self.module_offset: int | None = None
+        self.function: str | None = None
+        self.offset: int | None = None
+        #: This frame is the kernel's signal frame (sigreturn trampoline).
+        self.signal_frame = signal_frame
+        #: ``pc`` is where execution stopped (frame 0, or code interrupted by a
+        #: signal), not a return address; lookups use ``pc`` itself, not ``pc - 1``.
+        self.exact_pc = exact_pc
+        #: Why this frame was found the way it was (sources that failed), for --verbose.
+        self.notes: list[str] = []
+
+    def __repr__(self) -> str:
+        name = f" {self.function}+{self.offset:#x}" if self.function else ""
+        return f"<Frame #{self.index} {self.pc:#x}{name} {self.method.value}>"
 
     @property
     def trust(self) -> Trust:
@@ -88,17 +123,34 @@ class Frame:
         return self.pc if self.exact_pc else self.pc - 1
 
 
-@dataclass(slots=True)
 class ThreadBacktrace:
-    tid: int
-    name: str
-    frames: list[Frame]
-    stop_reason: StopReason
-    #: Details of the stop: the pc, module or address concerned.
-    stop_detail: str = ""
-    state: str = ""
-    #: Why each source failed at the last frame, for --verbose.
-    stop_notes: list[str] = field(default_factory=list)
+    """The frames of one thread, innermost first, and why the walk ended where it did."""
+
+    __slots__ = ("frames", "name", "state", "stop_detail", "stop_notes", "stop_reason", "tid")
+
+    def __init__(
+        self,
+        tid: int,
+        name: str,
+        frames: list[Frame],
+        stop_reason: StopReason,
+        stop_detail: str = "",
+        state: str = "",
+        stop_notes: list[str] | None = None,
+    ) -> None:
+        self.tid = tid
+        self.name = name
+        self.frames = frames
+        self.stop_reason = stop_reason
+        #: Details of the stop: the pc, module or address concerned.
+        self.stop_detail = stop_detail
+        #: Scheduler state from /proc (``S (sleeping)``), when known.
+        self.state = state
+        #: Why each source failed at the last frame, for --verbose.
+        self.stop_notes = stop_notes if stop_notes is not None else []
+
+    def __repr__(self) -> str:
+        return f"<ThreadBacktrace {self.tid} {len(self.frames)} frames, {self.stop_text}>"
 
     @property
     def complete(self) -> bool:
@@ -110,20 +162,26 @@ class ThreadBacktrace:
         return f"{text}: {self.stop_detail}" if self.stop_detail else text
 
 
-@dataclass(slots=True)
-class CrashInfo:
+class CrashInfo(
+    namedtuple(
+        "CrashInfo",
+        "executable arguments signal signal_name code code_name fault_address tid",
+        defaults=("", "", 0, "", 0, "", None, None),
+    )
+):
     """What a core file says about the process and the signal that ended it."""
 
-    executable: str = ""
-    arguments: str = ""
-    signal: int = 0
-    signal_name: str = ""
+    __slots__ = ()
+    executable: str
+    arguments: str
+    signal: int
+    signal_name: str
     #: ``si_code`` and its meaning for this signal (e.g. ``SEGV_MAPERR``).
-    code: int = 0
-    code_name: str = ""
-    fault_address: int | None = None
+    code: int
+    code_name: str
+    fault_address: int | None
     #: The thread that received the signal (listed first in the report).
-    tid: int | None = None
+    tid: int | None
 
     def describe(self) -> str:
         """One line: ``SIGSEGV (SEGV_MAPERR) at 0x0 in thread 1234``."""
@@ -137,18 +195,32 @@ class CrashInfo:
         return text
 
 
-@dataclass(slots=True)
 class Backtrace:
     """Every requested thread of one target at one moment."""
 
-    pid: int | None
-    threads: list[ThreadBacktrace]
-    arch: str
-    problems: list[str] = field(default_factory=list)
-    #: Seconds spent per phase (``freeze`` = how long the target was stopped).
-    timings: dict[str, float] = field(default_factory=dict)
-    #: For core files: the crash the core records.
-    crash: CrashInfo | None = None
+    __slots__ = ("arch", "crash", "pid", "problems", "threads", "timings")
+
+    def __init__(
+        self,
+        pid: int | None,
+        threads: list[ThreadBacktrace],
+        arch: str,
+        problems: list[str] | None = None,
+        timings: dict[str, float] | None = None,
+        crash: CrashInfo | None = None,
+    ) -> None:
+        self.pid = pid
+        self.threads = threads
+        self.arch = arch
+        #: What went wrong outside any one thread (unreadable files, build-id mismatches).
+        self.problems = problems if problems is not None else []
+        #: Seconds spent per phase (``freeze`` = how long the target was stopped).
+        self.timings = timings if timings is not None else {}
+        #: For core files: the crash the core records.
+        self.crash = crash
+
+    def __repr__(self) -> str:
+        return f"<Backtrace pid={self.pid} {len(self.threads)} threads {self.arch}>"
 
     @property
     def complete(self) -> bool:

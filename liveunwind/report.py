@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
-from collections.abc import Iterable
-from typing import Any
 
-from liveunwind.frames import Backtrace, CrashInfo, Frame, ThreadBacktrace
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Any
+
+    from liveunwind.frames import Backtrace, CrashInfo, Frame, ThreadBacktrace
 
 
 def format_text(backtrace: Backtrace, *, symbols: bool = True, verbose: bool = False) -> str:
@@ -123,6 +125,8 @@ def _frame_json(frame: Frame) -> dict[str, Any]:
 
 
 def format_json(backtrace: Backtrace) -> str:
+    import json  # only --json needs it; it costs several ms at start-up
+
     return json.dumps(to_json_document(backtrace), indent=2) + "\n"
 
 

@@ -8,11 +8,15 @@ learned about the process's files is kept for the next one.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 
-from liveunwind.frames import Backtrace
-from liveunwind.targets.base import AddressSpace
 from liveunwind.walker import Walker, WalkOptions
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from liveunwind.frames import Backtrace
+    from liveunwind.targets.base import AddressSpace
 
 
 class Session:

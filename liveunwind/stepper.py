@@ -8,15 +8,19 @@ return against the current registers and the target's memory.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from liveunwind.errors import FormatError, LiveUnwindError, MemoryReadError, UsageError
 from liveunwind.formats.rules import RegKind, UnwindRule
 from liveunwind.frames import Frame, Method, StopReason, ThreadBacktrace
-from liveunwind.modules.modulemap import Module, ModuleMap
-from liveunwind.strategies.scan import CallSite, ScanBudget
-from liveunwind.targets.base import AddressSpace, ThreadState
+from liveunwind.strategies.scan import ScanBudget
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from liveunwind.modules.modulemap import Module, ModuleMap
+    from liveunwind.strategies.scan import CallSite
+    from liveunwind.targets.base import AddressSpace, ThreadState
 
 #: Every unwind source the stepper knows.
 ALL_UNWINDERS = ("dynamic", "compact", "cfi", "sframe", "fp", "scan")
@@ -59,23 +63,33 @@ class _Stop(Exception):
         self.detail = detail
 
 
-@dataclass(slots=True)
 class _Step:
-    caller: dict[int, int]
-    cfa: int
-    method: Method
-    #: The caller was interrupted by a signal: its pc is exact, not a return address.
-    caller_interrupted: bool = False
+    """One step's result: the caller's registers, the CFA, and how they were found."""
+
+    __slots__ = ("caller", "caller_interrupted", "cfa", "method")
+
+    def __init__(
+        self, caller: dict[int, int], cfa: int, method: Method, caller_interrupted: bool = False
+    ) -> None:
+        self.caller = caller
+        self.cfa = cfa
+        self.method = method
+        #: The caller was interrupted by a signal: its pc is exact, not a return address.
+        self.caller_interrupted = caller_interrupted
 
 
-@dataclass(slots=True)
 class _Walk:
     """Per-thread state the strategies need."""
 
-    #: The thread's stack mapping (low, high), for frame-pointer checks.
-    stack_range: tuple[int, int] | None
-    budget: ScanBudget
-    notes: list[str] | None
+    __slots__ = ("budget", "notes", "stack_range")
+
+    def __init__(
+        self, stack_range: tuple[int, int] | None, budget: ScanBudget, notes: list[str] | None
+    ) -> None:
+        #: The thread's stack mapping (low, high), for frame-pointer checks.
+        self.stack_range = stack_range
+        self.budget = budget
+        self.notes = notes
 
 
 class _Context:

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
-
-from liveunwind.frames import Frame, ThreadBacktrace
-from liveunwind.modules.modulemap import ModuleMap
 from liveunwind.modules.symbols import demangle
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from liveunwind.formats.dynamic import DynamicRegistry
+    from liveunwind.frames import Frame, ThreadBacktrace
+    from liveunwind.modules.modulemap import ModuleMap
 
 
 def symbolize(threads: Iterable[ThreadBacktrace], modules: ModuleMap) -> None:

@@ -9,29 +9,37 @@ first.  Caches keyed by module are dropped when the process's modules change.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections import namedtuple
 
-from liveunwind.formats.rules import UnwindRule
-from liveunwind.frames import Backtrace, Method
+from liveunwind.frames import Backtrace
 from liveunwind.stepper import AUTO_UNWINDERS, DEFAULT_MAX_FRAMES, Stepper, unwind_all
-from liveunwind.targets.base import AddressSpace
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from liveunwind.formats.rules import UnwindRule
+    from liveunwind.frames import Method
     from liveunwind.modules.modulemap import ModuleMap
+    from liveunwind.targets.base import AddressSpace
 
 
-@dataclass(frozen=True)
-class WalkOptions:
+class WalkOptions(
+    namedtuple(
+        "WalkOptions",
+        "max_frames unwinders symbols verbose debug_dirs",
+        defaults=(DEFAULT_MAX_FRAMES, AUTO_UNWINDERS, True, False, ()),
+    )
+):
     """How to walk and name the frames of a target (the options every command shares)."""
 
-    max_frames: int = DEFAULT_MAX_FRAMES
-    unwinders: Sequence[str] = AUTO_UNWINDERS
-    symbols: bool = True
-    verbose: bool = False
+    __slots__ = ()
+    max_frames: int
+    unwinders: Sequence[str]
+    symbols: bool
+    verbose: bool
     #: Separate debug files are looked for here, then in the default folders.
-    debug_dirs: Sequence[str] = ()
+    debug_dirs: Sequence[str]
 
 
 class Walker:

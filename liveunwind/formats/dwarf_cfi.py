@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_right
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Literal
+from collections import namedtuple
 
 from liveunwind.errors import FormatError
 from liveunwind.formats import leb128
@@ -33,8 +31,13 @@ from liveunwind.formats.rules import (
     UnwindRule,
 )
 
-SectionKind = Literal["eh_frame", "debug_frame"]
-ByteOrder = Literal["little", "big"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from typing import Literal
+
+    SectionKind = Literal["eh_frame", "debug_frame"]
+    ByteOrder = Literal["little", "big"]
 
 # DW_EH_PE pointer encodings (LSB 4.1 "DWARF Extensions"): value format in the
 # low nibble, application in bits 4-6, "indirect" in bit 7.
@@ -73,10 +76,17 @@ def _struct(byte_order: ByteOrder, size: int, signed: bool) -> struct.Struct:
     return found
 
 
-@dataclass(frozen=True, slots=True)
-class Cie:
+class Cie(
+    namedtuple(
+        "Cie",
+        "offset version augmentation code_alignment data_alignment return_address_register"
+        " address_size segment_size fde_encoding lsda_encoding personality personality_indirect"
+        " signal_frame has_augmentation_data program_start program_end",
+    )
+):
     """A Common Information Entry: what the FDEs sharing it have in common."""
 
+    __slots__ = ()
     offset: int
     version: int
     augmentation: str
@@ -100,10 +110,10 @@ class Cie:
     program_end: int
 
 
-@dataclass(frozen=True, slots=True)
-class Fde:
+class Fde(namedtuple("Fde", "offset pc_begin pc_end cie lsda program_start program_end")):
     """A Frame Description Entry: the CFA program of one address range."""
 
+    __slots__ = ()
     offset: int
     pc_begin: int
     pc_end: int
@@ -182,16 +192,33 @@ class _Pointers:
         return base
 
 
-@dataclass(slots=True)
 class _State:
     """The mutable row of the CFA program: the CFA rule and register rules so far."""
 
-    cfa_register: int
-    cfa_offset: int
-    cfa_expression: bytes
-    registers: dict[int, RegisterRule]
-    ra_signed: bool
-    args_size: int
+    __slots__ = (
+        "args_size",
+        "cfa_expression",
+        "cfa_offset",
+        "cfa_register",
+        "ra_signed",
+        "registers",
+    )
+
+    def __init__(
+        self,
+        cfa_register: int,
+        cfa_offset: int,
+        cfa_expression: bytes,
+        registers: dict[int, RegisterRule],
+        ra_signed: bool,
+        args_size: int,
+    ) -> None:
+        self.cfa_register = cfa_register
+        self.cfa_offset = cfa_offset
+        self.cfa_expression = cfa_expression
+        self.registers = registers
+        self.ra_signed = ra_signed
+        self.args_size = args_size
 
     def copy(self) -> _State:
         return _State(
@@ -702,10 +729,10 @@ class CfiTable:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class _EntryHeader:
+class _EntryHeader(namedtuple("_EntryHeader", "offset content end is_cie cie_offset")):
     """Where an entry's parts are: content after the id field, end, CIE or FDE."""
 
+    __slots__ = ()
     offset: int
     content: int
     end: int

@@ -4,18 +4,22 @@ Every format (DWARF CFI, SFrame, compact unwind, dynamic registration)
 compiles what it knows about one pc into an :class:`UnwindRule`.  The stepper
 executes rules without knowing where they came from.  Register numbers are the
 architecture's DWARF numbers (see :mod:`liveunwind.arch`).  Rules are
-immutable so they can be cached by (module, module-relative pc).
+immutable so they can be cached by (module, module-relative pc): named
+tuples, which cost next to nothing to define at start-up (dataclasses do).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections import namedtuple
 from enum import Enum
 
-#: Renders a register number, and a DWARF expression, for diagnostics.
-RegisterNamer = Callable[[int], str]
-ExpressionNamer = Callable[[bytes], str]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    #: Renders a register number, and a DWARF expression, for diagnostics.
+    RegisterNamer = Callable[[int], str]
+    ExpressionNamer = Callable[[bytes], str]
 
 
 def _opaque(expression: bytes) -> str:
@@ -34,14 +38,16 @@ class RegKind(Enum):
     VAL_EXPRESSION = "val_expression"  # the value is what the expression computes
 
 
-@dataclass(frozen=True, slots=True)
-class RegisterRule:
-    """One register's recovery rule."""
+class RegisterRule(
+    namedtuple("RegisterRule", "kind offset register expression", defaults=(0, -1, b""))
+):
+    """One register's recovery rule: a :class:`RegKind`, with its offset, register or expression."""
 
+    __slots__ = ()
     kind: RegKind
-    offset: int = 0
-    register: int = -1
-    expression: bytes = b""
+    offset: int
+    register: int
+    expression: bytes
 
     def describe(
         self, register_name: RegisterNamer = str, expression_text: ExpressionNamer = _opaque
@@ -67,13 +73,13 @@ SAME_VALUE = RegisterRule(RegKind.SAME)
 UNDEFINED = RegisterRule(RegKind.UNDEFINED)
 
 
-@dataclass(frozen=True, slots=True)
-class CfaRule:
+class CfaRule(namedtuple("CfaRule", "register offset expression", defaults=(-1, 0, b""))):
     """How to compute the canonical frame address: register + offset, or an expression."""
 
-    register: int = -1
-    offset: int = 0
-    expression: bytes = b""
+    __slots__ = ()
+    register: int
+    offset: int
+    expression: bytes
 
     @property
     def is_expression(self) -> bool:
@@ -88,8 +94,13 @@ class CfaRule:
         return f"{register_name(self.register)}{self.offset:+d}"
 
 
-@dataclass(frozen=True, slots=True)
-class UnwindRule:
+class UnwindRule(
+    namedtuple(
+        "UnwindRule",
+        "cfa registers return_address_register signal_frame ra_signed args_size start end",
+        defaults=(False, False, 0, 0, 0),
+    )
+):
     """Everything needed to step from one frame to its caller at one pc.
 
     ``registers`` lists only registers with an explicit rule, as sorted
@@ -99,17 +110,18 @@ class UnwindRule:
     otherwise.
     """
 
+    __slots__ = ()
     cfa: CfaRule
     registers: tuple[tuple[int, RegisterRule], ...]
     return_address_register: int
-    signal_frame: bool = False
+    signal_frame: bool
     #: aarch64: the return address is signed with pointer authentication.
-    ra_signed: bool = False
+    ra_signed: bool
     #: DW_CFA_GNU_args_size in effect (bytes pushed for outgoing arguments).
-    args_size: int = 0
+    args_size: int
     #: Where the covering entry starts and ends (module-relative), for reports.
-    start: int = 0
-    end: int = 0
+    start: int
+    end: int
 
     def rule_for(self, register: int) -> RegisterRule:
         for number, rule in self.registers:

@@ -9,7 +9,7 @@ build-id, so this reader slices them straight out of the buffer with
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from collections import namedtuple
 from functools import cached_property
 
 from liveunwind.errors import FormatError
@@ -25,8 +25,10 @@ SHT_NOBITS = 8
 _MAX_HEADERS = 65535
 
 
-@dataclass(frozen=True, slots=True)
-class ProgramHeader:
+class ProgramHeader(namedtuple("ProgramHeader", "type flags offset vaddr filesz memsz align")):
+    """One program header: a segment of the image."""
+
+    __slots__ = ()
     type: int
     flags: int
     offset: int
@@ -36,8 +38,10 @@ class ProgramHeader:
     align: int
 
 
-@dataclass(frozen=True, slots=True)
-class Section:
+class Section(namedtuple("Section", "name type flags address offset size link entsize")):
+    """One section header, its name resolved."""
+
+    __slots__ = ()
     name: str
     type: int
     flags: int

@@ -9,20 +9,23 @@ from __future__ import annotations
 import bisect
 import mmap
 import os
-from collections.abc import Sequence
 from functools import cached_property
-from typing import TYPE_CHECKING, Literal, Protocol
 
 from liveunwind.errors import FormatError, LiveUnwindError
 from liveunwind.modules.debuginfo import DEFAULT_DEBUG_DIRS
 from liveunwind.modules.elf import PT_GNU_EH_FRAME, PT_GNU_SFRAME, ElfImage
-from liveunwind.targets.base import AddressSpace, Mapping
+from liveunwind.targets.base import Mapping
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Literal, Protocol
+
     from liveunwind.formats.dynamic import DynamicRegistry
     from liveunwind.formats.rules import UnwindRule
     from liveunwind.modules.debuginfo import DebugFile
     from liveunwind.modules.symbols import SymbolMatch, SymbolTable
+    from liveunwind.targets.base import AddressSpace
 
 #: Largest in-memory image (vDSO, JIT object) read from target memory.
 _MAX_MEMORY_IMAGE = 64 << 20
@@ -38,8 +41,12 @@ class UnwindSource:
         self.rule_for = table.rule_for
 
 
-class UnwindTable(Protocol):
-    def rule_for(self, pc: int) -> UnwindRule | None: ...
+if TYPE_CHECKING:
+
+    class UnwindTable(Protocol):
+        """A decoded unwind section: CfiTable, SFrameSection, a compact-unwind table…"""
+
+        def rule_for(self, pc: int) -> UnwindRule | None: ...
 
 
 class Module:

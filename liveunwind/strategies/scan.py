@@ -31,8 +31,8 @@ variants ``BLRAA``/``BLRAB Xn, Xm`` and ``BLRAAZ``/``BLRABZ Xn``.
 from __future__ import annotations
 
 import struct
+from collections import namedtuple
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 from liveunwind.arch import Arch
 from liveunwind.errors import MemoryReadError
@@ -48,10 +48,10 @@ _X86_LONGEST_CALL = 7
 _PAGE = 4096
 
 
-@dataclass(frozen=True, slots=True)
-class CallSite:
+class CallSite(namedtuple("CallSite", "address target")):
     """A call instruction that ends at a return address."""
 
+    __slots__ = ()
     #: Address of the opcode (after any prefixes).
     address: int
     #: The address called, for direct calls; None for indirect ones.

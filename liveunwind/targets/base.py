@@ -8,23 +8,28 @@ exactly as it was found after it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import BinaryIO, Protocol
+from collections import namedtuple
 
-from liveunwind.arch import Arch
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import BinaryIO, Protocol
+
+    from liveunwind.arch import Arch
 
 
-@dataclass(frozen=True, slots=True)
-class Mapping:
+class Mapping(
+    namedtuple("Mapping", "start end perms offset inode path device", defaults=("00:00",))
+):
     """One line of ``/proc/PID/maps`` (or its equivalent in a core)."""
 
+    __slots__ = ()
     start: int
     end: int
     perms: str
     offset: int
     inode: int
     path: str
-    device: str = "00:00"
+    device: str
 
     @property
     def readable(self) -> bool:
@@ -47,39 +52,57 @@ class Mapping:
         return self.start <= address < self.end
 
 
-@dataclass(slots=True)
 class ThreadState:
     """A thread as seen when the target was stopped."""
 
-    tid: int
-    name: str
-    registers: dict[int, int]
-    #: Scheduler state letter and word from /proc (``S (sleeping)``), if known.
-    state: str = ""
-    #: Signal pending delivery when we stopped it, re-injected on detach.
-    pending_signal: int = 0
-    extra: dict[str, object] = field(default_factory=dict)
+    __slots__ = ("name", "pending_signal", "registers", "state", "tid")
+
+    def __init__(
+        self,
+        tid: int,
+        name: str,
+        registers: dict[int, int],
+        state: str = "",
+        pending_signal: int = 0,
+    ) -> None:
+        self.tid = tid
+        self.name = name
+        #: DWARF register number → value.
+        self.registers = registers
+        #: Scheduler state letter and word from /proc (``S (sleeping)``), if known.
+        self.state = state
+        #: Signal pending delivery when we stopped it, re-injected on detach.
+        self.pending_signal = pending_signal
+
+    def __repr__(self) -> str:
+        return f"<ThreadState {self.tid} {self.name!r} {self.state}>"
 
 
-class AddressSpace(Protocol):
-    """What the module map, the stepper and the report may ask of a target."""
+if TYPE_CHECKING:
 
-    arch: Arch
-    #: Process id, or None when the target is not a process (nor a core of one).
-    pid: int | None
+    class AddressSpace(Protocol):
+        """What the module map, the stepper and the report may ask of a target.
 
-    def read(self, address: int, size: int) -> bytes:
-        """``size`` bytes at ``address``; raises MemoryReadError naming the address."""
-        ...
+        A protocol for type checkers only: targets do not inherit from it, and
+        defining it at run time would cost the ``typing`` import at start-up.
+        """
 
-    def mappings(self) -> list[Mapping]:
-        """Memory mappings sorted by start address."""
-        ...
+        arch: Arch
+        #: Process id, or None when the target is not a process (nor a core of one).
+        pid: int | None
 
-    def threads(self) -> list[ThreadState]:
-        """Every thread with the registers it had when the target was stopped."""
-        ...
+        def read(self, address: int, size: int) -> bytes:
+            """``size`` bytes at ``address``; raises MemoryReadError naming the address."""
+            ...
 
-    def open_mapped_file(self, mapping: Mapping) -> BinaryIO | None:
-        """The file behind a file-backed mapping, as the target sees it, or None."""
-        ...
+        def mappings(self) -> list[Mapping]:
+            """Memory mappings sorted by start address."""
+            ...
+
+        def threads(self) -> list[ThreadState]:
+            """Every thread with the registers it had when the target was stopped."""
+            ...
+
+        def open_mapped_file(self, mapping: Mapping) -> BinaryIO | None:
+            """The file behind a file-backed mapping, as the target sees it, or None."""
+            ...

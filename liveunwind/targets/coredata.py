@@ -19,9 +19,12 @@ from __future__ import annotations
 import os
 import stat
 from collections import OrderedDict
-from typing import BinaryIO, Protocol
 
 from liveunwind.errors import CoreFileError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import BinaryIO, Protocol
 
 #: Bytes per cached block of a compressed core.
 BLOCK_SIZE = 1 << 20
@@ -32,19 +35,21 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _XZ_MAGIC = b"\xfd7zXZ\x00"
 
 
-class CoreData(Protocol):
-    """The bytes of a core, by file offset."""
+if TYPE_CHECKING:
 
-    #: What the core is called in messages (its path).
-    name: str
-    #: Its (decompressed) size when known without reading it all, else None.
-    size: int | None
+    class CoreData(Protocol):
+        """The bytes of a core, by file offset (a protocol for type checkers only)."""
 
-    def read_at(self, offset: int, size: int) -> bytes:
-        """Up to ``size`` bytes at ``offset``; shorter only at the end of the data."""
-        ...
+        #: What the core is called in messages (its path).
+        name: str
+        #: Its (decompressed) size when known without reading it all, else None.
+        size: int | None
 
-    def close(self) -> None: ...
+        def read_at(self, offset: int, size: int) -> bytes:
+            """Up to ``size`` bytes at ``offset``; shorter only at the end of the data."""
+            ...
+
+        def close(self) -> None: ...
 
 
 class PlainCoreData:

@@ -11,7 +11,7 @@ is too short is skipped with a problem, never trusted.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from collections import namedtuple
 
 NT_PRSTATUS = 1
 NT_PRPSINFO = 3
@@ -66,49 +66,52 @@ _FAULT_CODES = {
 }  # fmt: skip
 
 
-@dataclass(slots=True)
-class ThreadNote:
+class ThreadNote(namedtuple("ThreadNote", "tid signal raw_registers")):
     """One NT_PRSTATUS: a thread's id, current signal and raw ``pr_reg`` bytes."""
 
+    __slots__ = ()
     tid: int
     signal: int
     raw_registers: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class FileEntry:
+class FileEntry(namedtuple("FileEntry", "start end offset path")):
     """One NT_FILE entry: a file mapped at [start, end) from byte ``offset``."""
 
+    __slots__ = ()
     start: int
     end: int
     offset: int
     path: str
 
 
-@dataclass(slots=True)
-class SignalNote:
+class SignalNote(namedtuple("SignalNote", "signal code fault_address")):
     """The NT_SIGINFO of the thread that received the fatal signal."""
 
+    __slots__ = ()
     signal: int
     code: int
     #: ``si_addr`` for kernel-generated faults, else None.
     fault_address: int | None
 
 
-@dataclass(slots=True)
 class CoreNotes:
-    """Everything the notes of one core say."""
+    """Everything the notes of one core say; filled in note by note."""
 
-    threads: list[ThreadNote] = field(default_factory=list)
-    pid: int | None = None
-    #: ``pr_fname``: the process name (at most 15 bytes, as ``comm``).
-    name: str = ""
-    #: ``pr_psargs``: the command line, cut at 79 bytes by the kernel.
-    arguments: str = ""
-    signal: SignalNote | None = None
-    auxv: dict[int, int] = field(default_factory=dict)
-    files: list[FileEntry] | None = None
-    problems: list[str] = field(default_factory=list)
+    __slots__ = ("arguments", "auxv", "files", "name", "pid", "problems", "signal", "threads")
+
+    def __init__(self) -> None:
+        self.threads: list[ThreadNote] = []
+        self.pid: int | None = None
+        #: ``pr_fname``: the process name (at most 15 bytes, as ``comm``).
+        self.name = ""
+        #: ``pr_psargs``: the command line, cut at 79 bytes by the kernel.
+        self.arguments = ""
+        self.signal: SignalNote | None = None
+        self.auxv: dict[int, int] = {}
+        #: NT_FILE's entries, or None when the core has no NT_FILE note.
+        self.files: list[FileEntry] | None = None
+        self.problems: list[str] = []
 
 
 def iterate_notes(data: bytes) -> list[tuple[bytes, int, bytes]]:

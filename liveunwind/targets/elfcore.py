@@ -19,12 +19,9 @@ NT_PRPSINFO and the thread that received the fatal signal is listed first
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import os
 import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import BinaryIO
 
 from liveunwind.arch import Arch, arch_by_elf_machine
 from liveunwind.errors import CoreFileError, FormatError, MemoryReadError, UsageError
@@ -33,7 +30,7 @@ from liveunwind.modules.elf import PT_DYNAMIC, PT_LOAD, PT_NOTE, ElfImage
 from liveunwind.modules.filefinder import FileFinder, FoundFile, open_image
 from liveunwind.targets import corenotes, linkmap
 from liveunwind.targets.base import Mapping, ThreadState
-from liveunwind.targets.coredata import CoreData, open_core_data
+from liveunwind.targets.coredata import open_core_data
 from liveunwind.targets.corenotes import (
     AT_BASE,
     AT_ENTRY,
@@ -43,6 +40,12 @@ from liveunwind.targets.corenotes import (
     AT_SYSINFO_EHDR,
     CoreNotes,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import BinaryIO
+
+    from liveunwind.targets.coredata import CoreData
 
 ET_CORE = 4
 _ELF_TYPES = {0: "an ELF file of no type", 1: "a relocatable object", 2: "an executable",
@@ -59,17 +62,28 @@ _PN_XNUM = 0xFFFF
 _UNKNOWN_PERMS = "?"
 
 
-@dataclass(slots=True)
 class _Segment:
     """One PT_LOAD of the core: ``available`` of its ``filesz`` bytes are really in the file."""
 
-    index: int
-    vaddr: int
-    memsz: int
-    offset: int
-    filesz: int
-    flags: int
-    available: int
+    __slots__ = ("available", "filesz", "flags", "index", "memsz", "offset", "vaddr")
+
+    def __init__(
+        self,
+        index: int,
+        vaddr: int,
+        memsz: int,
+        offset: int,
+        filesz: int,
+        flags: int,
+        available: int,
+    ) -> None:
+        self.index = index
+        self.vaddr = vaddr
+        self.memsz = memsz
+        self.offset = offset
+        self.filesz = filesz
+        self.flags = flags
+        self.available = available
 
     @property
     def end(self) -> int:
@@ -268,7 +282,7 @@ class ElfCore:
             found = self._file_for(mapping.path)
             flags = None if found is None else _segment_flags(found.image, mapping.offset)
             perms = "r--p" if flags is None else _perms(flags)
-            self._mappings[index] = dataclasses.replace(mapping, perms=perms)
+            self._mappings[index] = mapping._replace(perms=perms)
 
     def _mappings_from_link_map(self, vdso: int | None) -> list[Mapping]:
         """QEMU and some gdb cores: the executable from auxv, libraries from link_map."""
@@ -314,7 +328,7 @@ class ElfCore:
             if not loaded.name and loaded.base and loaded.base == self.notes.auxv.get(AT_BASE):
                 # The dynamic linker's l_name points into the executable's PT_INTERP,
                 # in read-only memory that QEMU does not dump.
-                loaded = dataclasses.replace(loaded, name=_interpreter(image))
+                loaded = loaded._replace(name=_interpreter(image))
             if not loaded.name or loaded.base == vdso or loaded.base == bias:
                 continue  # the executable itself, and the vDSO (it has no file)
             found = self._file_for(loaded.name, check=_dynamic_check(loaded, self.arch))
@@ -501,18 +515,17 @@ class ElfCore:
     def crash_info(self) -> CrashInfo:
         """What the core says about the process and the signal that ended it."""
         signal = self._crash_signal()
-        info = CrashInfo(
+        siginfo = self.notes.signal
+        return CrashInfo(
             executable=self._core_executable or self.notes.name,
             arguments=self.notes.arguments,
             signal=signal,
             signal_name=corenotes.signal_name(signal) if signal else "",
+            code=siginfo.code if siginfo else 0,
+            code_name=corenotes.code_name(signal, siginfo.code) if siginfo else "",
+            fault_address=siginfo.fault_address if siginfo else None,
             tid=self.notes.threads[0].tid,
         )
-        if self.notes.signal is not None:
-            info.code = self.notes.signal.code
-            info.code_name = corenotes.code_name(signal, info.code)
-            info.fault_address = self.notes.signal.fault_address
-        return info
 
     # -- memory -----------------------------------------------------------------
 

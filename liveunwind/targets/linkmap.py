@@ -14,7 +14,7 @@ headers, so the rest of liveunwind sees the same kind of mappings as from
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from collections import namedtuple
 
 from liveunwind import linkedlist
 from liveunwind.arch import ReadMemory
@@ -36,10 +36,10 @@ _R_MAP = 8
 _LINK_MAP = struct.Struct("<QQQQ")
 
 
-@dataclass(frozen=True, slots=True)
-class LoadedObject:
+class LoadedObject(namedtuple("LoadedObject", "name base dynamic")):
     """One entry of the dynamic linker's list."""
 
+    __slots__ = ()
     name: str
     #: ``l_addr``: the load bias (runtime minus link-time addresses).
     base: int

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
+from collections import namedtuple
 
 from liveunwind.errors import NoSuchProcessError
 from liveunwind.targets.base import Mapping
@@ -36,10 +36,10 @@ def parse_maps(text: str) -> list[Mapping]:
     return mappings
 
 
-@dataclass(frozen=True, slots=True)
-class TaskStat:
+class TaskStat(namedtuple("TaskStat", "name state flags")):
     """The few fields of /proc/PID/task/TID/stat that liveunwind uses."""
 
+    __slots__ = ()
     name: str
     state: str
     flags: int

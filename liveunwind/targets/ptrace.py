@@ -17,7 +17,6 @@ import os
 import signal
 import stat
 import time
-from typing import BinaryIO
 
 from liveunwind.arch import Arch, host_arch
 from liveunwind.errors import (
@@ -31,6 +30,9 @@ from liveunwind.errors import (
 from liveunwind.targets import procfs, syscalls
 from liveunwind.targets.base import Mapping, ThreadState
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import BinaryIO
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 _DEFERRED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 #: Rounds of "list /proc/PID/task, seize the new ones" before giving up on a

@@ -12,26 +12,30 @@ the stepper reads only for unusual frames (e.g. a stack switched by
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
-from typing import BinaryIO
 
 from liveunwind.errors import MemoryReadError
 from liveunwind.targets import syscalls
-from liveunwind.targets.base import Mapping, ThreadState
-from liveunwind.targets.ptrace import PtraceProcess
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import BinaryIO
+
+    from liveunwind.targets.base import Mapping, ThreadState
+    from liveunwind.targets.ptrace import PtraceProcess
 
 #: Default cap on the bytes copied per thread stack.
 DEFAULT_STACK_CAP = 16 << 20
 
 
-@dataclass(frozen=True, slots=True)
 class StackCopy:
-    start: int
-    data: bytes
+    """The bytes of target memory from ``start`` on, as they were at the snapshot."""
 
-    @property
-    def end(self) -> int:
-        return self.start + len(self.data)
+    __slots__ = ("data", "end", "start")
+
+    def __init__(self, start: int, data: bytes) -> None:
+        self.start = start
+        self.data = data
+        self.end = start + len(data)
 
 
 class Snapshot:
