@@ -7,15 +7,16 @@ thread's walk ended early, 2 the target could not be used, 64 usage error,
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
+from liveunwind.cliparse import Command, HelpRequested, Option, Positional, parse
 from liveunwind.errors import LiveUnwindError, UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from types import SimpleNamespace
 
     from liveunwind.frames import Backtrace
 
@@ -24,20 +25,13 @@ EXIT_INCOMPLETE = 1
 EXIT_INTERRUPTED = 130
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is a LiveUnwindError (exit 64), not exit 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(message)
-
-
-def _positive_int(text: str) -> int:
+def _count(text: str) -> int:
     try:
         value = int(text, 0)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        raise ValueError(f"not a number: {text!r}") from None
     if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {text}")
+        raise ValueError(f"must not be negative: {text}")
     return value
 
 
@@ -45,9 +39,9 @@ def _seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+        raise ValueError(f"not a number of seconds: {text!r}") from None
     if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {text}")
+        raise ValueError(f"must not be negative: {text}")
     return value
 
 
@@ -55,9 +49,9 @@ def _pid(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a process id: {text!r}") from None
+        raise ValueError(f"not a process id: {text!r}") from None
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"not a process id: {text}")
+        raise ValueError(f"not a process id: {text}")
     return value
 
 
@@ -65,107 +59,117 @@ def _address(text: str) -> int:
     try:
         return int(text, 16) if not text.isdigit() or text.startswith("0") else int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not an address: {text!r}") from None
+        raise ValueError(f"not an address: {text!r}") from None
 
 
 def _tid_list(text: str) -> list[int]:
     return [_pid(part) for part in text.split(",") if part.strip()]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="liveunwind",
-        description="Native backtraces of Linux processes, saying how each frame was found.",
-    )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    pid = commands.add_parser("pid", help="backtrace every thread of a running process")
-    pid.add_argument("pid", type=_pid, help="process id")
-    pid.add_argument("--threads", type=_tid_list, metavar="TID,...", help="only these threads")
-    pid.add_argument(
-        "--no-snapshot",
-        action="store_true",
-        help="keep the process stopped for the whole walk instead of unwinding a copy",
-    )
-    pid.add_argument(
-        "--repeat",
-        type=_positive_int,
-        default=1,
-        metavar="N",
-        help="take N backtraces, keeping what was learned about the process between them",
-    )
-    pid.add_argument(
-        "--interval",
-        type=_seconds,
-        default=0.0,
-        metavar="SECONDS",
-        help="wait this long between --repeat backtraces (default 0)",
-    )
-    pid.add_argument(
-        "--collapsed",
-        action="store_true",
-        help="print folded stacks (thread;outer;...;inner count) over all backtraces",
-    )
-    pid.add_argument(
-        "--stack-cap",
-        type=_positive_int,
-        metavar="BYTES",
-        help="bytes of each thread stack to copy (default 16 MiB)",
-    )
-    _add_walk_options(pid)
-    core = commands.add_parser("core", help="backtrace every thread recorded in a core file")
-    core.add_argument("core", help="the core file (.gz and .xz are read as they are)")
-    core.add_argument("executable", nargs="?", help="the program that dumped it")
-    core.add_argument("--sysroot", metavar="DIR", help="look for the core's files under DIR")
-    core.add_argument(
-        "--search-path",
-        metavar="DIR[:DIR...]",
-        default="",
-        help="folders to look for the core's executable and libraries in, by name",
-    )
-    _add_walk_options(core)
-    info = commands.add_parser(
-        "unwind-info", help="print the unwind tables of a binary, or the rule at one address"
-    )
-    info.add_argument("file", help="an ELF executable, library or object")
-    info.add_argument("--format", choices=("cfi", "sframe", "compact"), help="only this format")
-    info.add_argument(
-        "--pc", type=_address, metavar="ADDR", help="show only the rule at this link-time address"
-    )
-    return parser
-
-
-def _add_walk_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--max-frames",
-        type=_positive_int,
-        default=256,
-        metavar="N",
-        help="stop each walk after N frames (default 256, 0 = no limit)",
-    )
-    parser.add_argument(
-        "--unwinder",
-        default="auto",
-        metavar="LIST",
-        help=(
-            "unwind sources to use, in order: auto (= cfi,sframe,fp,scan), or a list of "
-            "dynamic, compact, cfi, sframe, fp, scan"
+def _walk_options() -> list[Option]:
+    """The options of every command that walks stacks."""
+    return [
+        Option(
+            "--max-frames",
+            "stop each walk after N frames (default 256, 0 = no limit)",
+            convert=_count,
+            default=256,
+            metavar="N",
         ),
+        Option(
+            "--unwinder",
+            "unwind sources to use, in order: auto (= dynamic,compact,cfi,sframe,fp,scan), "
+            "or a comma-separated list of those",
+            default="auto",
+            metavar="LIST",
+        ),
+        Option("--verbose", "explain under each frame why a fallback was used", value=False),
+        Option(
+            "--debug-dir",
+            "also look for separate debug files here (before /usr/lib/debug); repeatable",
+            metavar="DIR",
+            repeat=True,
+        ),
+        Option("--json", "print one JSON document", value=False),
+        Option("--no-symbols", "do not look up function names", value=False),
+        Option("--stats", "print time spent per phase (and the freeze) to stderr", value=False),
+    ]
+
+
+def commands() -> list[Command]:
+    """What ``liveunwind`` accepts."""
+    pid = Command(
+        "pid",
+        "backtrace every thread of a running process",
+        [Positional("pid", "process id", convert=_pid)],
+        [
+            Option("--threads", "only these threads", convert=_tid_list, metavar="TID,..."),
+            Option(
+                "--no-snapshot",
+                "keep the process stopped for the whole walk instead of unwinding a copy",
+                value=False,
+            ),
+            Option(
+                "--repeat",
+                "take N backtraces, keeping what was learned about the process between them",
+                convert=_count,
+                default=1,
+                metavar="N",
+            ),
+            Option(
+                "--interval",
+                "wait this long between --repeat backtraces (default 0)",
+                convert=_seconds,
+                default=0.0,
+                metavar="SECONDS",
+            ),
+            Option(
+                "--collapsed",
+                "print folded stacks (thread;outer;...;inner count) over all backtraces",
+                value=False,
+            ),
+            Option(
+                "--stack-cap",
+                "bytes of each thread stack to copy (default 16 MiB)",
+                convert=_count,
+                metavar="BYTES",
+            ),
+            *_walk_options(),
+        ],
     )
-    parser.add_argument(
-        "--verbose", action="store_true", help="explain under each frame why a fallback was used"
+    core = Command(
+        "core",
+        "backtrace every thread recorded in a core file",
+        [
+            Positional("core", "the core file (.gz and .xz are read as they are)"),
+            Positional("executable", "the program that dumped it", optional=True),
+        ],
+        [
+            Option("--sysroot", "look for the core's files under DIR", metavar="DIR"),
+            Option(
+                "--search-path",
+                "folders to look for the core's executable and libraries in, by name",
+                default="",
+                metavar="DIR[:DIR...]",
+            ),
+            *_walk_options(),
+        ],
     )
-    parser.add_argument(
-        "--debug-dir",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="also look for separate debug files here (before /usr/lib/debug); repeatable",
+    info = Command(
+        "unwind-info",
+        "print the unwind tables of a binary, or the rule at one address",
+        [Positional("file", "an ELF executable, library or object")],
+        [
+            Option("--format", "only this format", choices=("cfi", "sframe", "compact")),
+            Option(
+                "--pc",
+                "show only the rule at this link-time address",
+                convert=_address,
+                metavar="ADDR",
+            ),
+        ],
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON document")
-    parser.add_argument("--no-symbols", action="store_true", help="do not look up function names")
-    parser.add_argument(
-        "--stats", action="store_true", help="print time spent per phase (and the freeze) to stderr"
-    )
+    return [pid, core, info]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -182,7 +186,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(argv: Sequence[str] | None) -> int:
-    arguments = build_parser().parse_args(argv)
+    try:
+        arguments = parse(
+            "liveunwind",
+            "Native backtraces of Linux processes, saying how each frame was found.",
+            commands(),
+            sys.argv[1:] if argv is None else argv,
+        )
+    except HelpRequested as help:
+        sys.stdout.write(help.text)
+        return EXIT_COMPLETE
     if arguments.command == "unwind-info":
         from liveunwind.unwindinfo import describe_file
 
@@ -212,7 +225,7 @@ def _run(argv: Sequence[str] | None) -> int:
     raise UsageError(f"unknown command {arguments.command}")
 
 
-def _pid_command(arguments: argparse.Namespace, unwinders: tuple[str, ...]) -> int:
+def _pid_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> int:
     """``liveunwind pid``: one backtrace, or ``--repeat`` of them printed as they come."""
     from liveunwind.report import format_collapsed
     from liveunwind.session import Session
@@ -248,13 +261,13 @@ def _pid_command(arguments: argparse.Namespace, unwinders: tuple[str, ...]) -> i
     return status
 
 
-def _stats(arguments: argparse.Namespace, backtrace: Backtrace, status: int) -> int:
+def _stats(arguments: SimpleNamespace, backtrace: Backtrace, status: int) -> int:
     if arguments.stats:
         _print_stats(backtrace)
     return max(status, EXIT_COMPLETE if backtrace.complete else EXIT_INCOMPLETE)
 
 
-def _print(arguments: argparse.Namespace, backtrace: Backtrace) -> int:
+def _print(arguments: SimpleNamespace, backtrace: Backtrace) -> int:
     from liveunwind.report import format_json, format_text
 
     if arguments.json:
