@@ -30,8 +30,8 @@ Layout facts (binutils ``include/sframe.h``, SFrame specification v1-v3):
 from __future__ import annotations
 
 import struct
+from collections import namedtuple
 from collections.abc import Iterator
-from dataclasses import dataclass
 from enum import Enum
 
 from liveunwind.errors import FormatError
@@ -66,10 +66,10 @@ _DW_OP_BREG0 = 0x70
 _DW_OP_BREGX = 0x92
 
 
-@dataclass(frozen=True, slots=True)
-class _Abi:
+class _Abi(namedtuple("_Abi", "name big_endian sp fp ra")):
     """DWARF numbers of the registers SFrame talks about, per ABI/arch id."""
 
+    __slots__ = ()
     name: str
     big_endian: bool
     sp: int
@@ -110,25 +110,25 @@ class LocKind(Enum):
     REGISTER_DEREF = "(r)"  # saved in memory at register + offset
 
 
-@dataclass(frozen=True, slots=True)
-class Location:
+class Location(namedtuple("Location", "kind register offset", defaults=(-1, 0))):
     """One decoded recovery location; ``register`` is a DWARF number when used."""
 
+    __slots__ = ()
     kind: LocKind
-    register: int = -1
-    offset: int = 0
+    register: int
+    offset: int
 
 
 _UNTRACKED = Location(LocKind.UNTRACKED)
 _UNDEFINED = Location(LocKind.UNDEFINED)
 
 
-@dataclass(frozen=True, slots=True)
-class SFrameRow:
+class SFrameRow(namedtuple("SFrameRow", "offset cfa fp ra ra_signed")):
     """One FRE.  ``offset`` is relative to the function start (PcType.INC) or to
     the repeat block (PcType.MASK).  An outermost row has ``ra.kind`` UNDEFINED and
     untracked CFA and FP."""
 
+    __slots__ = ()
     offset: int
     cfa: Location
     fp: Location
@@ -140,11 +140,16 @@ class SFrameRow:
         return self.ra.kind is LocKind.UNDEFINED
 
 
-@dataclass(frozen=True, slots=True)
-class SFrameFunction:
+class SFrameFunction(
+    namedtuple(
+        "SFrameFunction",
+        "index start size pc_type fde_type rep_size pauth_key_b signal_frame rows",
+    )
+):
     """One FDE with its rows; addresses are in the section's address space."""
 
-    index: int
+    __slots__ = ()
+    index: int  # the FDE's position in the section (shadows tuple.index)
     start: int
     size: int
     pc_type: PcType
@@ -159,19 +164,31 @@ class SFrameFunction:
         return self.start + self.size
 
 
-@dataclass(frozen=True, slots=True)
 class _Fde:
     """The fixed part of one FDE, before its rows are read."""
 
-    index: int
-    start: int
-    size: int
-    num_fres: int
-    info: int
-    info2: int
-    rep_size: int
-    #: Section offset of the first FRE.
-    fre_pos: int
+    __slots__ = ("fre_pos", "index", "info", "info2", "num_fres", "rep_size", "size", "start")
+
+    def __init__(
+        self,
+        index: int,
+        start: int,
+        size: int,
+        num_fres: int,
+        info: int,
+        info2: int,
+        rep_size: int,
+        fre_pos: int,
+    ) -> None:
+        self.index = index
+        self.start = start
+        self.size = size
+        self.num_fres = num_fres
+        self.info = info
+        self.info2 = info2
+        self.rep_size = rep_size
+        #: Section offset of the first FRE.
+        self.fre_pos = fre_pos
 
 
 class SFrameSection:
