@@ -18,6 +18,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from liveunwind.arch import Arch
     from liveunwind.modules.modulemap import Module, ModuleMap
     from liveunwind.strategies.scan import CallSite
     from liveunwind.targets.base import AddressSpace, ThreadState
@@ -38,6 +39,7 @@ TABLE_UNWINDERS = ("dynamic", "compact", "cfi", "sframe")
 AUTO_UNWINDERS = ("dynamic", "compact", "cfi", "sframe", "fp", "scan")
 DEFAULT_MAX_FRAMES = 256
 _WORD = struct.Struct("<Q")
+_MASK = 0xFFFFFFFFFFFFFFFF
 
 
 def parse_unwinders(text: str) -> tuple[str, ...]:
@@ -119,6 +121,7 @@ class Stepper:
         should_stop: Callable[[], bool] = lambda: False,
         verbose: bool = False,
         rule_cache: dict[tuple[str, int, int], tuple[UnwindRule, Method] | None] | None = None,
+        pc_cache: PcCache | None = None,
     ) -> None:
         self.space = space
         self.arch = space.arch
@@ -130,11 +133,18 @@ class Stepper:
         #: (source, module start, relative pc) → (rule, method), shared by all threads
         #: (and by later backtraces of the same process, while its modules stay put).
         self._rules = {} if rule_cache is None else rule_cache
+        # Run-time registrations can change between backtraces without any
+        # module changing, so what they decide is only cached for this one.
+        if pc_cache is None or modules.registry is not None:
+            pc_cache = PcCache()
+        self._pcs = pc_cache
+        self._read_word = _word_reader(space)
 
     # -- the walk -------------------------------------------------------------
 
     def backtrace(self, thread: ThreadState) -> ThreadBacktrace:
         arch = self.arch
+        pcs, verbose = self._pcs, self.verbose
         registers = dict(thread.registers)
         stack = self.modules.mapping_at(registers.get(arch.sp, 0))
         walk = _Walk(
@@ -156,19 +166,27 @@ class Stepper:
                 reason = StopReason.INTERRUPTED
                 break
             pc, sp = registers.get(arch.pc, 0), registers.get(arch.sp, 0)
-            frame = Frame(index=len(frames), pc=pc, sp=sp, method=method, exact_pc=exact_pc)
+            frame = Frame(len(frames), pc, sp, method, exact_pc=exact_pc)
             if walk.notes:
                 frame.notes, walk.notes = walk.notes, []
             frames.append(frame)
-            module = self.modules.find(frame.lookup_pc)
+            lookup = pc if exact_pc else pc - 1
+            known = pcs.at.get(lookup)
+            if known is None:
+                known = pcs.at[lookup] = self._resolve(frame)
+            module, plan, rule = known
             if module is not None:
                 frame.module = module.path
                 frame.module_offset = pc - module.load_bias
-            try:
-                step = self.step(registers, frame, module, walk)
-            except _Stop as stop:
-                reason, detail = stop.reason, stop.detail
-                break
+            step = None if plan is None or verbose else self._run_plan(plan, registers, frame)
+            if step is None:
+                try:
+                    step = self.step(registers, frame, module, walk)
+                except _Stop as stop:
+                    reason, detail = stop.reason, stop.detail
+                    break
+            else:
+                frame.signal_frame = rule.signal_frame
             frame.cfa = step.cfa
             caller_pc = step.caller.get(arch.pc)
             if caller_pc is None or caller_pc == 0:
@@ -336,6 +354,80 @@ class Stepper:
     def _is_code(self, address: int) -> bool:
         return self.modules.is_executable(address)
 
+    # -- the fast path: one dictionary lookup per frame ------------------------
+
+    def _resolve(self, frame: Frame) -> tuple[Module | None, _Plan | None, UnwindRule | None]:
+        """The module of the frame's pc and the first table rule for it, compiled.
+
+        The plan is None when no table covers the pc or its rule needs a DWARF
+        expression; the frame then takes the general path, which also tries
+        the next sources when a rule fails.
+        """
+        module = self.modules.find(frame.lookup_pc)
+        for name in self.unwinders:
+            if name in TABLE_UNWINDERS:
+                found = self._rule(name, frame, module)
+                if found is not None:
+                    rule, method = found
+                    return module, _compile(rule, method, self.arch), rule
+        return module, None, None
+
+    def _run_plan(self, plan: _Plan, registers: dict[int, int], frame: Frame) -> _Step | None:
+        """Executes a compiled rule; None when it fails or its result is implausible.
+
+        Implausible means what :meth:`_implausible` says; the general path
+        then retries the frame and reports why.
+        """
+        base = registers.get(plan.cfa_register)
+        if base is None:
+            return None
+        cfa = (base + plan.cfa_offset) & _MASK
+        caller = registers.copy()
+        read_word = self._read_word
+        try:
+            for number, offset in plan.loads:
+                caller[number] = read_word((cfa + offset) & _MASK)
+        except MemoryReadError:
+            return None
+        for number, offset in plan.values:
+            caller[number] = (cfa + offset) & _MASK
+        for number, source in plan.copies:
+            value = registers.get(source)
+            if value is None:
+                caller.pop(number, None)
+            else:
+                caller[number] = value
+        for number in plan.undefined:
+            caller.pop(number, None)
+        arch = self.arch
+        if not plan.sets_sp:
+            caller[arch.sp] = cfa
+        return_address = caller.get(plan.return_address)
+        if return_address is None:
+            caller.pop(arch.pc, None)
+        else:
+            if plan.ra_signed:
+                return_address = arch.strip_pointer_auth(return_address)
+            caller[arch.pc] = return_address
+            if return_address and (
+                (cfa < frame.sp and not plan.signal_frame)
+                or not self._is_known_code(return_address)
+            ):
+                return None
+        return _Step(caller, cfa, plan.method, plan.signal_frame)
+
+    def _is_known_code(self, address: int) -> bool:
+        """``_is_code`` remembered for addresses in file-backed executable mappings."""
+        code = self._pcs.code
+        if address in code:
+            return True
+        if not self._is_code(address):
+            return False
+        mapping = self.modules.mapping_at(address)
+        if mapping is not None and mapping.is_file:
+            code.add(address)
+        return True
+
     # -- finding a rule -------------------------------------------------------
 
     def _rule(
@@ -472,3 +564,86 @@ def unwind_all(
                 )
             )
     return results
+
+
+class PcCache:
+    """What the stepper learned per pc, kept across backtraces while the modules stay put.
+
+    ``at`` maps a lookup pc to (module, compiled plan, rule); ``code`` holds
+    return addresses already found to lie in file-backed executable mappings.
+    Both are keyed by absolute address, so a remapped module voids them.
+    """
+
+    __slots__ = ("at", "code")
+
+    def __init__(self) -> None:
+        self.at: dict[int, tuple[Module | None, _Plan | None, UnwindRule | None]] = {}
+        self.code: set[int] = set()
+
+
+class _Plan:
+    """An UnwindRule without DWARF expressions, laid out for the per-frame loop.
+
+    Registers are grouped by rule kind so executing the plan is four short
+    loops with no dispatch on the kind.
+    """
+
+    __slots__ = (
+        "cfa_offset",
+        "cfa_register",
+        "copies",
+        "loads",
+        "method",
+        "ra_signed",
+        "return_address",
+        "sets_sp",
+        "signal_frame",
+        "undefined",
+        "values",
+    )
+
+    def __init__(self, rule: UnwindRule, method: Method, sp: int) -> None:
+        self.cfa_register = rule.cfa.register
+        self.cfa_offset = rule.cfa.offset
+        kinds: dict[RegKind, list] = {kind: [] for kind in RegKind}
+        for number, register_rule in rule.registers:
+            kind = register_rule.kind
+            if kind is RegKind.OFFSET or kind is RegKind.VAL_OFFSET:
+                kinds[kind].append((number, register_rule.offset))
+            elif kind is RegKind.REGISTER:
+                kinds[kind].append((number, register_rule.register))
+            else:
+                kinds[kind].append(number)
+        #: Saved at CFA + offset; the value is CFA + offset; copied from a register.
+        self.loads = tuple(kinds[RegKind.OFFSET])
+        self.values = tuple(kinds[RegKind.VAL_OFFSET])
+        self.copies = tuple(kinds[RegKind.REGISTER])
+        self.undefined = tuple(kinds[RegKind.UNDEFINED])
+        self.sets_sp = any(number == sp for number, _ in rule.registers)
+        self.return_address = rule.return_address_register
+        self.ra_signed = rule.ra_signed
+        self.signal_frame = rule.signal_frame
+        self.method = method
+
+
+def _compile(rule: UnwindRule, method: Method, arch: Arch) -> _Plan | None:
+    """The fast-path plan of ``rule``, or None if it needs the expression evaluator."""
+    if rule.cfa.expression or any(
+        register_rule.kind is RegKind.EXPRESSION or register_rule.kind is RegKind.VAL_EXPRESSION
+        for _, register_rule in rule.registers
+    ):
+        return None
+    return _Plan(rule, method, arch.sp)
+
+
+def _word_reader(space: AddressSpace) -> Callable[[int], int]:
+    """Reads one little-endian word; the space's own reader when it has a faster one."""
+    fast = getattr(space, "read_word", None)
+    if fast is not None:
+        return fast
+    read, unpack = space.read, _WORD.unpack
+
+    def read_word(address: int) -> int:
+        return unpack(read(address, 8))[0]
+
+    return read_word

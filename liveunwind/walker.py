@@ -12,7 +12,7 @@ import time
 from collections import namedtuple
 
 from liveunwind.frames import Backtrace
-from liveunwind.stepper import AUTO_UNWINDERS, DEFAULT_MAX_FRAMES, Stepper, unwind_all
+from liveunwind.stepper import AUTO_UNWINDERS, DEFAULT_MAX_FRAMES, PcCache, Stepper, unwind_all
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -49,6 +49,7 @@ class Walker:
         self.options = options
         self._modules: ModuleMap | None = None
         self._rules: dict[tuple[str, int, int], tuple[UnwindRule, Method] | None] = {}
+        self._pcs = PcCache()
 
     def walk(
         self,
@@ -71,7 +72,9 @@ class Walker:
             previous=self._modules,
         )
         if self._modules is None or modules.unchanged_since != self._modules.unchanged_since:
-            self._rules = {}  # rules are keyed by module start: a remapped module voids them
+            # Rules are keyed by module start, pcs by address: a remapped module voids them.
+            self._rules = {}
+            self._pcs = PcCache()
         self._modules = modules
         stepper = Stepper(
             space,
@@ -81,6 +84,7 @@ class Walker:
             should_stop=should_stop,
             verbose=options.verbose,
             rule_cache=self._rules,
+            pc_cache=self._pcs,
         )
         traces = unwind_all(space, space.threads(), stepper)
         unwound = time.perf_counter()
