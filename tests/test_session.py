@@ -6,12 +6,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from liveunwind.frames import Frame
 from liveunwind.modules.modulemap import ModuleMap
 from liveunwind.session import Session
 from liveunwind.targets.ptrace import PtraceProcess
-from liveunwind.walker import WalkOptions
+from liveunwind.walker import Walker, WalkOptions
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _frame_key(frame: Frame) -> tuple[object, ...]:
+    return (frame.pc, frame.sp, frame.cfa, frame.method, frame.signal_frame, frame.function)
 
 
 def test_warm_backtraces_equal_cold_ones(run_program) -> None:
@@ -74,3 +81,22 @@ def test_repeat_prints_every_backtrace(run_program) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.count(f'Thread {program.pid} "threads-O2"') == 2
+
+
+@pytest.mark.parametrize(
+    "program_args",
+    [("threads-O2",), ("threads-O0",), ("threads-O2-nofp",), ("sighandler",), ("plt",),
+     ("realign-O2",), ("cxxthrow-O2",), ("recurse", "300")],
+)  # fmt: skip
+def test_fast_path_walks_exactly_like_the_general_path(run_program, program_args) -> None:
+    """The per-pc plan cache is an optimisation: --verbose walks every frame the general way."""
+    program = run_program(*program_args)
+    with PtraceProcess(program.pid) as process:
+        fast = Walker(WalkOptions()).walk(process, {})
+        general = Walker(WalkOptions(verbose=True)).walk(process, {})
+    assert fast.threads and len(fast.threads) == len(general.threads)
+    for ours, theirs in zip(fast.threads, general.threads):
+        assert [_frame_key(frame) for frame in ours.frames] == [
+            _frame_key(frame) for frame in theirs.frames
+        ]
+        assert ours.stop_reason == theirs.stop_reason
