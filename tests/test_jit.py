@@ -61,6 +61,7 @@ def jit_program(jit_build: Path, request: pytest.FixtureRequest) -> Iterator[tup
     finally:
         process.kill()
         process.wait()
+        Path(f"/tmp/perf-{process.pid}.map").unlink(missing_ok=True)
 
 
 CHAIN = ["blocker", "jit_inner", "jit_outer", "main"]
