@@ -1,14 +1,15 @@
 """A live process watched over time: one backtrace, or many with warm caches.
 
-Each backtrace stops the process only while its registers and live stacks
-are copied (or, without the snapshot, for the whole walk); what liveunwind
-learned about the process's files is kept for the next one.
+Each backtrace stops the process only while its registers, live stacks and
+JIT registries are copied (or, without the snapshot, for the whole walk);
+what liveunwind learned about the process's files is kept for the next one.
 """
 
 from __future__ import annotations
 
 import time
 
+from liveunwind.errors import LiveUnwindError
 from liveunwind.walker import Walker, WalkOptions
 
 TYPE_CHECKING = False
@@ -16,7 +17,9 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from liveunwind.frames import Backtrace
+    from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.targets.base import AddressSpace
+    from liveunwind.targets.ptrace import PtraceProcess
 
 
 class Session:
@@ -51,14 +54,22 @@ class Session:
         started = time.perf_counter()
         process = PtraceProcess(self.pid, thread_ids=self.threads)
         perf_map = read_perf_map(self.pid)
+        modules = None
+        jit_possible = self.snapshot and self._find_registry_roots(process, perf_map)
+        attaching = time.perf_counter()
+        timings["prepare"] = attaching - started
         with process:
             stopped = time.perf_counter()
-            timings["attach"] = stopped - started
+            timings["attach"] = stopped - attaching
             if self.snapshot:
                 space: AddressSpace = Snapshot.capture(
                     process, stack_cap=self.stack_cap or DEFAULT_STACK_CAP
                 )
-                timings["copy"] = time.perf_counter() - stopped
+                copied = time.perf_counter()
+                timings["copy"] = copied - stopped
+                if jit_possible:
+                    modules = self._copy_registry(space, perf_map)
+                    timings["registry"] = time.perf_counter() - copied
             else:
                 backtrace = self._walker.walk(
                     process,
@@ -71,6 +82,36 @@ class Session:
         timings["detach"] = resumed - detaching
         timings["freeze"] = resumed - (process.stopped_at or stopped)
         if self.snapshot:
-            backtrace = self._walker.walk(space, timings, perf_map=perf_map)
+            backtrace = self._walker.walk(space, timings, perf_map=perf_map, modules=modules)
         timings["total"] = time.perf_counter() - started
         return backtrace
+
+    def _find_registry_roots(self, process: PtraceProcess, perf_map: str) -> bool:
+        """Whether the process, still running, can have JIT code; if so, finds its registry roots.
+
+        Opening the modules' files and searching their symbols is the slow
+        part of reading a JIT registry: done here, before the stop (or kept
+        from an earlier backtrace), the stop itself only walks the lists.
+        """
+        try:
+            modules = self._walker.module_map(process, perf_map)
+        except (OSError, LiveUnwindError):
+            return False  # gone, or not ours to look at: attaching will say which
+        if not modules.jit_possible:
+            return False
+        modules.find_registry_roots()
+        return True
+
+    def _copy_registry(self, space: AddressSpace, perf_map: str) -> ModuleMap:
+        """While the process is stopped: reads its JIT registry into the snapshot.
+
+        The map of the stopped process takes over the modules found before
+        the stop with their roots; a module that was mapped in the meantime
+        is searched now, so no root found before the stop is used for a
+        module that moved.  Returns the map, for the walk.
+        """
+        modules = self._walker.module_map(space, perf_map)
+        registry = modules.registry
+        if registry is not None:
+            registry.read_all()
+        return modules

@@ -133,8 +133,10 @@ class Stepper:
         #: (source, module start, relative pc) → (rule, method), shared by all threads
         #: (and by later backtraces of the same process, while its modules stay put).
         self._rules = {} if rule_cache is None else rule_cache
-        # Run-time registrations can change between backtraces without any
-        # module changing, so what they decide is only cached for this one.
+        #: Absolute pc → (rule, method) from the run-time registry: of this walk only, as
+        #: a JIT may register other code at the same address before the next backtrace.
+        self._dynamic_rules: dict[int, tuple[UnwindRule, Method] | None] = {}
+        # For the same reason, with a registry the per-pc cache lives for this walk only.
         if pc_cache is None or modules.registry is not None:
             pc_cache = PcCache()
         self._pcs = pc_cache
@@ -460,14 +462,14 @@ class Stepper:
         registry = self.modules.registry
         if registry is None:
             return None
-        key = ("dynamic", 0, frame.lookup_pc)
-        if key not in self._rules:
+        pc = frame.lookup_pc
+        if pc not in self._dynamic_rules:
             try:
-                rule = registry.rule_for(frame.lookup_pc)
+                rule = registry.rule_for(pc)
             except FormatError:
                 rule = None  # the registry notes what was wrong in its problems
-            self._rules[key] = None if rule is None else (rule, Method.DYNAMIC)
-        return self._rules[key]
+            self._dynamic_rules[pc] = None if rule is None else (rule, Method.DYNAMIC)
+        return self._dynamic_rules[pc]
 
     # -- executing a rule -----------------------------------------------------
 

@@ -51,23 +51,19 @@ class Walker:
         self._rules: dict[tuple[str, int, int], tuple[UnwindRule, Method] | None] = {}
         self._pcs = PcCache()
 
-    def walk(
-        self,
-        space: AddressSpace,
-        timings: dict[str, float],
-        *,
-        should_stop: Callable[[], bool] = lambda: False,
-        perf_map: str = "",
-    ) -> Backtrace:
-        """The backtrace of every thread of ``space``, with ``timings`` filled in."""
+    def module_map(self, space: AddressSpace, perf_map: str = "") -> ModuleMap:
+        """The modules of ``space``, taking over those of the previous map that did not move.
+
+        The new map becomes the one the next map (and :meth:`walk`) starts
+        from, so a map made of a running process before it is stopped hands
+        its opened files and found registry roots on to the walk.
+        """
         from liveunwind.modules.debuginfo import DEFAULT_DEBUG_DIRS
         from liveunwind.modules.modulemap import ModuleMap
 
-        started = time.perf_counter()
-        options = self.options
         modules = ModuleMap(
             space,
-            debug_dirs=(*options.debug_dirs, *DEFAULT_DEBUG_DIRS),
+            debug_dirs=(*self.options.debug_dirs, *DEFAULT_DEBUG_DIRS),
             perf_map=perf_map,
             previous=self._modules,
         )
@@ -76,6 +72,25 @@ class Walker:
             self._rules = {}
             self._pcs = PcCache()
         self._modules = modules
+        return modules
+
+    def walk(
+        self,
+        space: AddressSpace,
+        timings: dict[str, float],
+        *,
+        should_stop: Callable[[], bool] = lambda: False,
+        perf_map: str = "",
+        modules: ModuleMap | None = None,
+    ) -> Backtrace:
+        """The backtrace of every thread of ``space``, with ``timings`` filled in.
+
+        ``modules`` is the map of ``space`` if :meth:`module_map` already made it.
+        """
+        started = time.perf_counter()
+        options = self.options
+        if modules is None:
+            modules = self.module_map(space, perf_map)
         stepper = Stepper(
             space,
             modules,
@@ -94,7 +109,10 @@ class Walker:
 
             symbolize(traces, modules)
             timings["symbolize"] = time.perf_counter() - unwound
-        problems = sorted({problem for module in modules.modules for problem in module.problems})
         return Backtrace(
-            pid=space.pid, threads=traces, arch=space.arch.name, problems=problems, timings=timings
+            pid=space.pid,
+            threads=traces,
+            arch=space.arch.name,
+            problems=modules.problems,
+            timings=timings,
         )

@@ -83,7 +83,7 @@ class RunningProgram:
         lock on its way to the real blocking call) is not taken for parked.
         """
         deadline = time.monotonic() + timeout
-        self._wait_for_line(b"ready\n", deadline)
+        self.wait_for_line(b"ready\n", deadline)
         busy = set(busy)
         previous: dict[int, tuple[str, str]] | None = None
         while True:
@@ -100,7 +100,7 @@ class RunningProgram:
                 raise ProgramNotReadyError(f"{self} did not settle: (name, state) by tid: {states}")
             time.sleep(0.02)
 
-    def _wait_for_line(self, line: bytes, deadline: float) -> None:
+    def wait_for_line(self, line: bytes, deadline: float) -> None:
         """Read stdout until ``line`` arrives; fail on EOF or at the deadline."""
         assert self.popen.stdout is not None
         fd = self.popen.stdout.fileno()

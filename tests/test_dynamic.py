@@ -496,7 +496,7 @@ def test_table_leads_to_the_fde_of_the_pc(fmt: int) -> None:
     assert dynamic.rule_for(segbase + 0x30) is None  # between the two functions
     assert dynamic.name_for(segbase + 0x30) == "jit-table"
     # the snapshot copies the list, the entry, the table and the FDEs with their CIE
-    copied = dynamic.snapshot_ranges()
+    copied = dynamic.read_all()
     assert any(
         start <= segbase + 0x1000 and segbase + 0x1060 <= start + size for start, size in copied
     )
@@ -935,5 +935,5 @@ def test_live_registry_unwinds_the_jit_frames(
         assert symbol is not None and symbol.name == "main"
         assert in_main[RBP] != 0xDEADBEEF and in_main[RSP] > caller[RSP] > registers[RSP]
 
-        copied = dynamic.snapshot_ranges()
+        copied = dynamic.read_all()
         assert copied and all(size > 0 for _, size in copied)

@@ -411,7 +411,9 @@ class DynamicRegistry:
     :func:`find_roots` over the target's modules); ``perf_map`` holds the
     parsed perf map, if any (names only).  The registry is read on first use;
     a registry that changes afterwards is not re-read — build a new one per
-    backtrace.
+    backtrace.  A target stopped only briefly has :meth:`read_all` called
+    while it is stopped: every read happens then, and the parsing waits for
+    the first query, after the target runs again.
     """
 
     def __init__(
@@ -434,8 +436,11 @@ class DynamicRegistry:
         self.problems: list[str] = []
         self._dropped_problems = 0
         self._touched: list[tuple[int, int]] = []
+        self._listed = False
         self._loaded = False
         self._procedures: list[_Procedure] = []
+        #: (entry address, object address, object bytes) of each GDB JIT entry, parsed on load.
+        self._jit_files: list[tuple[int, int, bytes]] = []
         self._objects: list[_JitObject] = []
         self._unwind = _Intervals()
         self._names = _Intervals()
@@ -495,22 +500,20 @@ class DynamicRegistry:
             self._rules[pc] = rule
         return rule
 
-    def snapshot_ranges(self) -> list[tuple[int, int]]:
-        """``(address, size)`` of all registry memory, merged: what a snapshot must copy.
+    def read_all(self) -> list[tuple[int, int]]:
+        """Reads now all registry memory any query may need; returns it as merged ranges.
 
-        Reads every table entry and its FDE once, so that the ranges include
-        everything :meth:`rule_for` may later read.
+        That is the lists, their records, names and regions, the JIT objects,
+        and each FDE table whole with every FDE and CIE it points at (which
+        :meth:`rule_for` would otherwise read lazily).  Queries afterwards
+        read only addresses within these ranges, so a target stopped just for
+        this call can run again before the registry is used.  Nothing is
+        parsed here that can wait: JIT objects are parsed on the first query.
         """
-        self._load()
+        self._read_lists()
         for procedure in self._procedures:
             if procedure.format in _TABLE_FORMATS and not procedure.error:
-                for index in range(procedure.table_entries):
-                    try:
-                        offset = self._table_entry(procedure, index)[1]
-                        self._fde_bytes(procedure.segbase + offset)
-                    except (MemoryReadError, FormatError) as error:
-                        self._problem(f"{procedure.name}: {error}")
-                        break
+                self._read_table(procedure)
         return _merge(self._touched)
 
     def _problem(self, text: str) -> None:
@@ -543,15 +546,31 @@ class DynamicRegistry:
             collected += data
         return collected.decode("utf-8", "replace")
 
-    def _load(self) -> None:
-        if self._loaded:
+    def _read_lists(self) -> None:
+        """Reads the libunwind lists (decoding their small records) and the JIT objects' bytes."""
+        if self._listed:
             return
-        self._loaded = True
+        self._listed = True
         for address in self._lists:
             self._procedures.extend(self._read_libunwind_list(address))
         budget = [MAX_JIT_TOTAL]
         for address in self._descriptors:
-            self._objects.extend(self._read_jit_descriptor(address, budget))
+            self._jit_files.extend(self._read_jit_descriptor(address, budget))
+
+    def _load(self) -> None:
+        if self._loaded:
+            return
+        self._loaded = True
+        self._read_lists()
+        for entry, address, data in self._jit_files:
+            try:
+                jit_object = self._jit_object(address, data)
+            except FormatError as error:
+                self._problem(f"GDB JIT entry {entry:#x}: {error}")
+                continue
+            if jit_object is not None:
+                self._objects.append(jit_object)
+        self._jit_files = []
         for procedure in self._procedures:
             self._unwind.items.append((procedure.start, procedure.end, procedure))
             name = JitRange(procedure.start, procedure.end, procedure.name, _source(procedure))
@@ -680,7 +699,20 @@ class DynamicRegistry:
 
     def _table_entry(self, procedure: _Procedure, index: int) -> tuple[int, int]:
         address = procedure.table + index * _TABLE_ENTRY.size
-        return _TABLE_ENTRY.unpack(self._read(address, _TABLE_ENTRY.size))
+        try:
+            return _TABLE_ENTRY.unpack(self._read(address, _TABLE_ENTRY.size))
+        except MemoryReadError as error:
+            raise FormatError(f"{procedure.name}: table entry {index}: {error}") from None
+
+    def _read_table(self, procedure: _Procedure) -> None:
+        """The whole table in one read, then every FDE (with its CIE) an entry points at."""
+        try:
+            size = procedure.table_entries * _TABLE_ENTRY.size
+            table = self._read(procedure.table, size) if size else b""
+            for _start, offset in _TABLE_ENTRY.iter_unpack(table):
+                self._fde_bytes((procedure.segbase + offset) & _MASK)
+        except (MemoryReadError, FormatError) as error:
+            self._problem(f"{procedure.name}: {error}")
 
     def _table_rule(self, procedure: _Procedure, pc: int) -> UnwindRule | None:
         """Binary-searches the target's table (one entry read per probe) and decodes the FDE."""
@@ -731,7 +763,8 @@ class DynamicRegistry:
 
     # -- GDB JIT interface ----------------------------------------------------
 
-    def _read_jit_descriptor(self, address: int, budget: list[int]) -> list[_JitObject]:
+    def _read_jit_descriptor(self, address: int, budget: list[int]) -> list[tuple[int, int, bytes]]:
+        """(entry, object address, object bytes) of each entry of the descriptor's list."""
         try:
             version, _action, _relevant, first = _JIT_DESCRIPTOR.unpack(
                 self._read(address, _JIT_DESCRIPTOR.size)
@@ -742,7 +775,7 @@ class DynamicRegistry:
         if version != 1:
             self._problem(f"__jit_debug_descriptor at {address:#x}: version {version}")
             return []
-        objects: list[_JitObject] = []
+        files: list[tuple[int, int, bytes]] = []
         problems: list[str] = []
         entries = linkedlist.walk(
             self._read,
@@ -758,14 +791,12 @@ class DynamicRegistry:
                 if size > MAX_JIT_OBJECT or size > budget[0]:
                     raise FormatError(f"object of {size} bytes is over the limit")
                 budget[0] -= size
-                jit_object = self._jit_object(symfile, self._read(symfile, size))
-                if jit_object is not None:
-                    objects.append(jit_object)
+                files.append((entry, symfile, self._read(symfile, size)))
             except (MemoryReadError, FormatError) as error:
                 self._problem(f"GDB JIT entry {entry:#x}: {error}")
         for problem in problems:
             self._problem(problem)
-        return objects
+        return files
 
     def _jit_object(self, address: int, data: bytes) -> _JitObject | None:
         """The code ranges, functions and unwind tables of one in-memory object file."""

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Literal, Protocol
 
-    from liveunwind.formats.dynamic import DynamicRegistry
+    from liveunwind.formats.dynamic import DynamicRegistry, RegistryRoots
     from liveunwind.formats.rules import UnwindRule
     from liveunwind.modules.debuginfo import DebugFile
     from liveunwind.modules.symbols import SymbolMatch, SymbolTable
@@ -143,6 +143,23 @@ class Module:
     def symbolize(self, pc: int) -> SymbolMatch | None:
         table = self.symbols
         return None if table is None else table.lookup(pc - self.load_bias)
+
+    @cached_property
+    def registry_roots(self) -> RegistryRoots:
+        """Runtime addresses of the JIT registry heads this module defines (usually none).
+
+        Kept with the module, so a later backtrace that finds the module
+        mapped as before does not look through its symbols again.
+        """
+        from liveunwind.formats.dynamic import RegistryRoots, find_roots
+
+        if self.is_vdso or self.image is None:
+            return RegistryRoots()
+        try:
+            return find_roots(self.image, self.load_bias)
+        except FormatError as error:
+            self.problems.append(f"{self.name}: {error}")
+            return RegistryRoots()
 
     # -- unwind sources -----------------------------------------------------
 
@@ -358,6 +375,22 @@ class ModuleMap:
         registry = self.registry
         return registry is not None and registry.covers(address)
 
+    @property
+    def jit_possible(self) -> bool:
+        """Whether the target can have JIT code: anonymous executable memory, or a perf map."""
+        return bool(self.perf_map) or any(_maybe_jit(mapping) for mapping in self._mappings)
+
+    def find_registry_roots(self) -> None:
+        """Looks through every module's symbols for registry heads now (each module once).
+
+        The expensive part of :attr:`registry`, done ahead of it for a
+        process that is still running, so that its registry can be read
+        quickly once it is stopped.
+        """
+        for module in self.modules:
+            if isinstance(module, Module):
+                _ = module.registry_roots
+
     @cached_property
     def registry(self) -> DynamicRegistry | None:
         """Unwind info and names registered at run time (JIT code), or None if there can be none.
@@ -365,27 +398,23 @@ class ModuleMap:
         JIT code lives in anonymous executable memory; a process without any
         (most of them) costs nothing here.  Otherwise every module is asked
         for the registry heads it defines (libunwind's list, the GDB JIT
-        descriptor), and the perf map adds names.
+        descriptor), and the perf map adds names.  The registry is read with
+        the space's ``read_frozen`` where it has one (a snapshot: the memory
+        as it was while the process was stopped), else with ``read``.
         """
-        if not any(_maybe_jit(mapping) for mapping in self._mappings) and not self.perf_map:
+        if not self.jit_possible:
             return None
-        from liveunwind.formats.dynamic import DynamicRegistry, find_roots, parse_perf_map
+        from liveunwind.formats.dynamic import DynamicRegistry, parse_perf_map
 
         lists: list[int] = []
         descriptors: list[int] = []
         for module in self.modules:
-            if not isinstance(getattr(module, "image", None), ElfImage) or module.is_vdso:
-                continue
-            try:
-                roots = find_roots(module.image, module.load_bias)
-            except FormatError as error:
-                module.problems.append(f"{module.name}: {error}")
-                continue
-            lists.extend(roots.libunwind_lists)
-            descriptors.extend(roots.jit_descriptors)
+            if isinstance(module, Module):
+                lists.extend(module.registry_roots.libunwind_lists)
+                descriptors.extend(module.registry_roots.jit_descriptors)
         try:
             return DynamicRegistry(
-                self.space.read,
+                getattr(self.space, "read_frozen", self.space.read),
                 self.space.arch,
                 libunwind_lists=lists,
                 jit_descriptors=descriptors,
@@ -393,6 +422,15 @@ class ModuleMap:
             )
         except FormatError:
             return None
+
+    @property
+    def problems(self) -> list[str]:
+        """What went wrong in the modules and, if it was read, the run-time registry; sorted."""
+        found = {problem for module in self.modules for problem in module.problems}
+        registry = self.__dict__.get("registry")  # only if built: asking would build it
+        if registry is not None:
+            found.update(registry.problems)
+        return sorted(found)
 
 
 def _identity(module: object) -> tuple[object, ...]:

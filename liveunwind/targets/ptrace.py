@@ -8,6 +8,10 @@ while we held it is handed back on detach.  Signals that would end
 liveunwind (SIGINT, SIGTERM, SIGHUP) are held back while the target is stopped
 and re-raised after detaching, so liveunwind never dies with a thread still
 traced by it.
+
+Before ``with``, :meth:`PtraceProcess.mappings` and ``open_mapped_file`` see the
+running process (a session looks through its files ahead of the stop);
+entering forgets what was read, so inside everything is of the stopped one.
 """
 
 from __future__ import annotations
@@ -65,6 +69,8 @@ class PtraceProcess:
 
     def __enter__(self) -> PtraceProcess:
         self._check_traceable()
+        self._mappings = None
+        self._pages = {}
         self._hold_signals()
         try:
             self._attach_all()
@@ -82,6 +88,11 @@ class PtraceProcess:
                 os.close(self._memory_fd)
                 self._memory_fd = None
             self._release_signals()
+
+    @property
+    def stopped(self) -> bool:
+        """True from stopping the first thread until letting them all go again."""
+        return self.stopped_at is not None and self.resumed_at is None
 
     @property
     def interrupted(self) -> bool:

@@ -1,12 +1,18 @@
-"""A frozen copy of a live process: registers and the live part of every stack.
+"""A frozen copy of a live process: registers, the live part of every stack, and its JIT registries.
 
-The process only has to stay stopped while this copy is taken — a handful of
-system calls — and runs again while liveunwind does the slow part, the
-unwinding.  Reads outside the copied stacks go to the (running) process:
-they are code, read-only data and unwind tables, which do not change while
-it runs.  The one blind spot is writable memory outside the stacks, which
-the stepper reads only for unusual frames (e.g. a stack switched by
-``sigaltstack``); ``--no-snapshot`` keeps the process stopped instead.
+The process only has to stay stopped while this copy is taken and runs
+again while liveunwind does the slow part, the unwinding.  The copy holds
+what the unwind needs from writable memory: the stacks, copied with one
+batch of reads, and — in a process that can have JIT code — the run-time
+registries (libunwind's dynamic list, the GDB JIT interface), which the
+session reads through :meth:`Snapshot.read_frozen` while the process is
+stopped; afterwards ``read_frozen`` answers from the copy only, so a JIT
+that changes its registrations as soon as it runs again cannot change what
+the unwind sees.  Everything else is read from the (running) process: code,
+read-only data and unwind tables, which do not change while it runs.  The
+one blind spot is other writable memory, which the stepper reads only for
+unusual frames (e.g. a stack switched by ``sigaltstack``); ``--no-snapshot``
+keeps the process stopped instead.
 """
 
 from __future__ import annotations
@@ -29,17 +35,6 @@ DEFAULT_STACK_CAP = 16 << 20
 _unpack_word = struct.Struct("<Q").unpack_from
 
 
-class StackCopy:
-    """The bytes of target memory from ``start`` on, as they were at the snapshot."""
-
-    __slots__ = ("data", "end", "start")
-
-    def __init__(self, start: int, data: bytes) -> None:
-        self.start = start
-        self.data = data
-        self.end = start + len(data)
-
-
 class Snapshot:
     """AddressSpace of a process as it was at one instant."""
 
@@ -48,17 +43,14 @@ class Snapshot:
         live: PtraceProcess,
         threads: list[ThreadState],
         mappings: list[Mapping],
-        stacks: list[StackCopy],
+        stacks: list[tuple[int, bytes]],
     ) -> None:
         self.pid = live.pid
         self.arch = live.arch
         self._live = live
         self._threads = threads
         self._mappings = mappings
-        self._stacks = sorted(stacks, key=lambda copy: copy.start)
-        self._starts = [copy.start for copy in self._stacks]
-        #: The copy the last word came from: the stepper reads one stack at a time.
-        self._last = StackCopy(0, b"")
+        self._copies = _Copies(stacks)
 
     @classmethod
     def capture(cls, live: PtraceProcess, *, stack_cap: int = DEFAULT_STACK_CAP) -> Snapshot:
@@ -77,12 +69,12 @@ class Snapshot:
             end = min(mapping.end, sp + stack_cap)
             ranges.append((start, end - start))
         ranges = _merge(ranges)
-        copies = [
-            StackCopy(start, data)
+        stacks = [
+            (start, data)
             for (start, _), data in zip(ranges, syscalls.read_remote(live.pid, ranges))
             if data is not None
         ]
-        return cls(live, threads, mappings, copies)
+        return cls(live, threads, mappings, stacks)
 
     def threads(self) -> list[ThreadState]:
         return self._threads
@@ -91,32 +83,118 @@ class Snapshot:
         return self._mappings
 
     def read(self, address: int, size: int) -> bytes:
-        index = bisect.bisect_right(self._starts, address) - 1
-        if index >= 0:
-            copy = self._stacks[index]
-            if address + size <= copy.end:
-                offset = address - copy.start
-                return copy.data[offset : offset + size]
-            if address < copy.end:
-                raise MemoryReadError(address, size, "beyond the copied part of the stack")
-        return self._live.read(address, size)
+        """From the copy where it holds ``address``, else from the process as it is now."""
+        data = self._copies.get(address, size)
+        return self._live.read(address, size) if data is None else data
+
+    def read_frozen(self, address: int, size: int) -> bytes:
+        """Memory as it was while the process was stopped, never as it is now.
+
+        While the process is still stopped this reads it and keeps what it
+        read in the copy; once the process runs again it answers from the
+        copy only.  The run-time registries are read through it.
+        """
+        if self._live.stopped:
+            data = self._live.read(address, size)
+            self._copies.add(address, data)
+            return data
+        data = self._copies.get(address, size)
+        if data is None:
+            raise MemoryReadError(address, size, "not copied while the process was stopped")
+        return data
 
     def read_word(self, address: int) -> int:
-        """The little-endian word at ``address``; the stepper's fast path for saved registers."""
-        copy = self._last
-        if not (copy.start <= address and address + 8 <= copy.end):
-            index = bisect.bisect_right(self._starts, address) - 1
-            if index < 0 or address + 8 > self._stacks[index].end:
-                return _unpack_word(self.read(address, 8))[0]
-            copy = self._last = self._stacks[index]
-        return _unpack_word(copy.data, address - copy.start)[0]
+        """The little-endian word at ``address``: the stepper's fast path for saved registers."""
+        value = self._copies.word(address)
+        return _unpack_word(self.read(address, 8))[0] if value is None else value
 
     def open_mapped_file(self, mapping: Mapping) -> BinaryIO | None:
         return self._live.open_mapped_file(mapping)
 
-    @property
-    def copied_bytes(self) -> int:
-        return sum(len(copy.data) for copy in self._stacks)
+
+class _Copies:
+    """Pieces of memory copied while the process was stopped, found by address.
+
+    Pieces may overlap or touch (a registry reads some bytes more than once;
+    a registration may sit on a stack); they are merged into disjoint blocks
+    when first looked up after being added, which is safe because all of
+    them were copied at the same instant.
+    """
+
+    __slots__ = ("_blocks", "_last", "_pieces", "_starts")
+
+    def __init__(self, pieces: list[tuple[int, bytes]]) -> None:
+        self._pieces = pieces
+        self._blocks: list[tuple[int, bytes]] = []
+        self._starts: list[int] = []
+        #: The block the last word came from: the stepper reads one stack at a time.
+        self._last: tuple[int, bytes] = (0, b"")
+
+    def add(self, start: int, data: bytes) -> None:
+        if data:
+            self._pieces.append((start, data))
+
+    def get(self, address: int, size: int) -> bytes | None:
+        """The copied bytes, or None where nothing was copied at ``address``.
+
+        A read that starts in a copy and runs past its end raises
+        MemoryReadError: it would otherwise mix two instants.
+        """
+        if self._pieces:
+            self._merge_pieces()
+        index = bisect.bisect_right(self._starts, address) - 1
+        if index < 0:
+            return None
+        start, data = self._blocks[index]
+        offset = address - start
+        if offset + size <= len(data):
+            return data[offset : offset + size]
+        if offset < len(data):
+            raise MemoryReadError(address, size, "beyond the copied part")
+        return None
+
+    def word(self, address: int) -> int | None:
+        """The word at ``address`` when a block holds all of it, else None."""
+        start, data = self._last
+        offset = address - start
+        if offset < 0 or offset + 8 > len(data):
+            if self._pieces:
+                self._merge_pieces()
+            index = bisect.bisect_right(self._starts, address) - 1
+            if index < 0:
+                return None
+            start, data = self._blocks[index]
+            offset = address - start
+            if offset + 8 > len(data):
+                return None
+            self._last = (start, data)
+        return _unpack_word(data, offset)[0]
+
+    def _merge_pieces(self) -> None:
+        pieces = sorted([*self._blocks, *self._pieces], key=lambda piece: piece[0])
+        runs: list[list[tuple[int, bytes]]] = []
+        end = 0
+        for start, data in pieces:
+            if runs and start <= end:
+                runs[-1].append((start, data))
+                end = max(end, start + len(data))
+            else:
+                runs.append([(start, data)])
+                end = start + len(data)
+        self._blocks = [_join(run) for run in runs]
+        self._starts = [start for start, _ in self._blocks]
+        self._pieces = []
+
+
+def _join(run: list[tuple[int, bytes]]) -> tuple[int, bytes]:
+    """One block from pieces sorted by start, each overlapping or touching the ones before."""
+    if len(run) == 1:
+        return run[0]
+    first = run[0][0]
+    block = bytearray(max(start + len(data) for start, data in run) - first)
+    for start, data in run:
+        block[start - first : start - first + len(data)] = data
+    return first, bytes(block)
 
 
 def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -10,7 +10,8 @@
  * of rsp into rbp establishes the frame pointer; POP_FRAMES restores the
  * entry frame).  Register numbers are libunwind's, which on x86_64 are the
  * DWARF ones.  A third, never-called procedure is registered too, so the
- * list has more than the entries on the stack.
+ * list has more than the entries on the stack.  Scrambling (see jitcode.h)
+ * cancels all three and overwrites their records, ops and names.
  */
 #include "jitcode.h"
 
@@ -32,6 +33,22 @@ static unw_dyn_region_info_t *region(int32_t insn_count, const unw_dyn_op_t *ops
     return r;
 }
 
+static unw_dyn_info_t outer_info, inner_info, idle_info;
+
+static void scramble(void)
+{
+    unw_dyn_info_t *infos[] = {&outer_info, &inner_info, &idle_info};
+    for (size_t i = 0; i < sizeof infos / sizeof *infos; i++) {
+        _U_dyn_cancel(infos[i]);
+        for (unw_dyn_region_info_t *r = infos[i]->u.pi.regions; r; r = r->next)
+            memset(r->op, 0xa5, r->op_count * sizeof *r->op);
+        memset(infos[i], 0xa5, sizeof *infos[i]);
+    }
+    memset(name_outer, 'X', sizeof name_outer - 1);
+    memset(name_inner, 'X', sizeof name_inner - 1);
+    memset(name_idle, 'X', sizeof name_idle - 1);
+}
+
 static void add(unw_dyn_info_t *di, unsigned char *start, size_t size, char *name,
                 unw_dyn_region_info_t *regions)
 {
@@ -44,7 +61,7 @@ static void add(unw_dyn_info_t *di, unsigned char *start, size_t size, char *nam
     _U_dyn_register(di);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     tp_allow_tracing();
     unsigned char *code = jit_emit_code(jit_alloc(4096));
@@ -71,13 +88,13 @@ int main(void)
     unw_dyn_region_info_t *inner_regions = region(0x16, inner_prologue, 6);
     inner_regions->next = region(-2, inner_epilogue, 1);
 
-    static unw_dyn_info_t outer_info, inner_info, idle_info;
     add(&outer_info, code + JIT_OUTER_OFFSET, sizeof jit_outer_code, name_outer, outer_regions);
     add(&inner_info, code + JIT_INNER_OFFSET, sizeof jit_inner_code, name_inner, inner_regions);
     /* Registered but never on the stack: a plain leaf with no ops. */
     add(&idle_info, code + 0x80, 16, name_idle, region(16, NULL, 0));
 
     jit_write_perf_map(code);
+    jit_scramble_after_stop(argc, argv, scramble);
     jit_run(code);
     return 0;
 }

@@ -13,6 +13,12 @@
  * odd sp-relative slot and loads rbp with junk before calling: a frame-pointer
  * walk through it fails, only the registered description can unwind it.
  * jit_inner is a classic rbp frame that also saves r12 (an fp-relative spill).
+ *
+ * Run with the argument "scramble", a program also starts a thread that
+ * undoes and overwrites its registrations the moment the process runs again
+ * after being stopped by a tracer (see jit_scramble_after_stop), then prints
+ * "scrambled": what a tracer reads of the registrations after letting the
+ * process go is then wrong, what it copied while the process was stopped right.
  * The frame layouts below are the ground truth the tests check against:
  *
  * jit_outer                           CFA - rsp   saved
@@ -46,8 +52,10 @@
 
 #include "../tp.h"
 
+#include <errno.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -194,6 +202,41 @@ static inline void jit_write_perf_map(const unsigned char *code)
     fclose(f);
 }
 
+/* Threads that arrive before "ready": the main one, and the scrambler if any. */
+static int jit_threads = 1;
+static void (*jit_scramble)(void);
+
+/* The scrambler thread.  epoll_wait on an empty set never returns by itself,
+   and (unlike most blocking calls, which the kernel restarts) fails with
+   EINTR when a ptrace stop of its thread ends: so it returns exactly when a
+   tracer that stopped the process lets it run again. */
+static void *jit_scrambler(void *unused)
+{
+    (void)unused;
+    struct epoll_event event;
+    int set = epoll_create1(0);
+    if (set < 0)
+        tp_die("epoll_create1");
+    tp_arrive();
+    if (epoll_wait(set, &event, 1, -1) >= 0 || errno != EINTR)
+        tp_die("epoll_wait");
+    jit_scramble();
+    printf("scrambled\n");
+    fflush(stdout);
+    return NULL;
+}
+
+/* With the argument "scramble", starts the scrambler thread, which calls
+   `scramble` once the first tracer to stop the process resumes it. */
+static inline void jit_scramble_after_stop(int argc, char **argv, void (*scramble)(void))
+{
+    if (argc < 2 || strcmp(argv[1], "scramble") != 0)
+        return;
+    jit_scramble = scramble;
+    jit_threads = 2;
+    tp_spawn("scrambler", jit_scrambler, NULL);
+}
+
 /* The blocking end of every chain: report, then sleep until killed.  The
    chain is the same in every program: the names are the registered ones. */
 TP_NOINLINE static void blocker(void)
@@ -202,7 +245,7 @@ TP_NOINLINE static void blocker(void)
     printf("chain: blocker jit_inner jit_outer main\n");
     printf("returns: jit_outer=%#x jit_inner=%#x\n", JIT_OUTER_RETURN, JIT_INNER_RETURN);
     tp_arrive();
-    tp_announce(1);
+    tp_announce(jit_threads);
     for (;;)
         nanosleep(&hour, NULL);
 }
