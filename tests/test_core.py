@@ -26,6 +26,7 @@ import pytest
 from liveunwind.api import open_core
 from liveunwind.frames import Backtrace
 from liveunwind.modules.filefinder import FileFinder, open_image
+from liveunwind.modules.modulemap import ModuleMap
 from liveunwind.targets.coredata import BLOCK_SIZE, CompressedCoreData
 from liveunwind.targets.elfcore import ElfCore
 from tests.assertions import assert_matches_gdb, assert_one_line_error
@@ -250,6 +251,24 @@ def test_gcore_of_test_program_matches_gdb(run_program, gdb, tmp_path, name, arg
     assert_matches_gdb(backtrace, gdb_core_backtraces(core, program.path, gdb=gdb))
     assert backtrace.pid == program.pid
     assert backtrace.problems == []
+
+
+def test_gcore_names_the_kernel_pages_so_they_are_not_taken_for_jit_code(
+    run_program, gdb, tmp_path
+) -> None:
+    """gcore dumps the vsyscall page unnamed; as anonymous code it would make the core look
+    like a JIT process and send liveunwind searching every module for registry roots."""
+    program = run_program("threads-O2")
+    live = {line.split()[-1] for line in Path(f"/proc/{program.pid}/maps").read_text().splitlines()}
+    core = tmp_path / "core"
+    gdb_gcore(program.pid, core, gdb=gdb)
+    with ElfCore.open(str(core), str(program.path)) as target:
+        names = {mapping.path for mapping in target.mappings()}
+        modules = ModuleMap(target)
+    assert "[vdso]" in names
+    if "[vsyscall]" in live:
+        assert "[vsyscall]" in names
+    assert not modules.jit_possible
 
 
 PYTHON_THREADS = """

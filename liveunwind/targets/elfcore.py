@@ -58,6 +58,8 @@ _MAX_SEGMENTS = 1 << 22
 _MAX_NOTES_SIZE = 256 << 20
 _PAGE = linkmap.PAGE_SIZE
 _PN_XNUM = 0xFFFF
+#: The fixed address of x86_64's legacy vsyscall page.
+_X86_64_VSYSCALL = 0xFFFFFFFFFF600000
 #: Placeholder for a mapping whose permissions the core does not record.
 _UNKNOWN_PERMS = "?"
 
@@ -257,7 +259,7 @@ class ElfCore:
                     )
                 )
             else:
-                path = "[vdso]" if segment.vaddr == vdso else ""
+                path = self._special_name(segment.vaddr, vdso)
                 mappings.append(Mapping(segment.vaddr, segment.end, segment.perms, 0, 0, path))
         # Files the core has no segment for (gcore leaves out unchanged read-only
         # and code mappings); their permissions come from the file later.
@@ -350,6 +352,18 @@ class ElfCore:
 
     def _first_argument(self) -> str:
         return self.notes.arguments.split(" ", 1)[0]
+
+    def _special_name(self, address: int, vdso: int | None) -> str:
+        """The kernel's name for an unnamed segment: ``[vdso]``, ``[vsyscall]``, or none.
+
+        gcore dumps x86_64's legacy vsyscall page, which sits at a fixed
+        address; unnamed, it would look like JIT code (anonymous and executable).
+        """
+        if address == vdso:
+            return "[vdso]"
+        if self.arch.name == "x86_64" and address == _X86_64_VSYSCALL:
+            return "[vsyscall]"
+        return ""
 
     def _inode(self, path: str) -> int:
         """Cores record no inodes; a number per path keeps each file's mappings together."""
