@@ -8,9 +8,9 @@ which takes the ``struct`` path — and both paths must build the same table
 from the same image.
 
 Where several symbols share an address the table keeps one, ranked as
-debuggers do: ``.symtab`` over ``.dynsym``, then global over weak over
-local.  The oracle ranks the same way and accepts any of the names tied
-for first place.
+debuggers do: global over weak over local, and ``.symtab`` two ranks over
+``.dynsym``.  The oracle ranks the same way and accepts any of the names
+tied for first place.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ class Oracle:
         self.best: dict[int, tuple[int, set[str]]] = {}
         #: Every function symbol: (address, size).
         self.symbols: list[tuple[int, int]] = []
+        #: Per address: the sizes of the symbols that have the best rank.
         self.sizes: dict[int, set[int]] = {}
         #: Addresses of undefined functions (a non-PIE program's PLT entries): no function there.
         self.undefined: set[int] = set()
@@ -103,10 +104,10 @@ class Oracle:
 
     def probes(self) -> list[int]:
         """The first and last byte of every function symbol, the byte after it, undefined ones."""
-        ends = {
-            address for value, size in self.symbols for address in (value + size - 1, value + size)
-        }
-        edges = {value for value, _ in self.symbols} | ends | self.undefined
+        edges = set(self.undefined)
+        for value, size in self.symbols:
+            end = value + max(size, 1)
+            edges.update((value, end - 1, end))
         return sorted(address for address in edges if address >= self.starts[0])
 
 

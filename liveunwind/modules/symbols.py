@@ -87,9 +87,10 @@ class SymbolTable:
 
     Several images can contribute: the module's own file and its separate
     debug file or MiniDebugInfo, which share link-time addresses.  For each
-    address one symbol stands: ``.symtab`` ranks over ``.dynsym`` (it has
-    local functions too), then global over weak over local bindings, and of
-    equal ranks the first seen.
+    address the highest-ranked symbol stands: global over weak over local,
+    and a ``.symtab`` symbol two ranks over a ``.dynsym`` one of the same
+    binding (``.symtab`` has local functions too); of equal ranks, the first
+    seen.
     """
 
     def __init__(self, *images: ElfImage) -> None:
