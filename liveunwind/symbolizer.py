@@ -18,17 +18,29 @@ def symbolize(threads: Iterable[ThreadBacktrace], modules: ModuleMap) -> None:
 
     A return address can lie just past the end of a function that ends in a
     call (``noreturn`` callees), so caller frames are looked up at ``pc - 1``
-    and the offset is then measured from the real pc.
+    and the offset is then measured from the real pc.  Deep stacks repeat the
+    same return addresses, so each address is looked up once.
     """
+    named: dict[int, tuple[str, int] | None] = {}
     for thread in threads:
         for frame in thread.frames:
-            module = modules.find(frame.lookup_pc)
-            match = None if module is None else module.symbolize(frame.lookup_pc)
-            if match is not None:
-                frame.function = demangle(match.name)
-                frame.offset = match.offset + (frame.pc - frame.lookup_pc)
+            address = frame.lookup_pc
+            if address in named:
+                found = named[address]
+            else:
+                found = named[address] = _function_at(address, modules)
+            if found is not None:
+                frame.function, offset = found
+                frame.offset = offset + (frame.pc - address)
             elif modules.registry is not None:
                 _name_jit_frame(frame, modules.registry)
+
+
+def _function_at(address: int, modules: ModuleMap) -> tuple[str, int] | None:
+    """The readable name of the function holding ``address`` and the offset into it."""
+    module = modules.find(address)
+    match = None if module is None else module.symbolize(address)
+    return None if match is None else (demangle(match.name), match.offset)
 
 
 def _name_jit_frame(frame: Frame, registry: DynamicRegistry) -> None:

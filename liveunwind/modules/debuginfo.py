@@ -29,11 +29,13 @@ import mmap
 import os
 import stat
 import struct
-from collections.abc import Sequence
-from dataclasses import dataclass
 
 from liveunwind.errors import FormatError
 from liveunwind.modules.elf import ElfImage
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 DEFAULT_DEBUG_DIRS = ("/usr/lib/debug",)
 #: Largest decompressed MiniDebugInfo image; Fedora's are a few hundred KiB.
@@ -48,15 +50,17 @@ _CHDR64 = struct.Struct("IIQQ")  # ch_type, ch_reserved, ch_size, ch_addralign
 _CRC_CHUNK = 1 << 20
 
 
-@dataclass(frozen=True, slots=True)
 class DebugFile:
     """A separate debug image and how it was found."""
 
-    image: ElfImage
-    #: The file it came from (for MiniDebugInfo: the stripped file itself).
-    path: str
-    #: ``build-id``, ``debuglink`` or ``gnu_debugdata``.
-    how: str
+    __slots__ = ("how", "image", "path")
+
+    def __init__(self, image: ElfImage, path: str, how: str) -> None:
+        self.image = image
+        #: The file it came from (for MiniDebugInfo: the stripped file itself).
+        self.path = path
+        #: ``build-id``, ``debuglink`` or ``gnu_debugdata``.
+        self.how = how
 
 
 def find_debug_file(

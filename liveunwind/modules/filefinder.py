@@ -18,24 +18,28 @@ from __future__ import annotations
 import mmap
 import os
 import stat
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 
 from liveunwind.errors import FormatError
 from liveunwind.modules.elf import PT_LOAD, SHT_NOBITS, ElfImage
 
-#: Says why an image is not the one wanted, or None when it is.
-Check = Callable[[ElfImage], str | None]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Sequence
+
+    #: Says why an image is not the one wanted, or None when it is.
+    Check = Callable[[ElfImage], str | None]
 
 _BUILD_ID_DIRS = ("usr/lib/debug/.build-id", "usr/lib/.build-id")
 
 
-@dataclass(slots=True)
 class FoundFile:
     """A file that passed every check, with its image kept mapped."""
 
-    path: str
-    image: ElfImage
+    __slots__ = ("image", "path")
+
+    def __init__(self, path: str, image: ElfImage) -> None:
+        self.path = path
+        self.image = image
 
 
 class FileFinder:
