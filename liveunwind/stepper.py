@@ -572,15 +572,17 @@ class PcCache:
     """What the stepper learned per pc, kept across backtraces while the modules stay put.
 
     ``at`` maps a lookup pc to (module, compiled plan, rule); ``code`` holds
-    return addresses already found to lie in file-backed executable mappings.
-    Both are keyed by absolute address, so a remapped module voids them.
+    return addresses already found to lie in file-backed executable mappings;
+    ``names`` maps a lookup pc to its function and offset (the symbolizer's).
+    All are keyed by absolute address, so a remapped module voids them.
     """
 
-    __slots__ = ("at", "code")
+    __slots__ = ("at", "code", "names")
 
     def __init__(self) -> None:
         self.at: dict[int, tuple[Module | None, _Plan | None, UnwindRule | None]] = {}
         self.code: set[int] = set()
+        self.names: dict[int, tuple[str, int] | None] = {}
 
 
 class _Plan:

@@ -13,15 +13,22 @@ if TYPE_CHECKING:
     from liveunwind.modules.modulemap import ModuleMap
 
 
-def symbolize(threads: Iterable[ThreadBacktrace], modules: ModuleMap) -> None:
+def symbolize(
+    threads: Iterable[ThreadBacktrace],
+    modules: ModuleMap,
+    named: dict[int, tuple[str, int] | None] | None = None,
+) -> None:
     """Fills ``function`` and ``offset`` of every frame whose module has symbols.
 
     A return address can lie just past the end of a function that ends in a
     call (``noreturn`` callees), so caller frames are looked up at ``pc - 1``
     and the offset is then measured from the real pc.  Deep stacks repeat the
-    same return addresses, so each address is looked up once.
+    same return addresses, so each address is looked up once; ``named`` keeps
+    the answers for later backtraces while the modules stay where they are
+    (JIT names are not kept: a JIT may reuse its memory).
     """
-    named: dict[int, tuple[str, int] | None] = {}
+    if named is None:
+        named = {}
     for thread in threads:
         for frame in thread.frames:
             address = frame.lookup_pc

@@ -107,7 +107,7 @@ class Walker:
         if options.symbols:
             from liveunwind.symbolizer import symbolize
 
-            symbolize(traces, modules)
+            symbolize(traces, modules, self._pcs.names)
             timings["symbolize"] = time.perf_counter() - unwound
         return Backtrace(
             pid=space.pid,
