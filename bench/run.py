@@ -26,6 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench.breakdown import breakdown, format_breakdown  # noqa: E402
+
 #: The tools run as subprocesses, with liveunwind as a user has it (see install_liveunwind).
 ENV = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
 REPETITIONS = 7
@@ -220,6 +222,8 @@ def main() -> int:
             entry["warm_frames_per_s"] = warm_frames_per_second(target.pid)
             if not python:
                 entry["frames_equal_gdb"] = frames_equal_gdb(target.pid)
+            if "cold_breakdown" not in results:
+                results["cold_breakdown"] = breakdown(LIVEUNWIND, target.pid)
             results["scenarios"][name] = entry
             if python:
                 core = work / "python.core"
@@ -237,6 +241,8 @@ def main() -> int:
     out = Path(__file__).with_name("results.json")
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(format_table(results))
+    print(f"\ncold liveunwind pid, layer by layer ({scenarios[0][0]}):")
+    print(format_breakdown(results["cold_breakdown"]))
     shutil.rmtree(work, ignore_errors=True)
     return 0
 
