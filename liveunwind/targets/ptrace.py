@@ -53,8 +53,8 @@ class PtraceProcess:
         self._wanted = set(thread_ids) if thread_ids else None
         self._stopped: dict[int, ThreadState] = {}
         self._attached: set[int] = set()
-        #: Scheduler state of each thread just before we stopped it.
-        self._states_before: dict[int, str] = {}
+        #: Name and scheduler state of each thread, read just before stopping any.
+        self._before_stop: dict[int, procfs.TaskStat] = {}
         self._pages: dict[int, bytes | None] = {}
         self._mappings: list[Mapping] | None = None
         self._memory_fd: int | None = None
@@ -178,7 +178,10 @@ class PtraceProcess:
             if not fresh:
                 return
             seen.update(fresh)  # a thread that is gone or a zombie is not looked at again
-            seized = [tid for tid in fresh if self._seize(tid)]
+            # Read while nothing is stopped yet (in the first round): these reads
+            # would otherwise lengthen the freeze by two files per thread.
+            alive = [tid for tid in fresh if self._read_before_stop(tid)]
+            seized = [tid for tid in alive if self._seize(tid)]
             for tid in seized:
                 self._wait_for_stop(tid)
         raise AttachError(f"process {self.pid} keeps creating threads; could not stop them all")
@@ -194,12 +197,19 @@ class PtraceProcess:
             )
         return sorted(self._wanted)
 
-    def _seize(self, tid: int) -> bool:
-        """Seizes and interrupts one thread; False if it is gone or a zombie."""
-        state = _task_state(self.pid, tid)
-        if state in ("Z", "X", ""):
+    def _read_before_stop(self, tid: int) -> bool:
+        """Notes a thread's name and state; False if it is gone or a zombie."""
+        try:
+            stat = procfs.read_stat(f"/proc/{self.pid}/task/{tid}/stat")
+        except OSError:
             return False
-        self._states_before[tid] = state
+        if stat.state in ("Z", "X"):
+            return False
+        self._before_stop[tid] = stat
+        return True
+
+    def _seize(self, tid: int) -> bool:
+        """Seizes and interrupts one thread; False if it is gone."""
         try:
             syscalls.ptrace(syscalls.PTRACE_SEIZE, tid)
         except OSError as error:
@@ -242,11 +252,12 @@ class PtraceProcess:
                 self._attached.discard(tid)
                 return
             raise AttachError(f"cannot read registers of thread {tid}: {error.strerror}") from None
+        before = self._before_stop.get(tid)
         self._stopped[tid] = ThreadState(
             tid=tid,
-            name=_thread_name(self.pid, tid),
+            name=before.name if before is not None else "",
             registers=_decode_registers(self.arch, raw, self.pid),
-            state=procfs.state_word(self._states_before.get(tid, "?")),
+            state=procfs.state_word(before.state if before is not None else "?"),
             pending_signal=pending,
         )
 
@@ -386,14 +397,6 @@ def _open_if_same_file(path: str, inode: int) -> BinaryIO | None:
 def _task_state(pid: int, tid: int) -> str:
     try:
         return procfs.read_stat(f"/proc/{pid}/task/{tid}/stat").state
-    except OSError:
-        return ""
-
-
-def _thread_name(pid: int, tid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/task/{tid}/comm") as stream:
-            return stream.read().rstrip("\n")
     except OSError:
         return ""
 
