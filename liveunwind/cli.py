@@ -7,6 +7,7 @@ thread's walk ended early, 2 the target could not be used, 64 usage error,
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -170,6 +171,23 @@ def commands() -> list[Command]:
         ],
     )
     return [pid, core, info]
+
+
+def run() -> None:
+    """The command's entry point: :func:`main`, then exit without tearing Python down.
+
+    Tearing down the interpreter (freeing every module, mapping and cached
+    table) takes 5–10 ms after a cold backtrace, a quarter of the whole run,
+    and nothing needs it: the target is already let go and every file was
+    only read.  So the output is flushed and the process ends at once.
+    """
+    status = main()
+    for stream in (sys.stdout, sys.stderr):
+        try:  # noqa: SIM105 (contextlib.suppress would import contextlib for this alone)
+            stream.flush()
+        except (BrokenPipeError, ValueError):
+            pass  # the reader went away (or the stream is closed): nothing left to say
+    os._exit(status)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -180,3 +180,20 @@ def test_signal_sent_while_stopped_is_delivered_once_after_detach() -> None:
     finally:
         target.kill()
         target.wait()
+
+
+def test_reader_that_goes_away_early_gets_no_traceback(run_program) -> None:
+    """``liveunwind pid PID | head -1``: the output is cut short, quietly, and the target runs."""
+    program = run_program("recurse", "2000")
+    command = [sys.executable, "-m", "liveunwind", "pid", str(program.pid), "--max-frames", "0"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/", env=env
+    ) as process:
+        assert process.stdout is not None and process.stderr is not None
+        assert process.stdout.readline().startswith(b"Thread ")
+        process.stdout.close()
+        errors = process.stderr.read()
+        status = process.wait(timeout=60)
+    assert errors == b"" and status == 0
+    wait_for_state(program.pid, "S")
