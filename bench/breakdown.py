@@ -1,6 +1,7 @@
 """Where a cold ``liveunwind pid`` spends its time, measured layer by layer.
 
-Each layer is a fresh process, run several times, median reported:
+Each layer is a fresh process, run several times, median reported (from
+``/``, so that ``python -c`` finds the installed copy, not a checkout):
 
 1. the interpreter doing nothing (``python -c pass``);
 2. plus the standard-library modules the hot path needs;
@@ -40,11 +41,11 @@ HOT_MODULES = (
 
 def median_wall(command: list[str]) -> float:
     """Median seconds of ``command`` over REPETITIONS fresh runs (after one warm-up)."""
-    subprocess.run(command, capture_output=True, check=False)
+    subprocess.run(command, capture_output=True, check=False, cwd="/")
     walls = []
     for _ in range(REPETITIONS):
         started = time.perf_counter()
-        subprocess.run(command, capture_output=True, check=False)
+        subprocess.run(command, capture_output=True, check=False, cwd="/")
         walls.append(time.perf_counter() - started)
     return statistics.median(walls)
 
@@ -53,7 +54,7 @@ def median_phases(command: list[str]) -> dict[str, float]:
     """Median milliseconds of each ``--stats`` phase."""
     phases: dict[str, list[float]] = {}
     for _ in range(REPETITIONS):
-        result = subprocess.run([*command, "--stats"], capture_output=True, text=True)
+        result = subprocess.run([*command, "--stats"], capture_output=True, text=True, cwd="/")
         line = result.stderr.strip().splitlines()[-1]
         for part in line.split(": stats: ", 1)[1].split(";")[0].split(", "):
             name, value, _unit = part.split(" ")
