@@ -78,7 +78,16 @@ class Module:
 
     @cached_property
     def image(self) -> ElfImage | None:
-        """The module's ELF image, or None (anonymous code, missing or foreign file)."""
+        """The module's ELF image, or None (anonymous code, missing or foreign file).
+
+        A core has already opened and checked the file it found for the
+        module (``mapped_image``); that image is used rather than a second one.
+        """
+        opened = getattr(self.space, "mapped_image", None)
+        if opened is not None and not self.is_vdso:
+            image = opened(min(self.mappings, key=lambda mapping: mapping.offset))
+            if image is not None:
+                return image
         try:
             data = self._image_bytes()
             return None if data is None else ElfImage(data, origin=self.path)

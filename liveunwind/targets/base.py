@@ -85,6 +85,11 @@ if TYPE_CHECKING:
 
         A protocol for type checkers only: targets do not inherit from it, and
         defining it at run time would cost the ``typing`` import at start-up.
+        Two optional methods, looked up with ``getattr``, save work where a
+        target can: ``read_word(address) -> int`` (the snapshot reads saved
+        registers straight from its stack copy) and ``mapped_image(mapping)
+        -> ElfImage | None`` (a core hands over the file it already opened and
+        checked, so no module file is opened twice).
         """
 
         arch: Arch

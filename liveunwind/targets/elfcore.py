@@ -498,6 +498,13 @@ class ElfCore:
             position += len(piece)
         return b"".join(pieces)
 
+    def mapped_image(self, mapping: Mapping) -> ElfImage | None:
+        """The image of the file found for ``mapping``, already mapped and checked."""
+        if not mapping.is_file:
+            return None
+        found = self._file_for(mapping.path)
+        return None if found is None else found.image
+
     def open_mapped_file(self, mapping: Mapping) -> BinaryIO | None:
         if not mapping.is_file:
             return None
