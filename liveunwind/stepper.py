@@ -401,21 +401,13 @@ class Stepper:
                 caller[number] = value
         for number in plan.undefined:
             caller.pop(number, None)
-        arch = self.arch
-        if not plan.sets_sp:
-            caller[arch.sp] = cfa
-        return_address = caller.get(plan.return_address)
-        if return_address is None:
-            caller.pop(arch.pc, None)
-        else:
-            if plan.ra_signed:
-                return_address = arch.strip_pointer_auth(return_address)
-            caller[arch.pc] = return_address
-            if return_address and (
-                (cfa < frame.sp and not plan.signal_frame)
-                or not self._is_known_code(return_address)
-            ):
-                return None
+        return_address = self._set_sp_and_pc(
+            caller, cfa, plan.sets_sp, plan.return_address, plan.ra_signed
+        )
+        if return_address and (
+            (cfa < frame.sp and not plan.signal_frame) or not self._is_known_code(return_address)
+        ):
+            return None
         return _Step(caller, cfa, plan.method, plan.signal_frame)
 
     def _is_known_code(self, address: int) -> bool:
@@ -506,16 +498,28 @@ class Stepper:
             else:
                 caller[number] = self._evaluate(register_rule.expression, context, (cfa,))
         has_sp_rule = any(number == arch.sp for number, _ in rule.registers)
-        if not has_sp_rule:
+        self._set_sp_and_pc(caller, cfa, has_sp_rule, rule.return_address_register, rule.ra_signed)
+        return _Step(caller=caller, cfa=cfa, method=method, caller_interrupted=rule.signal_frame)
+
+    def _set_sp_and_pc(
+        self, caller: dict[int, int], cfa: int, sets_sp: bool, ra_register: int, ra_signed: bool
+    ) -> int | None:
+        """Completes a caller: sp is the CFA unless a rule set it, pc the return address.
+
+        Returns the return address (pointer authentication stripped), or None
+        where it is undefined: the end of the stack.
+        """
+        arch = self.arch
+        if not sets_sp:
             caller[arch.sp] = cfa
-        return_address = caller.get(rule.return_address_register)
+        return_address = caller.get(ra_register)
         if return_address is None:
             caller.pop(arch.pc, None)
-        else:
-            if rule.ra_signed:
-                return_address = arch.strip_pointer_auth(return_address)
-            caller[arch.pc] = return_address
-        return _Step(caller=caller, cfa=cfa, method=method, caller_interrupted=rule.signal_frame)
+            return None
+        if ra_signed:
+            return_address = arch.strip_pointer_auth(return_address)
+        caller[arch.pc] = return_address
+        return return_address
 
     def _read_word(self, address: int) -> int:
         return _WORD.unpack(self.space.read(address & 0xFFFFFFFFFFFFFFFF, 8))[0]

@@ -140,12 +140,10 @@ class _Copies:
         A read that starts in a copy and runs past its end raises
         MemoryReadError: it would otherwise mix two instants.
         """
-        if self._pieces:
-            self._merge_pieces()
-        index = bisect.bisect_right(self._starts, address) - 1
-        if index < 0:
+        block = self._block_at(address)
+        if block is None:
             return None
-        start, data = self._blocks[index]
+        start, data = block
         offset = address - start
         if offset + size <= len(data):
             return data[offset : offset + size]
@@ -158,17 +156,22 @@ class _Copies:
         start, data = self._last
         offset = address - start
         if offset < 0 or offset + 8 > len(data):
-            if self._pieces:
-                self._merge_pieces()
-            index = bisect.bisect_right(self._starts, address) - 1
-            if index < 0:
+            block = self._block_at(address)
+            if block is None:
                 return None
-            start, data = self._blocks[index]
+            start, data = block
             offset = address - start
             if offset + 8 > len(data):
                 return None
-            self._last = (start, data)
+            self._last = block
         return _unpack_word(data, offset)[0]
+
+    def _block_at(self, address: int) -> tuple[int, bytes] | None:
+        """The block starting at or below ``address`` (which may end before it)."""
+        if self._pieces:
+            self._merge_pieces()
+        index = bisect.bisect_right(self._starts, address) - 1
+        return self._blocks[index] if index >= 0 else None
 
     def _merge_pieces(self) -> None:
         pieces = sorted([*self._blocks, *self._pieces], key=lambda piece: piece[0])
