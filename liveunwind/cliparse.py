@@ -113,11 +113,10 @@ def parse(
     Raises UsageError for a mistake and HelpRequested for ``-h``/``--help``.
     """
     by_name = {command.name: command for command in commands}
-    if not argv or argv[0] in ("-h", "--help"):
-        text = _top_help(prog, description, commands)
-        if not argv:
-            raise UsageError(f"a command is required ({', '.join(by_name)}); see {prog} --help")
-        raise HelpRequested(text)
+    if not argv:
+        raise UsageError(f"a command is required ({', '.join(by_name)}); see {prog} --help")
+    if argv[0] in ("-h", "--help"):
+        raise HelpRequested(_top_help(prog, description, commands))
     command = by_name.get(argv[0])
     if command is None:
         raise UsageError(f"unknown command {argv[0]!r}; choose from {', '.join(by_name)}")
