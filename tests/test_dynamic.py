@@ -46,6 +46,7 @@ from liveunwind.formats.dynamic import (
     UNW_INFO_FORMAT_REMOTE_TABLE,
     DynamicRegistry,
     JitRange,
+    _find_symbol,
     find_roots,
     parse_perf_map,
 )
@@ -937,3 +938,38 @@ def test_live_registry_unwinds_the_jit_frames(
 
         copied = dynamic.read_all()
         assert copied and all(size > 0 for _, size in copied)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/usr/lib/x86_64-linux-gnu/libunwind.so.8",
+        "/usr/lib/x86_64-linux-gnu/libc.so.6",
+        "/usr/lib/x86_64-linux-gnu/libstdc++.so.6",
+    ],
+)
+def test_symbol_lookup_by_name_agrees_with_readelf(path: str) -> None:
+    """Roots are found by name without decoding every symbol; readelf lists them all.
+
+    Every defined symbol readelf shows (in .symtab when there is one, else
+    .dynsym) is looked up by name, tail-shared strings included.
+    """
+    if not os.path.exists(path) or shutil.which("readelf") is None:
+        pytest.skip(f"needs {path} and readelf")
+    listing = subprocess.run(
+        ["readelf", "-sW", path], capture_output=True, text=True, check=True
+    ).stdout
+    image = ElfImage(Path(path).read_bytes(), origin=path)
+    # A versioned name can be defined more than once (pthread_cond_init@GLIBC_2.2.5
+    # and @@GLIBC_2.3.2): any of its definitions will do.
+    expected: dict[str, set[int]] = {}
+    for line in listing.splitlines():
+        fields = line.split()
+        if len(fields) == 8 and fields[0][:-1].isdigit() and fields[6] != "UND":
+            expected.setdefault(fields[7].partition("@")[0], set()).add(int(fields[1], 16))
+    names = sorted(expected)[:: max(1, len(expected) // 400)]
+    assert len(names) > 20
+    for name in names:
+        found = _find_symbol(image, name)
+        assert found is not None and found.value in expected[name], name
+    assert _find_symbol(image, "no_such_symbol_anywhere") is None

@@ -220,6 +220,50 @@ def _symbols(image: ElfImage) -> Iterator[_Symbol]:
                 yield _Symbol(name.decode("utf-8", "replace"), value, size, info & 0xF, shndx)
 
 
+def _find_symbol(image: ElfImage, name: str) -> _Symbol | None:
+    """The first defined symbol called ``name`` in ``.symtab``, then ``.dynsym``.
+
+    Searched without decoding every symbol (libpython has some 10 000, and
+    every module of a process with JIT code is searched): the name is found
+    in the string table with ``bytes.find``, then the symbol whose name field
+    holds that offset.  A name found inside a longer string still counts, as
+    linkers share string tails between symbols.
+    """
+    if image.byte_order != "<":
+        raise FormatError(f"{image.origin}: big-endian images are not supported here")
+    needle = name.encode() + b"\0"
+    headers = image.section_headers
+    for wanted in (_SHT_SYMTAB, _SHT_DYNSYM):
+        for section in headers:
+            if section.type != wanted or section.link >= len(headers):
+                continue
+            table = image.contents(section)
+            strings = image.contents(headers[section.link])
+            if table is None or strings is None:
+                continue
+            table, strings = bytes(table), bytes(strings)
+            position = strings.find(needle)
+            while position > 0:
+                symbol = _symbol_named(table, position, name)
+                if symbol is not None:
+                    return symbol
+                position = strings.find(needle, position + 1)
+    return None
+
+
+def _symbol_named(table: bytes, name_offset: int, name: str) -> _Symbol | None:
+    """The defined symbol of ``table`` whose name starts at ``name_offset``, if any."""
+    key = name_offset.to_bytes(4, "little")
+    at = table.find(key)
+    while 0 <= at <= len(table) - _SYMBOL.size:
+        if at % _SYMBOL.size == 0:
+            _, info, _other, shndx, value, size = _SYMBOL.unpack_from(table, at)
+            if shndx != 0:
+                return _Symbol(name, value, size, info & 0xF, shndx)
+        at = table.find(key, at + 1)
+    return None
+
+
 def find_roots(image: ElfImage, load_bias: int) -> RegistryRoots:
     """Where a module keeps registry heads, as runtime addresses (``load_bias`` added).
 
@@ -227,11 +271,8 @@ def find_roots(image: ElfImage, load_bias: int) -> RegistryRoots:
     and ``__jit_debug_descriptor`` in the module's ``.symtab`` and ``.dynsym``.
     Pure: the accessor's code is read from the image, not from the target.
     """
-    found: dict[str, _Symbol] = {}
     wanted = ("_U_dyn_info_list", "_U_dyn_info_list_addr", "__jit_debug_descriptor")
-    for symbol in _symbols(image):
-        if symbol.name in wanted and symbol.shndx != 0 and symbol.name not in found:
-            found[symbol.name] = symbol
+    found = {name: symbol for name in wanted if (symbol := _find_symbol(image, name))}
     lists: tuple[int, ...] = ()
     if "_U_dyn_info_list" in found:
         lists = ((found["_U_dyn_info_list"].value + load_bias) & _MASK,)
