@@ -28,6 +28,7 @@ from liveunwind.targets.snapshot import Snapshot
 from liveunwind.walker import Walker
 from tests.conftest import TESTPROGS, RunningProgram, start_program
 from tests.oracles import gdb_backtraces, gdb_gcore, pcs
+from tests.test_startup import HEAVY, modules_a_backtrace_loaded
 
 PROGRAMS = {"jit-dynamic": "libunwind", "jit-table": "perf-map", "jit-gdb": "gdb-jit"}
 
@@ -257,3 +258,11 @@ def test_jit_memory_unseen_before_the_stop_is_not_read_after_it(
     backtrace = session.backtrace()
     assert any("not copied while the process was stopped" in text for text in backtrace.problems)
     assert Method.DYNAMIC not in [frame.method for frame in backtrace.threads[0].frames]
+
+
+@pytest.mark.parametrize("jit_program", sorted(PROGRAMS), indirect=True)
+def test_a_jit_process_costs_no_heavy_import(jit_program: tuple[int, list[str]]) -> None:
+    """Reading a registry is on the hot path of every process with JIT code."""
+    loaded = modules_a_backtrace_loaded(jit_program[0])
+    assert "liveunwind.formats.dynamic" in loaded
+    assert not HEAVY & loaded, f"imported: {sorted(HEAVY & loaded)}"

@@ -45,10 +45,10 @@ raise SystemExit(status)
 """
 
 
-def test_a_live_backtrace_imports_no_heavy_module(run_program) -> None:
-    program = run_program("threads-O2")
+def modules_a_backtrace_loaded(pid: int) -> set[str]:
+    """The modules ``liveunwind pid PID`` loaded, run with nothing but this checkout."""
     result = subprocess.run(
-        [sys.executable, "-S", "-c", _PROBE, "pid", str(program.pid)],
+        [sys.executable, "-S", "-c", _PROBE, "pid", str(pid)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -59,4 +59,9 @@ def test_a_live_backtrace_imports_no_heavy_module(run_program) -> None:
     assert "main" in result.stdout  # a real backtrace was printed
     loaded = set(result.stderr.splitlines()[-1].split())
     assert "liveunwind.stepper" in loaded
+    return loaded
+
+
+def test_a_live_backtrace_imports_no_heavy_module(run_program) -> None:
+    loaded = modules_a_backtrace_loaded(run_program("threads-O2").pid)
     assert not HEAVY & loaded, f"imported on the hot path: {sorted(HEAVY & loaded)}"

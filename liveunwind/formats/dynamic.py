@@ -80,14 +80,14 @@ from __future__ import annotations
 
 import bisect
 import struct
+from collections import namedtuple
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from liveunwind import linkedlist
 from liveunwind.errors import FormatError, MemoryReadError
 from liveunwind.formats.rules import CfaRule, RegisterRule, RegKind, UnwindRule
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from liveunwind.arch import Arch
     from liveunwind.modules.elf import ElfImage
@@ -146,10 +146,10 @@ MAX_PROBLEMS = 64
 _MASK = (1 << 64) - 1
 
 
-@dataclass(frozen=True, slots=True)
-class JitRange:
+class JitRange(namedtuple("JitRange", "start end name source")):
     """Code a JIT announced: ``[start, end)``, its name and who announced it."""
 
+    __slots__ = ()
     start: int
     end: int
     name: str
@@ -158,12 +158,14 @@ class JitRange:
     source: str
 
 
-@dataclass(frozen=True, slots=True)
-class RegistryRoots:
+class RegistryRoots(
+    namedtuple("RegistryRoots", "libunwind_lists jit_descriptors", defaults=((), ()))
+):
     """Runtime addresses of registry heads found in one module's symbols."""
 
-    libunwind_lists: tuple[int, ...] = ()
-    jit_descriptors: tuple[int, ...] = ()
+    __slots__ = ()
+    libunwind_lists: tuple[int, ...]
+    jit_descriptors: tuple[int, ...]
 
     def __bool__(self) -> bool:
         return bool(self.libunwind_lists or self.jit_descriptors)
@@ -181,8 +183,10 @@ _ET_REL = 1
 _SYMBOL = struct.Struct("<IBBHQQ")
 
 
-@dataclass(frozen=True, slots=True)
-class _Symbol:
+class _Symbol(namedtuple("_Symbol", "name value size kind shndx")):
+    """One ELF symbol, its name decoded and its type (``kind``) split out."""
+
+    __slots__ = ()
     name: str
     value: int
     size: int
@@ -356,10 +360,12 @@ def parse_perf_map(text: str) -> list[JitRange]:
 # -- the registry ---------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _DynArch:
+class _DynArch(
+    namedtuple("_DynArch", "insn_size sp fp return_address entry_cfa_offset entry_ra_offset")
+):
     """The DYNAMIC-format conventions of one architecture (see the module docstring)."""
 
+    __slots__ = ()
     insn_size: int
     sp: int
     fp: int
@@ -375,55 +381,83 @@ _DYN_ARCHES = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class _Op:
+class _Op(namedtuple("_Op", "tag reg when val")):
+    """One libunwind ``unw_dyn_op_t``."""
+
+    __slots__ = ()
     tag: int
     reg: int
     when: int
     val: int
 
 
-@dataclass(frozen=True, slots=True)
-class _Region:
+class _Region(namedtuple("_Region", "insn_count ops")):
+    """One ``unw_dyn_region_info_t``: its length in instructions and its ops."""
+
+    __slots__ = ()
     insn_count: int
     ops: tuple[_Op, ...]
 
 
-@dataclass(slots=True)
 class _Procedure:
     """One libunwind entry: a DYNAMIC procedure or a table of FDEs."""
 
-    start: int
-    end: int
-    name: str
-    format: int
-    gp: int = 0
-    regions: tuple[_Region, ...] = ()
-    segbase: int = 0
-    table: int = 0
-    table_entries: int = 0
-    #: Why its unwind info cannot be used (its range and name still can).
-    error: str = ""
+    __slots__ = (
+        "end",
+        "error",
+        "format",
+        "gp",
+        "name",
+        "regions",
+        "segbase",
+        "start",
+        "table",
+        "table_entries",
+    )
+
+    def __init__(self, start: int, end: int, name: str, format: int, gp: int = 0) -> None:
+        self.start = start
+        self.end = end
+        self.name = name
+        self.format = format
+        self.gp = gp
+        self.regions: tuple[_Region, ...] = ()
+        self.segbase = 0
+        self.table = 0
+        self.table_entries = 0
+        #: Why its unwind info cannot be used (its range and name still can).
+        self.error = ""
 
 
-@dataclass(slots=True)
 class _JitObject:
     """One GDB JIT entry: an in-memory object file and what it describes."""
 
-    address: int
-    start: int
-    end: int
-    sources: list[UnwindSource]
-    functions: list[JitRange]
+    __slots__ = ("address", "end", "functions", "sources", "start")
+
+    def __init__(
+        self,
+        address: int,
+        start: int,
+        end: int,
+        sources: list[UnwindSource],
+        functions: list[JitRange],
+    ) -> None:
+        self.address = address
+        self.start = start
+        self.end = end
+        self.sources = sources
+        self.functions = functions
 
 
-@dataclass(slots=True)
 class _Intervals:
     """Possibly overlapping intervals searchable by address."""
 
-    items: list[tuple[int, int, object]] = field(default_factory=list)
-    _starts: list[int] = field(default_factory=list)
-    _max_ends: list[int] = field(default_factory=list)
+    __slots__ = ("_max_ends", "_starts", "items")
+
+    def __init__(self) -> None:
+        self.items: list[tuple[int, int, object]] = []
+        self._starts: list[int] = []
+        self._max_ends: list[int] = []
 
     def freeze(self) -> None:
         self.items.sort(key=lambda item: (item[0], item[1]))
@@ -910,14 +944,22 @@ def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
 # -- interpreting UNW_INFO_FORMAT_DYNAMIC ----------------------------------------------
 
 
-@dataclass(slots=True)
 class _FrameState:
     """The frame at one point of a procedure, relative to the CFA (entry sp + entry offset)."""
 
-    sp_depth: int  # CFA - sp
-    fp_depth: int | None  # CFA - fp, once the frame pointer is established
-    cfa_on_fp: bool
-    registers: dict[int, RegisterRule]
+    __slots__ = ("cfa_on_fp", "fp_depth", "registers", "sp_depth")
+
+    def __init__(
+        self,
+        sp_depth: int,
+        fp_depth: int | None,
+        cfa_on_fp: bool,
+        registers: dict[int, RegisterRule],
+    ) -> None:
+        self.sp_depth = sp_depth  # CFA - sp
+        self.fp_depth = fp_depth  # CFA - fp, once the frame pointer is established
+        self.cfa_on_fp = cfa_on_fp
+        self.registers = registers
 
     def copy(self) -> _FrameState:
         return _FrameState(self.sp_depth, self.fp_depth, self.cfa_on_fp, dict(self.registers))
