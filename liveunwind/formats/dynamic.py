@@ -173,8 +173,6 @@ class RegistryRoots(
 
 # -- finding the roots ----------------------------------------------------------------
 
-_SHT_SYMTAB = 2
-_SHT_DYNSYM = 11
 _STT_FUNC = 2
 _STT_GNU_IFUNC = 10
 _SHF_ALLOC = 2
@@ -201,27 +199,15 @@ def _symbols(image: ElfImage) -> Iterator[_Symbol]:
     takes ``st_value`` as an address; finding data roots and reading
     relocatable JIT objects (section-relative values) needs both differently.
     """
-    if image.byte_order != "<":
-        raise FormatError(f"{image.origin}: big-endian images are not supported here")
-    headers = image.section_headers
-    for wanted in (_SHT_SYMTAB, _SHT_DYNSYM):
-        for section in headers:
-            if section.type != wanted or section.link >= len(headers):
+    for table, strings in _symbol_tables(image):
+        raw_strings = bytes(strings)
+        usable = len(table) - len(table) % _SYMBOL.size
+        for name_offset, info, _other, shndx, value, size in _SYMBOL.iter_unpack(table[:usable]):
+            if not name_offset or name_offset >= len(raw_strings):
                 continue
-            table = image.contents(section)
-            strings = image.contents(headers[section.link])
-            if table is None or strings is None:
-                continue
-            raw_strings = bytes(strings)
-            usable = len(table) - len(table) % _SYMBOL.size
-            for name_offset, info, _other, shndx, value, size in _SYMBOL.iter_unpack(
-                table[:usable]
-            ):
-                if not name_offset or name_offset >= len(raw_strings):
-                    continue
-                end = raw_strings.find(b"\0", name_offset, name_offset + MAX_NAME)
-                name = raw_strings[name_offset : end if end >= 0 else name_offset + MAX_NAME]
-                yield _Symbol(name.decode("utf-8", "replace"), value, size, info & 0xF, shndx)
+            end = raw_strings.find(b"\0", name_offset, name_offset + MAX_NAME)
+            name = raw_strings[name_offset : end if end >= 0 else name_offset + MAX_NAME]
+            yield _Symbol(name.decode("utf-8", "replace"), value, size, info & 0xF, shndx)
 
 
 def _find_symbol(image: ElfImage, name: str) -> _Symbol | None:
@@ -233,26 +219,24 @@ def _find_symbol(image: ElfImage, name: str) -> _Symbol | None:
     holds that offset.  A name found inside a longer string still counts, as
     linkers share string tails between symbols.
     """
+    needle = name.encode() + b"\0"
+    for table, strings in _symbol_tables(image):
+        table, strings = bytes(table), bytes(strings)
+        position = strings.find(needle)
+        while position > 0:
+            symbol = _symbol_named(table, position, name)
+            if symbol is not None:
+                return symbol
+            position = strings.find(needle, position + 1)
+    return None
+
+
+def _symbol_tables(image: ElfImage) -> Iterator[tuple[memoryview, memoryview]]:
+    """The image's symbol and string tables, ``.symtab`` first; little-endian images only."""
     if image.byte_order != "<":
         raise FormatError(f"{image.origin}: big-endian images are not supported here")
-    needle = name.encode() + b"\0"
-    headers = image.section_headers
-    for wanted in (_SHT_SYMTAB, _SHT_DYNSYM):
-        for section in headers:
-            if section.type != wanted or section.link >= len(headers):
-                continue
-            table = image.contents(section)
-            strings = image.contents(headers[section.link])
-            if table is None or strings is None:
-                continue
-            table, strings = bytes(table), bytes(strings)
-            position = strings.find(needle)
-            while position > 0:
-                symbol = _symbol_named(table, position, name)
-                if symbol is not None:
-                    return symbol
-                position = strings.find(needle, position + 1)
-    return None
+    for _section, table, strings in image.symbol_tables():
+        yield table, strings
 
 
 def _symbol_named(table: bytes, name_offset: int, name: str) -> _Symbol | None:

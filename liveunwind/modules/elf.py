@@ -14,6 +14,10 @@ from functools import cached_property
 
 from liveunwind.errors import FormatError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
 ELF_MAGIC = b"\x7fELF"
 PT_LOAD = 1
 PT_DYNAMIC = 2
@@ -21,7 +25,9 @@ PT_NOTE = 4
 PT_GNU_EH_FRAME = 0x6474E550
 PT_GNU_SFRAME = 0x6474E554
 NT_GNU_BUILD_ID = 3
+SHT_SYMTAB = 2
 SHT_NOBITS = 8
+SHT_DYNSYM = 11
 _MAX_HEADERS = 65535
 
 
@@ -165,6 +171,22 @@ class ElfImage:
     def section_data(self, name: str) -> memoryview | None:
         section = self.sections.get(name)
         return None if section is None else self.contents(section)
+
+    def symbol_tables(self) -> Iterator[tuple[Section, memoryview, memoryview]]:
+        """Each symbol table with its string table: ``.symtab`` first, then ``.dynsym``.
+
+        A table without contents (stripped, SHT_NOBITS) or whose string-table
+        link is out of range is left out.
+        """
+        headers = self.section_headers
+        for kind in (SHT_SYMTAB, SHT_DYNSYM):
+            for section in headers:
+                if section.type != kind or section.link >= len(headers):
+                    continue
+                symbols = self.contents(section)
+                strings = self.contents(headers[section.link])
+                if symbols is not None and strings is not None:
+                    yield section, symbols, strings
 
     def contents(self, section: Section) -> memoryview | None:
         """The bytes of a section, or None for SHT_NOBITS (e.g. .bss, stripped debug files)."""

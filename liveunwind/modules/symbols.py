@@ -15,14 +15,12 @@ import sys
 from functools import lru_cache
 from itertools import accumulate, compress
 
-from liveunwind.modules.elf import ElfImage, c_string
+from liveunwind.modules.elf import SHT_SYMTAB, ElfImage, c_string
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-SHT_SYMTAB = 2
-SHT_DYNSYM = 11
 _STT_FUNC = 2
 _STT_GNU_IFUNC = 10
 _STB_GLOBAL = 1
@@ -169,13 +167,8 @@ def _of_class(
 
 def _symbol_sections(image: ElfImage) -> Iterator[_SymbolSection]:
     """The image's symbol tables with their string tables (stripped ones have none)."""
-    headers = image.section_headers
-    for section in headers:
-        if section.type not in (SHT_SYMTAB, SHT_DYNSYM) or section.link >= len(headers):
-            continue
-        symbols = image.contents(section)
-        strings = image.contents(headers[section.link])
-        if symbols is None or strings is None or len(symbols) < _SYMBOL_SIZE:
+    for section, symbols, strings in image.symbol_tables():
+        if len(symbols) < _SYMBOL_SIZE:
             continue
         symbols = symbols[: len(symbols) - len(symbols) % _SYMBOL_SIZE]
         if image.byte_order == _NATIVE_ORDER:
