@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from liveunwind.errors import FormatError
+from liveunwind.formats import leb128
 from liveunwind.formats.dwarf_cfi import CfiTable, Cie, Fde
 from liveunwind.formats.dwarf_expr import describe
 from liveunwind.formats.rules import RegKind, UnwindRule
@@ -466,12 +467,7 @@ def _encode(value: int, encoding: int, field_address: int, data_base: int) -> by
         return bytes(-field_address % 8) + value.to_bytes(8, "little")
     fmt = encoding & 0x0F
     if fmt == 0x01:
-        out = bytearray()
-        while True:
-            byte, value = value & 0x7F, value >> 7
-            out.append(byte | (0x80 if value else 0))
-            if not value:
-                return bytes(out)
+        return leb128.encode_unsigned(value)
     size = {0x03: 4, 0x04: 8, 0x0B: 4, 0x0C: 8}[fmt]
     return value.to_bytes(size, "little", signed=fmt >= 0x09)
 

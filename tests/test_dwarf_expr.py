@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from liveunwind.arch.x86_64 import X86_64
 from liveunwind.errors import ExpressionError, MemoryReadError
+from liveunwind.formats import leb128
 from liveunwind.formats.dwarf_expr import ExpressionContext, describe, evaluate
 
 
@@ -39,13 +40,7 @@ def run(hex_expression: str, context: ExpressionContext | None = None, **options
 
 
 def sleb(value: int) -> str:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        done = (value == 0 and not byte & 0x40) or (value == -1 and byte & 0x40)
-        out.append(byte if done else byte | 0x80)
-        if done:
-            return out.hex()
+    return leb128.encode_signed(value).hex()
 
 
 # ---------------------------------------------------------------------------------------------
