@@ -95,16 +95,7 @@ def to_json_document(backtrace: Backtrace) -> dict[str, Any]:
 
 
 def _crash_json(crash: CrashInfo) -> dict[str, Any]:
-    return {
-        "executable": crash.executable,
-        "arguments": crash.arguments,
-        "signal": crash.signal,
-        "signal_name": crash.signal_name,
-        "code": crash.code,
-        "code_name": crash.code_name,
-        "fault_address": crash.fault_address,
-        "tid": crash.tid,
-    }
+    return dict(crash._asdict())  # every field, in the order CrashInfo declares them
 
 
 def _frame_json(frame: Frame) -> dict[str, Any]:

@@ -415,12 +415,11 @@ class Stepper:
         code = self._pcs.code
         if address in code:
             return True
-        if not self._is_code(address):
-            return False
         mapping = self.modules.mapping_at(address)
-        if mapping is not None and mapping.is_file:
+        if mapping is not None and mapping.executable and mapping.is_file:
             code.add(address)
-        return True
+            return True
+        return self._is_code(address)
 
     # -- finding a rule -------------------------------------------------------
 

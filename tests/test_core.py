@@ -11,6 +11,7 @@ with the call chain crash.c documents instead.
 from __future__ import annotations
 
 import gzip
+import json
 import lzma
 import os
 import resource
@@ -202,6 +203,25 @@ def test_kernel_core_without_exe_argument_finds_the_executable(kernel_core) -> N
     without = open_core(str(core))
     assert pcs_by_tid(without) == pcs_by_tid(with_exe)
     assert functions(without) == functions(with_exe)
+
+
+def test_json_of_a_core_says_what_crashed(kernel_core) -> None:
+    core = kernel_core("crash-O2", "leaf")
+    exe = str(CRASH / "build" / "crash-O2")
+    result = run_cli(str(core), exe, "--json")
+    document = json.loads(result.stdout)
+    crash = open_core(str(core), exe).crash
+    assert crash is not None and crash.signal_name == "SIGSEGV"
+    assert document["crash"] == {
+        "executable": crash.executable,
+        "arguments": crash.arguments,
+        "signal": crash.signal,
+        "signal_name": "SIGSEGV",
+        "code": crash.code,
+        "code_name": crash.code_name,
+        "fault_address": crash.fault_address,
+        "tid": document["threads"][0]["tid"],
+    }
 
 
 def _without_file_note(core: Path, copy: Path) -> Path:
