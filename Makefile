@@ -52,6 +52,7 @@ demo: venv testprogs
 lint: venv
 	$(VPY) -m ruff check liveunwind tests tools bench
 	$(VPY) -m ruff format --check liveunwind tests tools bench
+	$(VPY) -m mypy
 
 test: system-deps venv testprogs sid-rootfs lint
 	$(VPY) -m pytest -q -p no:cacheprovider tests

@@ -25,16 +25,16 @@ STDLIB = "import bisect, collections, ctypes, enum, errno, functools, mmap, os, 
 #: liveunwind's modules on that path, in the order the command loads them.
 HOT_MODULES = (
     "liveunwind.cli",
-    "liveunwind.stepper",
-    "liveunwind.report",
-    "liveunwind.session",
+    "liveunwind.unwinder.stepper",
+    "liveunwind.cli.report",
+    "liveunwind.backtrace.session",
     "liveunwind.targets.procfs",
     "liveunwind.targets.ptrace",
     "liveunwind.targets.snapshot",
     "liveunwind.modules.debuginfo",
     "liveunwind.modules.modulemap",
     "liveunwind.formats.dwarf_cfi",
-    "liveunwind.symbolizer",
+    "liveunwind.backtrace.symbolizer",
     "liveunwind.modules.symbols",
 )
 

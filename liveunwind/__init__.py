@@ -11,14 +11,14 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from liveunwind.api import attach, open_core
+    from liveunwind.backtrace.api import attach, open_core
     from liveunwind.frames import Backtrace, Frame, ThreadBacktrace
 
 __all__ = ["Backtrace", "Frame", "ThreadBacktrace", "attach", "open_core"]
 
 _EXPORTS = {
-    "attach": "liveunwind.api",
-    "open_core": "liveunwind.api",
+    "attach": "liveunwind.backtrace.api",
+    "open_core": "liveunwind.backtrace.api",
     "Backtrace": "liveunwind.frames",
     "Frame": "liveunwind.frames",
     "ThreadBacktrace": "liveunwind.frames",

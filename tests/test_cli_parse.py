@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from liveunwind.cli import commands
-from liveunwind.cliparse import HelpRequested, parse
+from liveunwind.cli.parse import HelpRequested, parse
 from liveunwind.errors import UsageError
 from tests.assertions import assert_one_line_error
 from tests.test_attach_errors import run_cli

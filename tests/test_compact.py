@@ -553,8 +553,8 @@ def test_core_unwinds_to_the_true_chain(
     binaries: dict[str, Path], tmp_path: Path, arch: str, note: bool
 ) -> None:
     from liveunwind.modules.modulemap import ModuleMap
-    from liveunwind.stepper import Stepper
     from liveunwind.targets.machocore import MachOCore
+    from liveunwind.unwinder.stepper import Stepper
 
     binary = binaries[arch]
     extra = ["--image-path", "/Applications/Chain.app/chain"] if note else ["--no-image-infos"]

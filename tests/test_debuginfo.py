@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from liveunwind.errors import FormatError
+from liveunwind.formats.elf import ElfImage
 from liveunwind.modules import debuginfo
 from liveunwind.modules.debuginfo import find_debug_file, section_data
-from liveunwind.modules.elf import ElfImage
 from liveunwind.modules.symbols import SymbolTable
 
 _SHF_EXECINSTR = 4

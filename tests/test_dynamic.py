@@ -50,8 +50,8 @@ from liveunwind.formats.dynamic import (
     find_roots,
     parse_perf_map,
 )
+from liveunwind.formats.elf import ElfImage
 from liveunwind.formats.rules import RegisterRule, RegKind, UnwindRule
-from liveunwind.modules.elf import ElfImage
 
 X86 = arch_by_name("x86_64")
 ARM = arch_by_name("aarch64")

@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 
 import liveunwind
+from liveunwind.backtrace.session import Session
+from liveunwind.backtrace.walker import Walker
 from liveunwind.errors import MemoryReadError
 from liveunwind.frames import Method, ThreadBacktrace
 from liveunwind.modules.modulemap import ModuleMap
-from liveunwind.session import Session
 from liveunwind.targets import procfs
 from liveunwind.targets.ptrace import PtraceProcess
 from liveunwind.targets.snapshot import Snapshot
-from liveunwind.walker import Walker
 from tests.conftest import TESTPROGS, RunningProgram, start_program
 from tests.oracles import gdb_backtraces, gdb_gcore, pcs
 from tests.test_startup import HEAVY, modules_a_backtrace_loaded

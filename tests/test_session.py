@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from liveunwind.backtrace.session import Session
+from liveunwind.backtrace.walker import Walker, WalkOptions
 from liveunwind.frames import Frame
 from liveunwind.modules.modulemap import ModuleMap
-from liveunwind.session import Session
 from liveunwind.targets.ptrace import PtraceProcess
-from liveunwind.walker import Walker, WalkOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 

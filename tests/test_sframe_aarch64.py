@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from liveunwind.api import open_core
+from liveunwind.backtrace.api import open_core
 from liveunwind.frames import Method, StopReason
 
 # The core fixtures live with the core tests; importing them makes them usable here.

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 import liveunwind
+from liveunwind.cli.unwindinfo import load_image
 from liveunwind.formats.sframe import SFrameSection
 from liveunwind.frames import Method, StopReason
-from liveunwind.unwindinfo import load_image
 from tests.conftest import RunningProgram
 from tests.oracles import gdb_backtraces, pcs
 

@@ -58,7 +58,7 @@ def modules_a_backtrace_loaded(pid: int) -> set[str]:
     assert result.returncode == 0, result.stderr
     assert "main" in result.stdout  # a real backtrace was printed
     loaded = set(result.stderr.splitlines()[-1].split())
-    assert "liveunwind.stepper" in loaded
+    assert "liveunwind.unwinder.stepper" in loaded
     return loaded
 
 

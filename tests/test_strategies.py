@@ -22,9 +22,9 @@ import pytest
 from liveunwind.arch.aarch64 import AARCH64
 from liveunwind.arch.x86_64 import X86_64
 from liveunwind.errors import MemoryReadError
-from liveunwind.modules.elf import PT_LOAD, ElfImage
-from liveunwind.strategies import framepointer, leaf, scan
-from liveunwind.strategies.scan import ScanBudget, call_before, calls_before
+from liveunwind.formats.elf import PT_LOAD, ElfImage
+from liveunwind.unwinder.strategies import framepointer, leaf, scan
+from liveunwind.unwinder.strategies.scan import ScanBudget, call_before, calls_before
 
 _PF_X = 1
 _LINE = re.compile(r"^\s*([0-9a-f]+):\t((?:[0-9a-f]{2} )+)\s*\t(.*)$")

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
+from liveunwind.formats.elf import ElfImage
 from liveunwind.modules import symbols
 from liveunwind.modules.debuginfo import build_id_paths
-from liveunwind.modules.elf import ElfImage
 from liveunwind.modules.symbols import SymbolTable
 
 LIBC = Path("/lib/x86_64-linux-gnu/libc.so.6")

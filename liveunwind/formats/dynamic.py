@@ -83,14 +83,14 @@ import struct
 from collections import namedtuple
 from collections.abc import Callable, Iterator, Sequence
 
-from liveunwind import linkedlist
 from liveunwind.errors import FormatError, MemoryReadError
 from liveunwind.formats.rules import CfaRule, RegisterRule, RegKind, UnwindRule
+from liveunwind.targets import linkedlist
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from liveunwind.arch import Arch
-    from liveunwind.modules.elf import ElfImage
+    from liveunwind.formats.elf import ElfImage
     from liveunwind.modules.modulemap import UnwindSource
 
 #: Reads ``size`` bytes of target memory (raises MemoryReadError).
@@ -859,7 +859,7 @@ class DynamicRegistry:
 
     def _jit_object(self, address: int, data: bytes) -> _JitObject | None:
         """The code ranges, functions and unwind tables of one in-memory object file."""
-        from liveunwind.modules.elf import ElfImage
+        from liveunwind.formats.elf import ElfImage
         from liveunwind.modules.modulemap import unwind_tables
 
         image = ElfImage(data, origin=f"JIT object at {address:#x}")

@@ -31,7 +31,7 @@ import stat
 import struct
 
 from liveunwind.errors import FormatError
-from liveunwind.modules.elf import ElfImage
+from liveunwind.formats.elf import ElfImage
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -12,8 +12,8 @@ import os
 from functools import cached_property
 
 from liveunwind.errors import FormatError, LiveUnwindError
+from liveunwind.formats.elf import PT_GNU_EH_FRAME, PT_GNU_SFRAME, ElfImage
 from liveunwind.modules.debuginfo import DEFAULT_DEBUG_DIRS
-from liveunwind.modules.elf import PT_GNU_EH_FRAME, PT_GNU_SFRAME, ElfImage
 from liveunwind.targets.base import Mapping
 
 TYPE_CHECKING = False

@@ -15,7 +15,7 @@ import sys
 from functools import lru_cache
 from itertools import accumulate, compress
 
-from liveunwind.modules.elf import SHT_SYMTAB, ElfImage, c_string
+from liveunwind.formats.elf import SHT_SYMTAB, ElfImage, c_string
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ segments — but not all of it: the kernel's coredump_filter leaves out
 file-backed read-only mappings except their first page (the ELF headers,
 with the build-id note), and QEMU leaves out every read-only mapping.  That
 memory is read from the mapped files, found on this machine by
-:class:`~liveunwind.modules.filefinder.FileFinder` and used only when they
+:class:`~liveunwind.targets.filefinder.FileFinder` and used only when they
 are the files the process had (same build-id, or the same layout where the
 core holds no build-id).  Which file is mapped where comes from the NT_FILE
 note, or — for cores without one — from the auxiliary vector and the
@@ -25,13 +25,8 @@ from collections.abc import Callable, Sequence
 
 from liveunwind.arch import Arch, arch_by_elf_machine
 from liveunwind.errors import CoreFileError, FormatError, MemoryReadError, UsageError
-from liveunwind.frames import CrashInfo
-from liveunwind.modules.elf import PT_DYNAMIC, PT_LOAD, PT_NOTE, ElfImage
-from liveunwind.modules.filefinder import FileFinder, FoundFile, open_image
-from liveunwind.targets import corenotes, linkmap
-from liveunwind.targets.base import Mapping, ThreadState
-from liveunwind.targets.coredata import open_core_data
-from liveunwind.targets.corenotes import (
+from liveunwind.formats import corenotes
+from liveunwind.formats.corenotes import (
     AT_BASE,
     AT_ENTRY,
     AT_EXECFN,
@@ -40,6 +35,12 @@ from liveunwind.targets.corenotes import (
     AT_SYSINFO_EHDR,
     CoreNotes,
 )
+from liveunwind.formats.elf import PT_DYNAMIC, PT_LOAD, PT_NOTE, ElfImage
+from liveunwind.frames import CrashInfo
+from liveunwind.targets import linkmap
+from liveunwind.targets.base import Mapping, ThreadState
+from liveunwind.targets.coredata import open_core_data
+from liveunwind.targets.filefinder import FileFinder, FoundFile, open_image
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -16,10 +16,10 @@ from __future__ import annotations
 import struct
 from collections import namedtuple
 
-from liveunwind import linkedlist
 from liveunwind.arch import ReadMemory
 from liveunwind.errors import FormatError, MemoryReadError
-from liveunwind.modules.elf import PT_DYNAMIC, PT_LOAD, ElfImage
+from liveunwind.formats.elf import PT_DYNAMIC, PT_LOAD, ElfImage
+from liveunwind.targets import linkedlist
 from liveunwind.targets.base import Mapping
 
 DT_NULL = 0

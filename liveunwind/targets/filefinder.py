@@ -20,7 +20,7 @@ import os
 import stat
 
 from liveunwind.errors import FormatError
-from liveunwind.modules.elf import PT_LOAD, SHT_NOBITS, ElfImage
+from liveunwind.formats.elf import PT_LOAD, SHT_NOBITS, ElfImage
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ import struct
 from liveunwind.errors import FormatError, LiveUnwindError, MemoryReadError, UsageError
 from liveunwind.formats.rules import RegKind, UnwindRule
 from liveunwind.frames import Frame, Method, StopReason, ThreadBacktrace
-from liveunwind.strategies.scan import ScanBudget
+from liveunwind.unwinder.strategies.scan import ScanBudget
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 
     from liveunwind.arch import Arch
     from liveunwind.modules.modulemap import Module, ModuleMap
-    from liveunwind.strategies.scan import CallSite
     from liveunwind.targets.base import AddressSpace, ThreadState
+    from liveunwind.unwinder.strategies.scan import CallSite
 
 #: Every unwind source the stepper knows.
 ALL_UNWINDERS = ("dynamic", "compact", "cfi", "sframe", "fp", "scan")
@@ -299,7 +299,7 @@ class Stepper:
         function the frame pointer still belongs to the caller, so following
         it would skip the caller.
         """
-        from liveunwind.strategies import leaf
+        from liveunwind.unwinder.strategies import leaf
 
         read = self.space.read
         caller = leaf.step(self.arch, registers, read, self._is_code, read, walk.notes)
@@ -307,7 +307,7 @@ class Stepper:
 
     def _strategy_step(self, name: str, registers: dict[int, int], walk: _Walk) -> _Step | None:
         """Frame pointers or stack scanning: checked guesses."""
-        from liveunwind.strategies import framepointer, scan
+        from liveunwind.unwinder.strategies import framepointer, scan
 
         arch, read = self.arch, self.space.read
         if name == "fp":

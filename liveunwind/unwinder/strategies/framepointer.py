@@ -26,7 +26,7 @@ import struct
 
 from liveunwind.arch import Arch
 from liveunwind.errors import MemoryReadError
-from liveunwind.strategies import IsCode, ReadMemory, note
+from liveunwind.unwinder.strategies import IsCode, ReadMemory, note
 
 _RECORD = struct.Struct("<QQ")
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from liveunwind.backtrace.walker import Walker, WalkOptions
 from liveunwind.frames import Backtrace
-from liveunwind.stepper import AUTO_UNWINDERS, DEFAULT_MAX_FRAMES
-from liveunwind.walker import Walker, WalkOptions
+from liveunwind.unwinder.stepper import AUTO_UNWINDERS, DEFAULT_MAX_FRAMES
 
 
 def attach(
@@ -29,7 +29,7 @@ def attach(
     without it the process stays stopped for the whole walk.  Either way it
     is running again (or still stopped, if it was) before this returns.
     """
-    from liveunwind.session import Session
+    from liveunwind.backtrace.session import Session
 
     options = WalkOptions(max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs))
     session = Session(pid, threads=threads, options=options, snapshot=snapshot, stack_cap=stack_cap)

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from liveunwind.arch import Arch
 from liveunwind.errors import MemoryReadError
-from liveunwind.strategies import CodeReader, IsCode, ReadMemory, note
-from liveunwind.strategies.scan import call_before
+from liveunwind.unwinder.strategies import CodeReader, IsCode, ReadMemory, note
+from liveunwind.unwinder.strategies.scan import call_before
 
 
 def step(

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import time
 
+from liveunwind.backtrace.walker import Walker, WalkOptions
 from liveunwind.errors import LiveUnwindError
-from liveunwind.walker import Walker, WalkOptions
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -12,7 +12,13 @@ import time
 from collections import namedtuple
 
 from liveunwind.frames import Backtrace
-from liveunwind.stepper import AUTO_UNWINDERS, DEFAULT_MAX_FRAMES, PcCache, Stepper, unwind_all
+from liveunwind.unwinder.stepper import (
+    AUTO_UNWINDERS,
+    DEFAULT_MAX_FRAMES,
+    PcCache,
+    Stepper,
+    unwind_all,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -105,7 +111,7 @@ class Walker:
         unwound = time.perf_counter()
         timings["unwind"] = unwound - started
         if options.symbols:
-            from liveunwind.symbolizer import symbolize
+            from liveunwind.backtrace.symbolizer import symbolize
 
             symbolize(traces, modules, self._pcs.names)
             timings["symbolize"] = time.perf_counter() - unwound

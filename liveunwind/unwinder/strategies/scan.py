@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 
 from liveunwind.arch import Arch
 from liveunwind.errors import MemoryReadError
-from liveunwind.strategies import WORD_MASK, CodeReader, IsCode, ReadMemory, note
+from liveunwind.unwinder.strategies import WORD_MASK, CodeReader, IsCode, ReadMemory, note
 
 #: Words one scan examines at most (16 KiB): frames with big local buffers
 #: (PATH_MAX, BUFSIZ) must not hide their caller.

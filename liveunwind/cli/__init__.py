@@ -11,7 +11,7 @@ import os
 import sys
 import time
 
-from liveunwind.cliparse import Command, HelpRequested, Option, Positional, parse
+from liveunwind.cli.parse import Command, HelpRequested, Option, Positional, parse
 from liveunwind.errors import LiveUnwindError, UsageError
 
 TYPE_CHECKING = False
@@ -215,18 +215,18 @@ def _run(argv: Sequence[str] | None) -> int:
         sys.stdout.write(help.text)
         return EXIT_COMPLETE
     if arguments.command == "unwind-info":
-        from liveunwind.unwindinfo import describe_file
+        from liveunwind.cli.unwindinfo import describe_file
 
         text, found = describe_file(arguments.file, arguments.format, arguments.pc)
         sys.stdout.write(text)
         return EXIT_COMPLETE if found else EXIT_INCOMPLETE
-    from liveunwind.stepper import parse_unwinders
+    from liveunwind.unwinder.stepper import parse_unwinders
 
     unwinders = parse_unwinders(arguments.unwinder)
     if arguments.command == "pid":
         return _pid_command(arguments, unwinders)
     if arguments.command == "core":
-        from liveunwind.api import open_core
+        from liveunwind.backtrace.api import open_core
 
         backtrace = open_core(
             arguments.core,
@@ -245,9 +245,9 @@ def _run(argv: Sequence[str] | None) -> int:
 
 def _pid_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> int:
     """``liveunwind pid``: one backtrace, or ``--repeat`` of them printed as they come."""
-    from liveunwind.report import format_collapsed
-    from liveunwind.session import Session
-    from liveunwind.walker import WalkOptions
+    from liveunwind.backtrace.session import Session
+    from liveunwind.backtrace.walker import WalkOptions
+    from liveunwind.cli.report import format_collapsed
 
     options = WalkOptions(
         max_frames=arguments.max_frames,
@@ -286,7 +286,7 @@ def _stats(arguments: SimpleNamespace, backtrace: Backtrace, status: int) -> int
 
 
 def _print(arguments: SimpleNamespace, backtrace: Backtrace) -> int:
-    from liveunwind.report import format_json, format_text
+    from liveunwind.cli.report import format_json, format_text
 
     if arguments.json:
         sys.stdout.write(format_json(backtrace))

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 from liveunwind.arch import Arch, arch_by_elf_machine, arch_by_name
 from liveunwind.errors import FormatError, TargetError
+from liveunwind.formats.elf import ElfImage
 from liveunwind.formats.rules import UnwindRule
-from liveunwind.modules.elf import ElfImage
 from liveunwind.modules.modulemap import UnwindSource, unwind_tables
 
 if TYPE_CHECKING:

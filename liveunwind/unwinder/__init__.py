@@ -1,0 +1,1 @@
+"""The unwinder: the per-frame stepper, rule execution and the fallback strategies."""
