@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from liveunwind.formats.rules import UnwindRule
     from liveunwind.modules.debuginfo import DebugFile
     from liveunwind.modules.symbols import SymbolMatch, SymbolTable
-    from liveunwind.targets.base import AddressSpace
+    from liveunwind.targets.base import AddressSpace, CoreImage
 
 #: Largest in-memory image (vDSO, JIT object) read from target memory.
 _MAX_MEMORY_IMAGE = 64 << 20
@@ -83,9 +83,8 @@ class Module:
         A core has already opened and checked the file it found for the
         module (``mapped_image``); that image is used rather than a second one.
         """
-        opened = getattr(self.space, "mapped_image", None)
-        if opened is not None and not self.is_vdso:
-            image = opened(min(self.mappings, key=lambda mapping: mapping.offset))
+        if not self.is_vdso:
+            image = self.space.mapped_image(min(self.mappings, key=lambda mapping: mapping.offset))
             if image is not None:
                 return image
         try:
@@ -304,8 +303,9 @@ class ModuleMap:
 
     def _group(self) -> None:
         """Groups the mappings of each file (and the vDSO) into one module each."""
-        if hasattr(self.space, "images"):
-            self._group_mach_o()
+        images = self.space.images()
+        if images is not None:
+            self._group_mach_o(images)
             return
         by_file: dict[tuple[str, int], Module] = {}
         for mapping in self._mappings:
@@ -347,12 +347,12 @@ class ModuleMap:
         """The identities of this map's modules, to tell whether caches keyed by them hold."""
         return frozenset(_identity(module) for module in self.modules)
 
-    def _group_mach_o(self) -> None:
+    def _group_mach_o(self, images: list[CoreImage]) -> None:
         """A Mach-O core names its images and their segments itself."""
         from liveunwind.modules.macho import MachOModule
 
         arch = self.space.arch.name
-        for image in self.space.images():
+        for image in images:
             if image.path:
                 ranges = [(start, end) for _, start, end in image.segments]
                 module = MachOModule(
@@ -423,7 +423,7 @@ class ModuleMap:
                 descriptors.extend(module.registry_roots.jit_descriptors)
         try:
             return DynamicRegistry(
-                getattr(self.space, "read_frozen", self.space.read),
+                self.space.read_frozen,
                 self.space.arch,
                 libunwind_lists=lists,
                 jit_descriptors=descriptors,

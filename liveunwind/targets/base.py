@@ -8,13 +8,15 @@ exactly as it was found after it.
 
 from __future__ import annotations
 
+import struct
 from collections import namedtuple
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import BinaryIO, Protocol
+    from typing import BinaryIO
 
     from liveunwind.arch import Arch
+    from liveunwind.formats.elf import ElfImage
 
 
 class Mapping(
@@ -78,36 +80,90 @@ class ThreadState:
         return f"<ThreadState {self.tid} {self.name!r} {self.state}>"
 
 
-if TYPE_CHECKING:
+class CoreImage:
+    """An image a Mach-O core names: where it was loaded, which (UUID), and the matching file."""
 
-    class AddressSpace(Protocol):
-        """What the module map, the stepper and the report may ask of a target.
+    __slots__ = ("load_address", "name", "path", "segments", "uuid")
 
-        A protocol for type checkers only: targets do not inherit from it, and
-        defining it at run time would cost the ``typing`` import at start-up.
-        Two optional methods, looked up with ``getattr``, save work where a
-        target can: ``read_word(address) -> int`` (the snapshot reads saved
-        registers straight from its stack copy) and ``mapped_image(mapping)
-        -> ElfImage | None`` (a core hands over the file it already opened and
-        checked, so no module file is opened twice).
-        """
+    def __init__(
+        self,
+        name: str,
+        uuid: bytes | None,
+        load_address: int,
+        segments: list[tuple[str, int, int]] | None = None,
+        path: str = "",
+    ) -> None:
+        #: The path the process knew the image by ("" when only its header was found).
+        self.name = name
+        self.uuid = uuid
+        #: Runtime address of the image's Mach-O header.
+        self.load_address = load_address
+        #: Runtime (segment name, start, end) of the image's segments, when known.
+        self.segments = [] if segments is None else segments
+        #: A file with this image's UUID, found on disk or along the search path; "" if none.
+        self.path = path
 
-        arch: Arch
-        #: Process id, or None when the target is not a process (nor a core of one).
-        pid: int | None
 
-        def read(self, address: int, size: int) -> bytes:
-            """``size`` bytes at ``address``; raises MemoryReadError naming the address."""
-            ...
+_WORD = struct.Struct("<Q")
 
-        def mappings(self) -> list[Mapping]:
-            """Memory mappings sorted by start address."""
-            ...
 
-        def threads(self) -> list[ThreadState]:
-            """Every thread with the registers it had when the target was stopped."""
-            ...
+class AddressSpace:
+    """What the module map, the stepper and the report may ask of a target.
 
-        def open_mapped_file(self, mapping: Mapping) -> BinaryIO | None:
-            """The file behind a file-backed mapping, as the target sees it, or None."""
-            ...
+    Every target (a live process, its snapshot, an ELF or Mach-O core)
+    derives from this class.  The four methods above the line are what a
+    target must provide; the capabilities below it are optional, each with a
+    default that is right for a target without it, so callers use them
+    directly instead of probing with ``getattr``:
+
+    - ``read_word``: one little-endian word; a snapshot reads saved registers
+      straight from its stack copy.
+    - ``read_frozen``: memory as it was while the process was stopped (a
+      snapshot copies the run-time unwind registries then); elsewhere ``read``.
+    - ``mapped_image``: a core hands over the ELF file it already opened and
+      checked for a mapping, so no module file is opened twice.
+    - ``images``: a Mach-O core names its images and their segments itself;
+      None means the module map groups mappings by file.
+
+    A plain class, not a ``typing.Protocol`` or an ABC: importing ``typing``
+    or ``abc`` costs start-up time on the hot path.
+    """
+
+    #: The target's architecture.
+    arch: Arch
+    #: Process id, or None when the target is not a process (nor a core of one).
+    pid: int | None = None
+
+    def read(self, address: int, size: int) -> bytes:
+        """``size`` bytes at ``address``; raises MemoryReadError naming the address."""
+        raise NotImplementedError
+
+    def mappings(self) -> list[Mapping]:
+        """Memory mappings sorted by start address."""
+        raise NotImplementedError
+
+    def threads(self) -> list[ThreadState]:
+        """Every thread with the registers it had when the target was stopped."""
+        raise NotImplementedError
+
+    def open_mapped_file(self, mapping: Mapping) -> BinaryIO | None:
+        """The file behind a file-backed mapping, as the target sees it, or None."""
+        raise NotImplementedError
+
+    # -- optional capabilities, with their defaults ------------------------------
+
+    def read_word(self, address: int) -> int:
+        """The little-endian 64-bit word at ``address``."""
+        return int(_WORD.unpack(self.read(address, 8))[0])
+
+    def read_frozen(self, address: int, size: int) -> bytes:
+        """Memory as it was while the target was stopped; the same as ``read`` by default."""
+        return self.read(address, size)
+
+    def mapped_image(self, mapping: Mapping) -> ElfImage | None:
+        """The ELF image the target already opened for ``mapping``, if it did."""
+        return None
+
+    def images(self) -> list[CoreImage] | None:
+        """The images a Mach-O core lists (path, load address, segments), else None."""
+        return None

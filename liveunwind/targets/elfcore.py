@@ -38,7 +38,7 @@ from liveunwind.formats.corenotes import (
 from liveunwind.formats.elf import PT_DYNAMIC, PT_LOAD, PT_NOTE, ElfImage
 from liveunwind.frames import CrashInfo
 from liveunwind.targets import linkmap
-from liveunwind.targets.base import Mapping, ThreadState
+from liveunwind.targets.base import AddressSpace, Mapping, ThreadState
 from liveunwind.targets.coredata import open_core_data
 from liveunwind.targets.filefinder import FileFinder, FoundFile, open_image
 
@@ -97,7 +97,7 @@ class _Segment:
         return _perms(self.flags)
 
 
-class ElfCore:
+class ElfCore(AddressSpace):
     """AddressSpace of a process as an ELF core file recorded it."""
 
     def __init__(

@@ -19,12 +19,12 @@ import mmap
 import os
 import struct
 from bisect import bisect_right
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import BinaryIO
 
 from liveunwind.arch import Arch, arch_by_name
 from liveunwind.errors import CoreFileError, MemoryReadError
-from liveunwind.targets.base import Mapping, ThreadState
+from liveunwind.targets.base import AddressSpace, CoreImage, Mapping, ThreadState
 
 MH_MAGIC_64 = 0xFEEDFACF
 FAT_MAGIC = 0xCAFEBABE
@@ -87,21 +87,6 @@ class CoreSegment:
         )
 
 
-@dataclass(slots=True)
-class CoreImage:
-    """An image loaded in the cored process: where, which (UUID), and the file that matches."""
-
-    #: The path the process knew the image by ("" when only its header was found).
-    name: str
-    uuid: bytes | None
-    #: Runtime address of the image's Mach-O header.
-    load_address: int
-    #: Runtime (segment name, start, end) of the image's segments, when known.
-    segments: list[tuple[str, int, int]] = field(default_factory=list)
-    #: A file with this image's UUID, found on disk or along the search path; "" if none.
-    path: str = ""
-
-
 @dataclass(frozen=True, slots=True)
 class _HeaderInfo:
     """What the load commands of a Mach-O header say about an image."""
@@ -113,7 +98,7 @@ class _HeaderInfo:
     segments: tuple[tuple[str, int, int, int], ...]
 
 
-class MachOCore:
+class MachOCore(AddressSpace):
     """An AddressSpace over a Mach-O core file.
 
     ``search_path`` lists directories (searched recursively, bounded) and
@@ -288,7 +273,7 @@ class MachOCore:
 
     # -- images ------------------------------------------------------------------------
 
-    def images(self) -> list[CoreImage]:
+    def images(self) -> list[CoreImage] | None:
         """The loaded images, from the "all image infos" note or else from headers in memory."""
         if not hasattr(self, "_images"):
             found = self._images_from_note()

@@ -32,7 +32,7 @@ from liveunwind.errors import (
     UsageError,
 )
 from liveunwind.targets import procfs, syscalls
-from liveunwind.targets.base import Mapping, ThreadState
+from liveunwind.targets.base import AddressSpace, Mapping, ThreadState
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ _DEFERRED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _MAX_ATTACH_ROUNDS = 100
 
 
-class PtraceProcess:
+class PtraceProcess(AddressSpace):
     """AddressSpace of a live process, valid while inside ``with``."""
 
     def __init__(self, pid: int, *, thread_ids: list[int] | None = None) -> None:

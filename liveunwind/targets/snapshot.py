@@ -22,6 +22,7 @@ import struct
 
 from liveunwind.errors import MemoryReadError
 from liveunwind.targets import syscalls
+from liveunwind.targets.base import AddressSpace
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ DEFAULT_STACK_CAP = 16 << 20
 _unpack_word = struct.Struct("<Q").unpack_from
 
 
-class Snapshot:
+class Snapshot(AddressSpace):
     """AddressSpace of a process as it was at one instant."""
 
     def __init__(

@@ -140,7 +140,7 @@ class Stepper:
         if pc_cache is None or modules.registry is not None:
             pc_cache = PcCache()
         self._pcs = pc_cache
-        self._read_word = _word_reader(space)
+        self._read_word = space.read_word
 
     # -- the walk -------------------------------------------------------------
 
@@ -641,16 +641,3 @@ def _compile(rule: UnwindRule, method: Method, arch: Arch) -> _Plan | None:
     ):
         return None
     return _Plan(rule, method, arch.sp)
-
-
-def _word_reader(space: AddressSpace) -> Callable[[int], int]:
-    """Reads one little-endian word; the space's own reader when it has a faster one."""
-    fast = getattr(space, "read_word", None)
-    if fast is not None:
-        return fast
-    read, unpack = space.read, _WORD.unpack
-
-    def read_word(address: int) -> int:
-        return unpack(read(address, 8))[0]
-
-    return read_word
