@@ -116,7 +116,7 @@ class CoreNotes:
 
 def iterate_notes(data: bytes) -> list[tuple[bytes, int, bytes]]:
     """(name, type, descriptor) of each note in a PT_NOTE segment; stops at the first bad one."""
-    notes = []
+    notes: list[tuple[bytes, int, bytes]] = []
     position = 0
     while position + 12 <= len(data) and len(notes) < _MAX_NOTES:
         namesz, descsz, ntype = struct.unpack_from("<III", data, position)

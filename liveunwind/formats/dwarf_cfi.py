@@ -131,7 +131,7 @@ class _Pointers:
 
     def __init__(
         self,
-        data: bytes,
+        data: bytes | memoryview,
         address: int,
         byte_order: ByteOrder,
         text_base: int | None,

@@ -232,10 +232,11 @@ class SFrameSection:
             raise FormatError(
                 f".sframe+0x3: unknown flags {self.flags:#x} for version {self.version}"
             )
-        self._abi = _ABIS.get(abi_id)
-        if self._abi is None:
+        abi = _ABIS.get(abi_id)
+        if abi is None:
             raise FormatError(f".sframe+0x4: unsupported ABI/arch id {abi_id}")
-        if self._abi.big_endian != (self._endian == ">"):
+        self._abi: _Abi = abi
+        if abi.big_endian != (self._endian == ">"):
             raise FormatError(f".sframe+0x4: ABI/arch id {abi_id} contradicts the byte order")
         self.abi_arch = abi_id
         header_end = _HEADER_SIZE + self.auxhdr_len

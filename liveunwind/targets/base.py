@@ -50,8 +50,9 @@ class Mapping(
         """Backed by a file (not anonymous, not ``[stack]``, ``[vdso]``…)."""
         return self.inode != 0 and self.path.startswith("/")
 
-    def __contains__(self, address: int) -> bool:
-        return self.start <= address < self.end
+    def __contains__(self, address: object) -> bool:
+        """``address in mapping``: the address lies in [start, end) (not a field test)."""
+        return isinstance(address, int) and self.start <= address < self.end
 
 
 class ThreadState:

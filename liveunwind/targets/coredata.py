@@ -24,7 +24,8 @@ from liveunwind.errors import CoreFileError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import BinaryIO, Protocol
+    from io import BufferedIOBase
+    from typing import Protocol
 
 #: Bytes per cached block of a compressed core.
 BLOCK_SIZE = 1 << 20
@@ -80,7 +81,7 @@ class CompressedCoreData:
         self.size: int | None = None
         self._budget_blocks = max(1, budget // BLOCK_SIZE)
         self._blocks: OrderedDict[int, bytes] = OrderedDict()
-        self._stream: BinaryIO | None = None
+        self._stream: BufferedIOBase | None = None
         #: Index of the next block the open stream will produce.
         self._next_block = 0
         #: Number of blocks in the data, once the end has been seen.

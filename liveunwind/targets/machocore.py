@@ -145,6 +145,8 @@ class MachOCore(AddressSpace):
                 self._notes.setdefault(_c_string(owner), (note_offset, note_size))
         self.segments.sort(key=lambda segment: segment.vmaddr)
         self._starts = [segment.vmaddr for segment in self.segments]
+        self._images: list[CoreImage] | None = None
+        self._search_cache: list[str] | None = None
 
     def _segment(self, offset: int, size: int) -> None:
         if size < _SEGMENT.size:
@@ -273,9 +275,9 @@ class MachOCore(AddressSpace):
 
     # -- images ------------------------------------------------------------------------
 
-    def images(self) -> list[CoreImage] | None:
+    def images(self) -> list[CoreImage]:
         """The loaded images, from the "all image infos" note or else from headers in memory."""
-        if not hasattr(self, "_images"):
+        if self._images is None:
             found = self._images_from_note()
             if found is None:
                 found = self._images_from_memory()
@@ -328,8 +330,8 @@ class MachOCore(AddressSpace):
         segments: list[tuple[str, int, int]] = []
         if info is not None:
             uuid = uuid or info.uuid
-            text = next((s for s in info.segments if s[0] == "__TEXT"), None)
-            slide = load - text[1] if text is not None else 0
+            text_segment = next((s for s in info.segments if s[0] == "__TEXT"), None)
+            slide = load - text_segment[1] if text_segment is not None else 0
             runtime = dict(vmaddrs)
             for seg_name, vmaddr, vmsize, _ in info.segments:
                 if vmsize and seg_name != "__PAGEZERO":
@@ -384,7 +386,7 @@ class MachOCore(AddressSpace):
         return ""
 
     def _search_files(self) -> list[str]:
-        if not hasattr(self, "_search_cache"):
+        if self._search_cache is None:
             files: list[str] = []
             for entry in self.search_path:
                 if os.path.isfile(entry):

@@ -37,6 +37,9 @@ from liveunwind.targets.base import AddressSpace, Mapping, ThreadState
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import BinaryIO
+
+    #: What ``signal.signal`` returns and takes: a handler, SIG_DFL/SIG_IGN, or None.
+    Handler = signal._HANDLER
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 _DEFERRED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 #: Rounds of "list /proc/PID/task, seize the new ones" before giving up on a
@@ -46,6 +49,8 @@ _MAX_ATTACH_ROUNDS = 100
 
 class PtraceProcess(AddressSpace):
     """AddressSpace of a live process, valid while inside ``with``."""
+
+    pid: int
 
     def __init__(self, pid: int, *, thread_ids: list[int] | None = None) -> None:
         self.pid = pid
@@ -60,7 +65,7 @@ class PtraceProcess(AddressSpace):
         self._memory_fd: int | None = None
         self._vm_readv_works = True
         self._held_signals: list[int] = []
-        self._previous_handlers: dict[int, object] = {}
+        self._previous_handlers: dict[int, Handler] = {}
         #: perf_counter() when the first thread was interrupted, and when the last was let go.
         self.stopped_at: float | None = None
         self.resumed_at: float | None = None

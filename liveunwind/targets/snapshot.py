@@ -39,6 +39,8 @@ _unpack_word = struct.Struct("<Q").unpack_from
 class Snapshot(AddressSpace):
     """AddressSpace of a process as it was at one instant."""
 
+    pid: int
+
     def __init__(
         self,
         live: PtraceProcess,
@@ -99,10 +101,10 @@ class Snapshot(AddressSpace):
             data = self._live.read(address, size)
             self._copies.add(address, data)
             return data
-        data = self._copies.get(address, size)
-        if data is None:
+        copied = self._copies.get(address, size)
+        if copied is None:
             raise MemoryReadError(address, size, "not copied while the process was stopped")
-        return data
+        return copied
 
     def read_word(self, address: int) -> int:
         """The little-endian word at ``address``: the stepper's fast path for saved registers."""
