@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 
-from liveunwind.arch import Arch, ReadMemory
+from liveunwind.arch.base import Arch, ReadMemory
 
 #: x0–x30 are DWARF 0–30, sp is 31.  The pc has no DWARF number; like
 #: libunwind we keep it under 32 so register sets stay one flat dict.

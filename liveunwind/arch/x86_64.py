@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 
-from liveunwind.arch import Arch, ReadMemory
+from liveunwind.arch.base import Arch, ReadMemory
 
 REGISTER_NAMES = {
     0: "rax", 1: "rdx", 2: "rcx", 3: "rbx", 4: "rsi", 5: "rdi", 6: "rbp", 7: "rsp",
