@@ -46,7 +46,7 @@ testprogs:
 sid-rootfs:
 	@tools/sid-rootfs.sh
 
-demo: venv testprogs
+demo: system-deps venv testprogs
 	@$(VPY) tools/demo.py
 
 lint: venv
