@@ -44,3 +44,8 @@ def test_permission_error_advises_checking_yama_only_where_it_can_be_the_cause()
     assert_one_line_error(result, 2, "permission denied", "CAP_SYS_PTRACE", *present)
     for word in absent:
         assert word not in result.stderr
+
+
+def test_stack_cap_zero_is_a_usage_error() -> None:
+    # The session read 0 as "use the default", so it never meant what it said.
+    assert_one_line_error(run_cli("pid", "1", "--stack-cap", "0"), 64, "--stack-cap", "at least 1")

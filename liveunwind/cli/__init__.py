@@ -36,6 +36,14 @@ def _count(text: str) -> int:
     return value
 
 
+def _stack_bytes(text: str) -> int:
+    """``--stack-cap``: a byte count; 0 is refused, not silently read as the default."""
+    value = _count(text)
+    if value == 0:
+        raise ValueError("must be at least 1 byte (the default is 16 MiB)")
+    return value
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -131,8 +139,9 @@ def commands() -> list[Command]:
             ),
             Option(
                 "--stack-cap",
-                "bytes of each thread stack to copy (default 16 MiB)",
-                convert=_count,
+                "bytes of each thread stack to copy, from the stack pointer up "
+                "(default 16 MiB; at least 1)",
+                convert=_stack_bytes,
                 metavar="BYTES",
             ),
             *_walk_options(),
