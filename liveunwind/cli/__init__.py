@@ -11,7 +11,14 @@ import os
 import sys
 import time
 
-from liveunwind.cli.parse import Command, HelpRequested, Option, Positional, parse
+from liveunwind.cli.parse import (
+    Command,
+    HelpRequested,
+    Option,
+    Positional,
+    VersionRequested,
+    parse,
+)
 from liveunwind.errors import LiveUnwindError, UsageError
 
 TYPE_CHECKING = False
@@ -223,6 +230,9 @@ def _run(argv: Sequence[str] | None) -> int:
     except HelpRequested as help:
         sys.stdout.write(help.text)
         return EXIT_COMPLETE
+    except VersionRequested:
+        sys.stdout.write(f"liveunwind {_version()}\n")
+        return EXIT_COMPLETE
     if arguments.command == "unwind-info":
         from liveunwind.cli.unwindinfo import describe_file
 
@@ -250,6 +260,18 @@ def _run(argv: Sequence[str] | None) -> int:
         )
         return _print(arguments, backtrace)
     raise UsageError(f"unknown command {arguments.command}")
+
+
+def _version() -> str:
+    """The installed distribution's version: pyproject.toml's, the one place it is written."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("liveunwind")
+    except PackageNotFoundError:
+        raise LiveUnwindError(
+            "version unknown: this copy of liveunwind is not installed (pip install .)"
+        ) from None
 
 
 def _pid_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> int:
