@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import pytest
 
 from tests.assertions import assert_one_line_error
 from tests.test_attach_errors import ROOT, run_cli, start_sleeper
+from tests.test_compact import BUILD, TOOLS, make_core
 
 YAMA_SCOPE = Path("/proc/sys/kernel/yama/ptrace_scope")
 
@@ -49,3 +52,42 @@ def test_permission_error_advises_checking_yama_only_where_it_can_be_the_cause()
 def test_stack_cap_zero_is_a_usage_error() -> None:
     # The session read 0 as "use the default", so it never meant what it said.
     assert_one_line_error(run_cli("pid", "1", "--stack-cap", "0"), 64, "--stack-cap", "at least 1")
+
+
+def run_without_site_packages(*args: str) -> subprocess.CompletedProcess[str]:
+    """Python with no third-party package (``-S``): as if lief were not installed."""
+    return subprocess.run(
+        [sys.executable, "-S", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+
+
+needs_macho_tools = pytest.mark.skipif(
+    any(shutil.which(tool) is None for tool in TOOLS), reason="needs clang-16, lld-16, llvm-16"
+)
+
+
+@pytest.fixture(scope="module")
+def mach_o_binary() -> Path:
+    subprocess.run(["make", "-C", str(BUILD.parent), "-j2"], check=True, capture_output=True)
+    return BUILD / "chain-x86_64"
+
+
+@needs_macho_tools
+def test_mach_o_without_lief_is_one_line_naming_the_extra(
+    mach_o_binary: Path, tmp_path: Path
+) -> None:
+    premise = run_without_site_packages("-c", "import lief")
+    assert "No module named 'lief'" in premise.stderr
+    core, _ = make_core(mach_o_binary, tmp_path, "--no-image-infos")
+    fix = "pip install 'liveunwind[macho]'"
+    command = ("-m", "liveunwind", "core", str(core), "--search-path", str(BUILD))
+    assert_one_line_error(run_without_site_packages(*command), 69, "Mach-O", "lief", fix)
+    info = run_without_site_packages("-m", "liveunwind", "unwind-info", str(mach_o_binary))
+    assert_one_line_error(info, 69, "Mach-O", "lief", "not installed", fix)
+    # With lief, the same core is read (tests/test_compact.py checks its frames).
+    assert run_cli("core", str(core), "--search-path", str(BUILD)).returncode == 0
