@@ -28,10 +28,11 @@ system-deps:
 
 venv: $(VENV)/.installed
 
+# The tests open Mach-O cores: the macho extra (lief) as well as the test extra.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q -e '.[test]'
+	$(VPY) -m pip install -q -e '.[macho,test]'
 	touch $@
 
 testprogs:
@@ -46,7 +47,7 @@ testprogs:
 sid-rootfs:
 	@tools/sid-rootfs.sh
 
-demo: venv testprogs
+demo: system-deps venv testprogs
 	@$(VPY) tools/demo.py
 
 lint: venv

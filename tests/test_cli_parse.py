@@ -63,6 +63,7 @@ def test_a_negative_number_is_a_value_not_an_option() -> None:
         (("pid", "1", "--repeat"), ["--repeat needs a value"]),
         (("pid", "1", "--interval", "soon"), ["--interval", "not a number of seconds"]),
         (("pid", "1", "--threads", "1,x"), ["--threads", "not a process id"]),
+        (("pid", "1", "--stack-cap", "0"), ["--stack-cap", "at least 1 byte"]),
         (("unwind-info", "f", "--format", "dwarf"), ["--format", "'dwarf'", "cfi"]),
         (("unwind-info", "f", "--pc", "zz"), ["--pc", "not an address"]),
     ],

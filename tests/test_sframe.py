@@ -1,6 +1,6 @@
 """SFrame decoder tests: objdump ground truth (vectors and freshly built binaries), rules, fuzz.
 
-The vectors in ``shared/sframe-vectors`` hold sections written by binutils 2.40-2.46
+The vectors in ``tests/data/sframe-vectors`` hold sections written by binutils 2.40-2.46
 together with what objdump printed for them.  The ground truth is parsed here on
 its own, token by token, so a decoding error cannot hide behind a matching
 renderer; the renderer is then also compared line by line.
@@ -9,7 +9,6 @@ renderer; the renderer is then also compared line by line.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import struct
@@ -36,11 +35,8 @@ from liveunwind.formats.sframe import (
     SFrameSection,
 )
 
-VECTOR_DIR = Path(
-    os.environ.get("LIVEUNWIND_SFRAME_VECTORS")
-    or Path(__file__).resolve().parents[2] / "shared" / "sframe-vectors"
-)
-VECTORS = sorted(VECTOR_DIR.glob("*.json")) if VECTOR_DIR.is_dir() else []
+VECTOR_DIR = Path(__file__).resolve().parent / "data" / "sframe-vectors"
+VECTORS = sorted(VECTOR_DIR.glob("*.json"))
 CONTENTS_LINE = "Contents of the SFrame section .sframe:\n"
 ARCHES = {"x86_64": X86_64, "aarch64": AARCH64}
 
@@ -242,9 +238,8 @@ def assert_rules_agree(section: SFrameSection) -> int:
 
 
 def test_vector_folder_present() -> None:
-    if not VECTORS:
-        pytest.skip(f"no SFrame vectors in {VECTOR_DIR} (set LIVEUNWIND_SFRAME_VECTORS)")
     assert len(VECTORS) > 50
+    assert (VECTOR_DIR / "LICENSE").is_file()
 
 
 @pytest.mark.parametrize("path", VECTORS, ids=[path.stem for path in VECTORS])
@@ -268,10 +263,6 @@ def vector(name: str) -> SFrameSection:
     return SFrameSection(data, base)
 
 
-needs_vectors = pytest.mark.skipif(not VECTORS, reason=f"no SFrame vectors in {VECTOR_DIR}")
-
-
-@needs_vectors
 def test_x86_64_frame_pointer_rules() -> None:
     section = vector("cfi-sframe-x86_64-1-2.46")
     entry = section.rule_for(0x401000)
@@ -286,7 +277,6 @@ def test_x86_64_frame_pointer_rules() -> None:
     assert section.rule_for(0x401019) is None
 
 
-@needs_vectors
 def test_aarch64_lr_signed_and_pauth_key() -> None:
     section = vector("cfi-sframe-aarch64-pac-ab-key-1-2.46")
     unsaved = section.rule_for(0x4000B4)
@@ -300,7 +290,6 @@ def test_aarch64_lr_signed_and_pauth_key() -> None:
     assert not section.rule_for(0x4000B0).ra_signed
 
 
-@needs_vectors
 @pytest.mark.parametrize(
     ("name", "pc", "ra_column"),
     [
@@ -316,7 +305,6 @@ def test_outermost_row_has_undefined_ra(name: str, pc: int, ra_column: int) -> N
     assert section.rule_for(pc).rule_for(ra_column).kind is RegKind.UNDEFINED
 
 
-@needs_vectors
 def test_signal_frame_without_rows() -> None:
     section = vector("cfi-sframe-x86_64-signal-1-2.46")
     assert section.rule_for(0x401001) is None
@@ -324,7 +312,6 @@ def test_signal_frame_without_rows() -> None:
     assert function.signal_frame and function.rows == ()
 
 
-@needs_vectors
 def test_flex_drap_cfa_and_saved_fp_become_expressions() -> None:
     section = vector("cfi-sframe-x86_64-esc-expr-1-2.46")
     drap = section.rule_for(0x401009)
@@ -336,7 +323,6 @@ def test_flex_drap_cfa_and_saved_fp_become_expressions() -> None:
     assert realigned.rule_for(16).offset == -8  # padding: RA at its fixed place
 
 
-@needs_vectors
 def test_flex_ra_and_fp_in_registers() -> None:
     ra_in_rbx = vector("cfi-sframe-x86_64-6-2.46").rule_for(0x401008)
     assert (ra_in_rbx.rule_for(16).kind, ra_in_rbx.rule_for(16).register) == (RegKind.REGISTER, 3)
@@ -346,7 +332,6 @@ def test_flex_ra_and_fp_in_registers() -> None:
     assert (cfa_slot.rule_for(6).kind, cfa_slot.rule_for(6).offset) == (RegKind.OFFSET, 16)
 
 
-@needs_vectors
 def test_pcmask_plt_rows_repeat_per_block() -> None:
     section = vector("complex")
     plt = next(f for f in section.functions() if f.pc_type is PcType.MASK)
@@ -392,7 +377,6 @@ def to_big_endian(data: bytes) -> bytes:
     return bytes(out)
 
 
-@needs_vectors
 @pytest.mark.parametrize(
     "name", ["test-fp-aarch64-2.40", "test-fp-aarch64-2.44", "cfi-sframe-aarch64-pac-ab-key-1-2.46"]
 )
@@ -447,7 +431,6 @@ def test_empty_but_valid_section() -> None:
     assert list(section.functions()) == []
 
 
-@needs_vectors
 def test_fdes_claiming_too_many_fres_are_rejected() -> None:
     data = bytearray(load_vector(VECTOR_DIR / "test-x86_64-2.44.json")[0])
     for index in range(6):  # every FDE claims FDE 0's two rows: 12 FREs, the header has 11
@@ -582,7 +565,7 @@ def seeds() -> list[tuple[bytes, int]]:
     return sections + big_endian[:3]
 
 
-SEEDS = seeds() if VECTORS else []
+SEEDS = seeds()
 
 mutation = st.one_of(
     st.tuples(st.just("byte"), st.integers(0, 1 << 16), st.integers(0, 255)),
@@ -610,7 +593,6 @@ def mutate(data: bytes, mutations: list[tuple[str, int, int]]) -> bytes:
     return bytes(out)
 
 
-@needs_vectors
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.sampled_from(range(len(SEEDS) or 1)),

@@ -2,7 +2,8 @@
 
 Exit codes: 0 every thread's walk reached the end of its stack, 1 some
 thread's walk ended early, 2 the target could not be used, 64 usage error,
-130 interrupted.  Every failure is one line on stderr, never a traceback.
+69 an optional package the target needs is not installed, 130 interrupted.
+Every failure is one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -11,7 +12,14 @@ import os
 import sys
 import time
 
-from liveunwind.cli.parse import Command, HelpRequested, Option, Positional, parse
+from liveunwind.cli.parse import (
+    Command,
+    HelpRequested,
+    Option,
+    Positional,
+    VersionRequested,
+    parse,
+)
 from liveunwind.errors import LiveUnwindError, UsageError
 
 TYPE_CHECKING = False
@@ -23,7 +31,13 @@ if TYPE_CHECKING:
 
 EXIT_COMPLETE = 0
 EXIT_INCOMPLETE = 1
+#: sysexits.h's EX_UNAVAILABLE: the target is fine, this installation lacks a part.
+EXIT_MISSING_PACKAGE = 69
 EXIT_INTERRUPTED = 130
+
+#: Packages liveunwind imports only for some targets: what needs each, and the
+#: extra that installs it (pyproject.toml's optional-dependencies).
+OPTIONAL_PACKAGES = {"lief": ("reading Mach-O files", "macho")}
 
 
 def _count(text: str) -> int:
@@ -33,6 +47,14 @@ def _count(text: str) -> int:
         raise ValueError(f"not a number: {text!r}") from None
     if value < 0:
         raise ValueError(f"must not be negative: {text}")
+    return value
+
+
+def _stack_bytes(text: str) -> int:
+    """``--stack-cap``: a byte count; 0 is refused, not silently read as the default."""
+    value = _count(text)
+    if value == 0:
+        raise ValueError("must be at least 1 byte (the default is 16 MiB)")
     return value
 
 
@@ -131,8 +153,9 @@ def commands() -> list[Command]:
             ),
             Option(
                 "--stack-cap",
-                "bytes of each thread stack to copy (default 16 MiB)",
-                convert=_count,
+                "bytes of each thread stack to copy, from the stack pointer up "
+                "(default 16 MiB; at least 1)",
+                convert=_stack_bytes,
                 metavar="BYTES",
             ),
             *_walk_options(),
@@ -196,6 +219,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LiveUnwindError as error:
         print(f"liveunwind: {error}", file=sys.stderr)
         return error.exit_code
+    except ImportError as error:
+        if error.name not in OPTIONAL_PACKAGES:
+            raise
+        purpose, extra = OPTIONAL_PACKAGES[error.name]
+        print(
+            f"liveunwind: {purpose} needs {error.name}, which is not installed: "
+            f"pip install 'liveunwind[{extra}]'",
+            file=sys.stderr,
+        )
+        return EXIT_MISSING_PACKAGE
     except KeyboardInterrupt:
         print("liveunwind: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -213,6 +246,9 @@ def _run(argv: Sequence[str] | None) -> int:
         )
     except HelpRequested as help:
         sys.stdout.write(help.text)
+        return EXIT_COMPLETE
+    except VersionRequested:
+        sys.stdout.write(f"liveunwind {_version()}\n")
         return EXIT_COMPLETE
     if arguments.command == "unwind-info":
         from liveunwind.cli.unwindinfo import describe_file
@@ -241,6 +277,18 @@ def _run(argv: Sequence[str] | None) -> int:
         )
         return _print(arguments, backtrace)
     raise UsageError(f"unknown command {arguments.command}")
+
+
+def _version() -> str:
+    """The installed distribution's version: pyproject.toml's, the one place it is written."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("liveunwind")
+    except PackageNotFoundError:
+        raise LiveUnwindError(
+            "version unknown: this copy of liveunwind is not installed (pip install .)"
+        ) from None
 
 
 def _pid_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> int:

@@ -5,7 +5,8 @@ Why not argparse: importing it (with ``re``, ``gettext``, ``locale`` and
 every start, as much as eu-stack takes for a whole backtrace.  This parser
 knows only what the command uses: sub-commands, positionals (one optional at
 the end), ``--flag``, ``--option VALUE`` / ``--option=VALUE``, repeatable
-options, ``--`` and ``-h``/``--help``.  Every mistake is a UsageError (exit 64)
+options, ``--``, ``-h``/``--help`` and, before the sub-command,
+``-V``/``--version``.  Every mistake is a UsageError (exit 64)
 whose one line names the argument.
 """
 
@@ -105,18 +106,25 @@ class HelpRequested(Exception):
         self.text = text
 
 
+class VersionRequested(Exception):
+    """``-V``/``--version`` was given: print the version, then exit 0."""
+
+
 def parse(
     prog: str, description: str, commands: Sequence[Command], argv: Sequence[str]
 ) -> SimpleNamespace:
     """The values of ``argv`` as attributes (``command`` names the sub-command).
 
-    Raises UsageError for a mistake and HelpRequested for ``-h``/``--help``.
+    Raises UsageError for a mistake, HelpRequested for ``-h``/``--help`` and
+    VersionRequested for ``-V``/``--version``.
     """
     by_name = {command.name: command for command in commands}
     if not argv:
         raise UsageError(f"a command is required ({', '.join(by_name)}); see {prog} --help")
     if argv[0] in ("-h", "--help"):
         raise HelpRequested(_top_help(prog, description, commands))
+    if argv[0] in ("-V", "--version"):
+        raise VersionRequested
     command = by_name.get(argv[0])
     if command is None:
         raise UsageError(f"unknown command {argv[0]!r}; choose from {', '.join(by_name)}")
@@ -202,6 +210,8 @@ def _is_number(text: str) -> bool:
 def _top_help(prog: str, description: str, commands: Sequence[Command]) -> str:
     lines = [f"usage: {prog} COMMAND ...", "", description, "", "commands:"]
     lines += [_entry(command.name, command.help) for command in commands]
+    lines += ["", "options:", _entry("-h, --help", "show this help and exit")]
+    lines.append(_entry("-V, --version", "print the version and exit"))
     lines += ["", f"{prog} COMMAND --help describes a command's arguments."]
     return "\n".join(lines) + "\n"
 

@@ -12,6 +12,13 @@ if TYPE_CHECKING:
 
     from liveunwind.frames import Backtrace, CrashInfo, Frame, ThreadBacktrace
 
+#: The shape of the ``--json`` document, and the ``$id`` of the JSON Schema that
+#: describes it (``schemas/backtrace.schema.json``, shipped in the package).  Any
+#: change to the document's shape raises the version: the schema is closed, so
+#: even a new field would fail validation against the old one.
+SCHEMA_VERSION = 1
+SCHEMA_ID = "urn:liveunwind:backtrace:1"
+
 
 def format_text(backtrace: Backtrace, *, symbols: bool = True, verbose: bool = False) -> str:
     """One block per thread: a header, one line per frame, and why the walk stopped."""
@@ -74,6 +81,8 @@ def _location(frame: Frame) -> str:
 def to_json_document(backtrace: Backtrace) -> dict[str, Any]:
     """The ``--json`` document; addresses are integers."""
     return {
+        "$schema": SCHEMA_ID,
+        "schema_version": SCHEMA_VERSION,
         "pid": backtrace.pid,
         "arch": backtrace.arch,
         "complete": backtrace.complete,
@@ -86,6 +95,7 @@ def to_json_document(backtrace: Backtrace) -> dict[str, Any]:
                 "state": thread.state,
                 "stop_reason": thread.stop_reason.value,
                 "stop_detail": thread.stop_detail,
+                "stop_notes": thread.stop_notes,
                 "complete": thread.complete,
                 "frames": [_frame_json(frame) for frame in thread.frames],
             }

@@ -278,8 +278,7 @@ class PtraceProcess(AddressSpace):
                 )
             return PermissionDeniedError(
                 f"cannot trace process {self.pid} ({name}): permission denied; run as root or "
-                "as its owner with CAP_SYS_PTRACE, and check kernel.yama.ptrace_scope "
-                f"(now {_yama_scope()})"
+                f"as its owner with CAP_SYS_PTRACE{_yama_advice()}"
             )
         return AttachError(f"cannot attach to process {self.pid} ({name}): {error.strerror}")
 
@@ -413,9 +412,13 @@ def _process_name(pid: int) -> str:
         return "?"
 
 
-def _yama_scope() -> str:
+def _yama_advice() -> str:
+    """The end of the permission message: check Yama only where it can be the cause."""
     try:
         with open("/proc/sys/kernel/yama/ptrace_scope") as stream:
-            return stream.read().strip()
+            scope = stream.read().strip()
     except OSError:
-        return "not set: Yama is not enabled"
+        return " (Yama is not enabled: there is no kernel.yama.ptrace_scope)"
+    if scope == "0":
+        return " (kernel.yama.ptrace_scope is 0: Yama adds no restriction)"
+    return f", and check kernel.yama.ptrace_scope (now {scope})"

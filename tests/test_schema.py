@@ -1,0 +1,237 @@
+"""The ``--json`` document follows the JSON Schema shipped in the package.
+
+Real output is validated: ``pid`` of a live program with several threads
+(plain, ``--verbose``, ``--no-symbols``, cut short, ``--repeat``), a kernel
+core, a QEMU core of an aarch64 program and a Mach-O core.  The schema's
+enums are compared with the code's, and documents that break the contract
+are shown to fail, so the validation can fail.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+import pkgutil
+import shutil
+import subprocess
+import sys
+import tomllib
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+import liveunwind.arch
+from liveunwind.arch import Arch
+from liveunwind.cli.report import SCHEMA_ID, SCHEMA_VERSION
+from liveunwind.frames import Method, StopReason, Trust
+from tests.test_attach_errors import ROOT
+from tests.test_compact import BUILD, TOOLS, make_core
+from tests.test_core import AARCH64_SYSROOT, CRASH, _kernel_writes_cores_here, crash
+
+SCHEMA_FILE = files("liveunwind.cli") / "schemas" / "backtrace.schema.json"
+SCHEMA = json.loads(SCHEMA_FILE.read_text())
+VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "liveunwind", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+
+
+def documents(text: str) -> list[dict[str, Any]]:
+    """Every JSON document in ``text``, one after another (``--repeat`` prints several)."""
+    decoder = json.JSONDecoder()
+    found, position = [], 0
+    while text[position:].strip():
+        position += len(text[position:]) - len(text[position:].lstrip())
+        document, position = decoder.raw_decode(text, position)
+        found.append(document)
+    return found
+
+
+def valid_documents(result: subprocess.CompletedProcess[str], count: int = 1) -> list[dict]:
+    """The documents a run printed, each checked against the schema."""
+    assert result.returncode in (0, 1), result.stderr
+    found = documents(result.stdout)
+    assert len(found) == count
+    for document in found:
+        VALIDATOR.validate(document)
+    return found
+
+
+# -- the schema and the code ------------------------------------------------------------
+
+
+def test_the_schema_is_valid_draft_2020_12() -> None:
+    assert SCHEMA["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+
+
+def test_the_schema_id_and_version_are_the_ones_documents_carry() -> None:
+    assert SCHEMA["$id"] == SCHEMA_ID
+    assert SCHEMA["properties"]["$schema"] == {
+        **SCHEMA["properties"]["$schema"],
+        "const": SCHEMA_ID,
+    }
+    assert SCHEMA["properties"]["schema_version"]["const"] == SCHEMA_VERSION
+    assert SCHEMA_ID.endswith(f":{SCHEMA_VERSION}")
+
+
+def test_the_enums_are_the_codes() -> None:
+    frame = SCHEMA["$defs"]["frame"]["properties"]
+    assert frame["method"]["enum"] == [method.value for method in Method]
+    assert frame["trust"]["enum"] == [trust.value for trust in Trust]
+    thread = SCHEMA["$defs"]["thread"]["properties"]
+    assert thread["stop_reason"]["enum"] == [reason.value for reason in StopReason]
+    arches = set()
+    for module in pkgutil.iter_modules(liveunwind.arch.__path__):
+        loaded = importlib.import_module(f"liveunwind.arch.{module.name}")
+        arches |= {value.name for value in vars(loaded).values() if isinstance(value, Arch)}
+    assert set(SCHEMA["properties"]["arch"]["enum"]) == arches
+
+
+@pytest.mark.parametrize("method", list(Method), ids=[method.value for method in Method])
+def test_the_schema_ties_trust_to_method_as_the_code_does(method: Method) -> None:
+    frame_schema = {"$defs": SCHEMA["$defs"], "$ref": "#/$defs/frame"}
+    validator = jsonschema.Draft202012Validator(frame_schema)
+    frame = {
+        "index": 1, "pc": 0x1000, "sp": 0x2000, "cfa": None, "module": None,
+        "module_offset": None, "function": None, "offset": None, "method": method.value,
+        "signal_frame": False, "notes": [],
+    }  # fmt: skip
+    accepted = {trust for trust in Trust if validator.is_valid({**frame, "trust": trust.value})}
+    assert accepted == {Trust.of(method)}
+
+
+def test_the_package_data_ships_every_schema() -> None:
+    """pyproject's package-data names the schema files, so ``pip install`` carries them."""
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    shipped = {
+        path
+        for package, patterns in setuptools["package-data"].items()
+        for pattern in patterns
+        for path in (ROOT / package.replace(".", "/")).glob(pattern)
+    }
+    assert shipped == set((ROOT / "liveunwind").rglob("*.schema.json"))
+    assert Path(str(SCHEMA_FILE)) in shipped
+
+
+# -- real documents ---------------------------------------------------------------------
+
+
+def test_pid_of_a_program_with_threads(run_program) -> None:
+    program = run_program("threads-O2")
+    (document,) = valid_documents(cli("pid", str(program.pid), "--json"))
+    assert document["schema_version"] == SCHEMA_VERSION and document["$schema"] == SCHEMA_ID
+    assert len(document["threads"]) == len(program.threads()) > 1
+    assert document["complete"] and document["crash"] is None
+    (bare,) = valid_documents(cli("pid", str(program.pid), "--json", "--no-symbols"))
+    assert {frame["function"] for thread in bare["threads"] for frame in thread["frames"]} == {None}
+
+
+def test_pid_verbose_carries_the_notes(run_program) -> None:
+    program = run_program("threads-O2")
+    result = cli("pid", str(program.pid), "--json", "--verbose", "--unwinder", "sframe,cfi")
+    (document,) = valid_documents(result)
+    notes = [
+        note for thread in document["threads"] for f in thread["frames"] for note in f["notes"]
+    ]
+    assert any(note.startswith("no sframe entry") for note in notes)
+
+
+def test_pid_cut_short_and_repeated(run_program) -> None:
+    program = run_program("recurse", "50")
+    result = cli("pid", str(program.pid), "--json", "--max-frames", "5", "--repeat", "3")
+    assert result.returncode == 1
+    samples = valid_documents(result, count=3)
+    for document in samples:
+        assert not document["complete"]
+        assert "frame limit" in {thread["stop_reason"] for thread in document["threads"]}
+
+
+@pytest.fixture(scope="module")
+def crash_cores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A kernel core of testprogs/crash (a crash in a thread) and, with QEMU, an aarch64 one."""
+    reason = _kernel_writes_cores_here()
+    if reason is not None:
+        pytest.skip(reason)
+    subprocess.run(["make", "-C", str(CRASH), "-j2"], check=True, capture_output=True)
+    folder = tmp_path_factory.mktemp("schema-cores")
+    cores = {
+        "x86_64": crash(
+            folder / "kernel", [str(CRASH / "build" / "crash-O2"), "thread"], glob="core*"
+        )
+    }
+    if shutil.which("qemu-aarch64") and (CRASH / "build-aarch64" / "crash-O2").exists():
+        (folder / "qemu" / "core").mkdir(parents=True)
+        command = [
+            "qemu-aarch64",
+            "-L",
+            str(AARCH64_SYSROOT),
+            str(CRASH / "build-aarch64" / "crash-O2"),
+            "thread",
+        ]
+        cores["aarch64"] = crash(folder / "qemu", command, glob="qemu_*.core")
+    return cores
+
+
+def test_kernel_core(crash_cores: dict[str, Path]) -> None:
+    (document,) = valid_documents(cli("core", str(crash_cores["x86_64"]), "--json"))
+    assert document["arch"] == "x86_64" and len(document["threads"]) > 1
+    assert document["crash"]["signal_name"] == "SIGSEGV"
+    assert document["crash"]["tid"] == document["threads"][0]["tid"]
+
+
+def test_qemu_core_of_an_aarch64_program(crash_cores: dict[str, Path]) -> None:
+    if "aarch64" not in crash_cores:
+        pytest.skip("needs qemu-aarch64 and testprogs/crash/build-aarch64")
+    (document,) = valid_documents(cli("core", str(crash_cores["aarch64"]), "--json"))
+    assert document["arch"] == "aarch64" and document["crash"] is not None
+
+
+@pytest.mark.skipif(
+    any(shutil.which(tool) is None for tool in TOOLS), reason="needs clang-16, lld-16, llvm-16"
+)
+def test_mach_o_core(tmp_path: Path) -> None:
+    subprocess.run(["make", "-C", str(BUILD.parent), "-j2"], check=True, capture_output=True)
+    core, truth = make_core(BUILD / "chain-arm64", tmp_path)
+    result = cli("core", str(core), "--search-path", str(BUILD), "--json")
+    (document,) = valid_documents(result)
+    assert document["pid"] is None and document["crash"] is None
+    (thread,) = document["threads"]
+    assert [frame["pc"] for frame in thread["frames"]] == [frame["pc"] for frame in truth["frames"]]
+
+
+# -- the contract can fail --------------------------------------------------------------
+
+
+def test_documents_that_break_the_contract_are_refused(run_program) -> None:
+    program = run_program("threads-O2")
+    (document,) = valid_documents(cli("pid", str(program.pid), "--json"))
+
+    def broken(change) -> dict:
+        changed = copy.deepcopy(document)
+        change(changed)
+        return changed
+
+    breakages = {
+        "unknown field": lambda d: d.update(extra=1),
+        "missing field": lambda d: d.pop("problems"),
+        "other version": lambda d: d.update(schema_version=SCHEMA_VERSION + 1),
+        "unknown method": lambda d: d["threads"][0]["frames"][0].update(method="guess"),
+        "trust not the method's": lambda d: d["threads"][0]["frames"][1].update(trust="low"),
+        "address beyond 64 bits": lambda d: d["threads"][0]["frames"][0].update(pc=1 << 64),
+        "complete but stopped early": lambda d: d["threads"][0].update(stop_reason="frame limit"),
+        "field in a frame": lambda d: d["threads"][0]["frames"][0].update(line=3),
+    }
+    for name, change in breakages.items():
+        assert not VALIDATOR.is_valid(broken(change)), name
