@@ -1,6 +1,6 @@
 """From an address space to a finished Backtrace: module map, stepper, symbols.
 
-A Walker keeps what it learned about a target — opened files, parsed
+A Backtracer keeps what it learned about a target — opened files, parsed
 tables, decoded rules, symbol tables — for the next address space of the
 same target, so the second backtrace of a process costs a fraction of the
 first.  Caches keyed by module are dropped when the process's modules change.
@@ -30,14 +30,14 @@ if TYPE_CHECKING:
     from liveunwind.targets.base import AddressSpace
 
 
-class WalkOptions(
+class BacktraceOptions(
     namedtuple(
-        "WalkOptions",
+        "BacktraceOptions",
         "max_frames unwinders symbols verbose debug_dirs",
         defaults=(DEFAULT_MAX_FRAMES, AUTO_UNWINDERS, True, False, ()),
     )
 ):
-    """How to walk and name the frames of a target (the options every command shares)."""
+    """How to unwind and name the frames of a target (the options every command shares)."""
 
     __slots__ = ()
     max_frames: int
@@ -48,10 +48,10 @@ class WalkOptions(
     debug_dirs: Sequence[str]
 
 
-class Walker:
+class Backtracer:
     """Unwinds and symbolizes every thread of successive address spaces of one target."""
 
-    def __init__(self, options: WalkOptions) -> None:
+    def __init__(self, options: BacktraceOptions) -> None:
         self.options = options
         self._modules: ModuleMap | None = None
         self._rules: dict[tuple[str, int, int], tuple[UnwindRule, Method] | None] = {}
@@ -60,9 +60,9 @@ class Walker:
     def module_map(self, space: AddressSpace, perf_map: str = "") -> ModuleMap:
         """The modules of ``space``, taking over those of the previous map that did not move.
 
-        The new map becomes the one the next map (and :meth:`walk`) starts
+        The new map becomes the one the next map (and :meth:`backtrace`) starts
         from, so a map made of a running process before it is stopped hands
-        its opened files and found registry roots on to the walk.
+        its opened files and found registry roots on to the backtrace.
         """
         from liveunwind.modules.debuginfo import DEFAULT_DEBUG_DIRS
         from liveunwind.modules.modulemap import ModuleMap
@@ -80,7 +80,7 @@ class Walker:
         self._modules = modules
         return modules
 
-    def walk(
+    def backtrace(
         self,
         space: AddressSpace,
         timings: dict[str, float],
