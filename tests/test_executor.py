@@ -14,6 +14,7 @@ from __future__ import annotations
 import shutil
 import struct
 import subprocess
+import tracemalloc
 from pathlib import Path
 from typing import BinaryIO
 
@@ -23,6 +24,8 @@ from elftools.elf.elffile import ELFFile
 from liveunwind.arch.x86_64 import X86_64
 from liveunwind.backtrace.backtracer import BacktraceOptions, Backtracer
 from liveunwind.errors import MemoryReadError
+from liveunwind.formats.dwarf_cfi import CfiTable
+from liveunwind.formats.elf import ElfImage
 from liveunwind.frames import Frame, Method, StopReason
 from liveunwind.modules.modulemap import ModuleMap
 from liveunwind.targets.base import AddressSpace, Mapping, ThreadState
@@ -35,6 +38,7 @@ CFI_DIR = Path(__file__).parent / "cfi"
 TOP = 1 << 64
 LOAD_ADDRESS = 0x7F0000000000
 RIP, RSP = 16, 7
+LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
 
 
 class BufferSpace(AddressSpace):
@@ -165,6 +169,38 @@ def test_a_full_cache_is_emptied_and_walks_the_same(
     assert [[_key(f) for f in t.frames] for t in bounded.threads] == [
         [_key(f) for f in t.frames] for t in unbounded.threads
     ]
+
+
+def test_a_full_cache_costs_what_cache_py_says_per_pc() -> None:
+    """Under 500 bytes a pc over all tables, because the pcs of a module share their plans."""
+    if not Path(LIBC).exists():
+        pytest.skip(f"{LIBC} not found")
+    image = ElfImage(Path(LIBC).read_bytes(), origin=LIBC)
+    eh_frame = image.sections[".eh_frame"]
+    table = CfiTable(image.contents(eh_frame), eh_frame.address, kind="eh_frame")
+    text = image.sections[".text"]
+    found = []
+    for pc in range(text.address, text.address + text.size, 3):
+        rule = table.rule_for(pc)
+        if rule is not None:
+            found.append((pc, rule))
+        if len(found) == 20_000:
+            break
+    module = object()
+    tracemalloc.start()
+    try:
+        cache = UnwindCache()
+        for pc, rule in found:
+            plan = cache.plan(rule, Method.CFI, X86_64)
+            cache.remember_plan(("cfi", LOAD_ADDRESS, pc), plan)
+            cache.remember_at(LOAD_ADDRESS + pc, (module, plan))
+            cache.remember_code(LOAD_ADDRESS + pc + 5)
+            cache.remember_name(LOAD_ADDRESS + pc, ("a_function", pc & 0xFF))
+        size = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert len(found) == 20_000 and len(cache.shared) < 1000
+    assert size / len(found) < 500
 
 
 def test_verbose_notes_no_source_that_could_not_have_had_an_entry(run_program) -> None:

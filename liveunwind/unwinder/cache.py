@@ -13,14 +13,19 @@ part; see the class.  What is cached elsewhere, and for how long:
 
 from __future__ import annotations
 
+from liveunwind.unwinder.plan import Plan
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from liveunwind.arch import Arch
+    from liveunwind.formats.rules import UnwindRule
+    from liveunwind.frames import Method
     from liveunwind.modules.modulemap import Module, ModuleMap
-    from liveunwind.unwinder.plan import Plan
 
-#: Most entries each table of the cache holds.  Measured on libc's .eh_frame
-#: (see the tests): about 200 bytes per pc in ``at`` and ``plans`` together,
-#: so a full cache is some 40 MB; a 9-thread process 30 frames deep uses 50.
+#: Most entries each table of the cache holds.  A pc costs about 430 bytes
+#: over all tables (measured with 100,000 pcs of libc; tests/test_executor.py
+#: keeps it under 500), so a full cache is some 43 MB.  One backtrace of a
+#: 9-thread process 30 frames deep fills about 50 pcs.
 MAX_ENTRIES = 100_000
 
 
@@ -31,6 +36,9 @@ class UnwindCache:
         (source, module start, module-relative lookup pc) → the compiled
         :class:`~liveunwind.unwinder.plan.Plan` of that source's rule, or
         None where the source has no entry: the general path's lookups.
+    ``shared``
+        what a rule does → its plan: the pcs of a module share a few
+        plans (100,000 pcs of libc share 166), so each is made once.
     ``at``
         lookup pc → (its module, the plan of the first table that has a
         rule there): the fast path, one dictionary lookup per frame.
@@ -50,8 +58,8 @@ class UnwindCache:
     - :meth:`begin` also drops ``at`` when the target has a JIT registry: a
       JIT may register other code at the same address before the next
       backtrace, so the per-pc plans last one backtrace there.  ``plans``
-      (module tables only), ``code`` and ``names`` (module symbols only;
-      JIT names are never cached) stay.
+      (module tables only), ``shared`` (keyed by content), ``code`` and
+      ``names`` (module symbols only; JIT names are never cached) stay.
     - A table that holds :data:`MAX_ENTRIES` is emptied before its next
       entry goes in (the ``remember_*`` methods): clear-when-full needs no
       bookkeeping on a hit, which keeps a cached frame at one lookup.
@@ -59,10 +67,11 @@ class UnwindCache:
     The stepper and the symbolizer only read and add.
     """
 
-    __slots__ = ("_identity", "at", "code", "generation", "names", "plans")
+    __slots__ = ("_identity", "at", "code", "generation", "names", "plans", "shared")
 
     def __init__(self) -> None:
         self.plans: dict[tuple[str, int, int], Plan | None] = {}
+        self.shared: dict[tuple[object, ...], Plan] = {}
         self.at: dict[int, tuple[Module | None, Plan | None]] = {}
         self.code: set[int] = set()
         self.names: dict[int, tuple[str, int] | None] = {}
@@ -77,11 +86,34 @@ class UnwindCache:
             self._identity = identity
             self.generation += 1
             self.plans.clear()
+            self.shared.clear()
             self.at.clear()
             self.code.clear()
             self.names.clear()
         elif modules.registry is not None:
             self.at.clear()
+
+    def plan(self, rule: UnwindRule, method: Method, arch: Arch) -> Plan:
+        """The plan of ``rule``, shared with every rule that does the same.
+
+        A rule's ``start`` and ``end`` (where its entry lies) do not change
+        what it does, so the rows of many functions share one plan.
+        """
+        key = (
+            rule.cfa,
+            rule.registers,
+            rule.return_address_register,
+            rule.signal_frame,
+            rule.ra_signed,
+            method,
+        )
+        plan = self.shared.get(key)
+        if plan is None:
+            shared = self.shared
+            if len(shared) >= MAX_ENTRIES:
+                shared.clear()
+            plan = shared[key] = Plan(rule, method, arch)
+        return plan
 
     def remember_plan(self, key: tuple[str, int, int], plan: Plan | None) -> None:
         plans = self.plans

@@ -15,7 +15,6 @@ from __future__ import annotations
 from liveunwind.errors import FormatError, LiveUnwindError, MemoryReadError, UsageError
 from liveunwind.frames import Frame, Method, StopReason, ThreadBacktrace
 from liveunwind.unwinder.cache import UnwindCache
-from liveunwind.unwinder.plan import Plan
 from liveunwind.unwinder.strategies.scan import ScanBudget
 
 TYPE_CHECKING = False
@@ -24,6 +23,7 @@ if TYPE_CHECKING:
 
     from liveunwind.modules.modulemap import Module, ModuleMap
     from liveunwind.targets.base import AddressSpace, ThreadState
+    from liveunwind.unwinder.plan import Plan
     from liveunwind.unwinder.strategies.scan import CallSite
 
 #: Every unwind source the stepper knows.
@@ -412,7 +412,7 @@ class Stepper:
                 module.problems.append(f"{module.name}: {source.label}: {error}")
                 continue
             if rule is not None:
-                plan = Plan(rule, Method(source.method), self.arch)
+                plan = self._cache.plan(rule, Method(source.method), self.arch)
                 break
         self._cache.remember_plan(key, plan)
         return plan
@@ -420,8 +420,9 @@ class Stepper:
     def _dynamic_plan(self, frame: Frame) -> Plan | None:
         """What a JIT compiler registered for the pc (rules in absolute addresses).
 
-        Not cached here: the registry keeps its rules for as long as it lives
-        (one backtrace), and the fast path remembers the plan of each pc.
+        Not remembered by pc here: the registry keeps its rules for as long
+        as it lives (one backtrace), and the fast path remembers the plan of
+        each pc for as long.
         """
         registry = self.modules.registry
         if registry is None:
@@ -430,7 +431,7 @@ class Stepper:
             rule = registry.rule_for(frame.lookup_pc)
         except FormatError:
             return None  # the registry notes what was wrong in its problems
-        return None if rule is None else Plan(rule, Method.DYNAMIC, self.arch)
+        return None if rule is None else self._cache.plan(rule, Method.DYNAMIC, self.arch)
 
     # -- signal frames without unwind info ------------------------------------
 
