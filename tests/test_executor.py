@@ -32,7 +32,7 @@ from liveunwind.targets.base import AddressSpace, Mapping, ThreadState
 from liveunwind.targets.ptrace import PtraceProcess
 from liveunwind.unwinder import cache as cache_module
 from liveunwind.unwinder.cache import UnwindCache
-from liveunwind.unwinder.stepper import Stepper
+from liveunwind.unwinder.stepper import AUTO_UNWINDERS, Stepper
 
 CFI_DIR = Path(__file__).parent / "cfi"
 TOP = 1 << 64
@@ -203,13 +203,24 @@ def test_a_full_cache_costs_what_cache_py_says_per_pc() -> None:
     assert size / len(found) < 500
 
 
-def test_verbose_notes_no_source_that_could_not_have_had_an_entry(run_program) -> None:
-    """ELF modules have no compact tables, a process without JIT code no registry."""
+@pytest.mark.parametrize(
+    ("unwinders", "noted"),
+    [(AUTO_UNWINDERS, set()), (("dynamic", "compact", "sframe", "cfi"), {"dynamic", "compact"})],
+    ids=["auto", "named"],
+)
+def test_verbose_notes_a_miss_only_where_the_source_could_have_had_an_entry(
+    run_program, unwinders: tuple[str, ...], noted: set[str]
+) -> None:
+    """ELF modules have no compact tables, a process without JIT code no registry.
+
+    Sources the user names in --unwinder are accounted for all the same.
+    """
     program = run_program("threads-O2")
+    options = BacktraceOptions(unwinders=unwinders, verbose=True)
     with PtraceProcess(program.pid) as process:
-        backtrace = Backtracer(BacktraceOptions(verbose=True)).backtrace(process, {})
+        backtrace = Backtracer(options).backtrace(process, {})
     notes = [note for thread in backtrace.threads for f in thread.frames for note in f.notes]
-    assert not [note for note in notes if "dynamic" in note or "compact" in note]
+    assert {name for name in ("dynamic", "compact") if f"no {name} entry" in str(notes)} == noted
     assert all(thread.complete for thread in backtrace.threads)
 
 

@@ -255,7 +255,7 @@ class Stepper:
         """One table source's step, or (None, the failure to report if nothing else works)."""
         plan = self._plan(name, frame, module)
         if plan is None:
-            if walk.notes is not None and self._could_have_entry(name, module):
+            if walk.notes is not None and self._miss_worth_a_note(name, module):
                 _note(walk, f"no {name} entry for pc {frame.lookup_pc:#x}")
             return None, failure
         try:
@@ -273,12 +273,16 @@ class Stepper:
         frame.signal_frame = plan.signal_frame
         return _Step(caller, cfa, plan.method, plan.signal_frame), failure
 
-    def _could_have_entry(self, name: str, module: Module | None) -> bool:
-        """Whether source ``name`` might have had a rule for a pc of ``module``.
+    def _miss_worth_a_note(self, name: str, module: Module | None) -> bool:
+        """Whether ``--verbose`` says that source ``name`` had no rule for a pc of ``module``.
 
-        Only such a source's miss is worth a note: an ELF module never has
-        compact tables, and a target without JIT code has no registry.
+        With ``--unwinder auto``, only where the source might have had one:
+        an ELF module never has compact tables, a module without .sframe no
+        SFrame entries, and a target without JIT code has no registry.  A
+        source the user named in ``--unwinder`` is always accounted for.
         """
+        if self.unwinders != AUTO_UNWINDERS:
+            return True
         if name == "dynamic":
             return self.modules.registry is not None
         return module is not None and bool(module.unwind_sources.get(name))
