@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 import liveunwind
+from liveunwind.backtrace.backtracer import Backtracer
 from liveunwind.backtrace.session import Session
-from liveunwind.backtrace.walker import Walker
 from liveunwind.errors import MemoryReadError
 from liveunwind.frames import Method, ThreadBacktrace
 from liveunwind.modules.modulemap import ModuleMap
@@ -147,15 +147,15 @@ def test_registrations_undone_right_after_the_stop_do_not_change_the_backtrace(
     name: str, scrambling: Callable[[str], RunningProgram], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     program = scrambling(name)
-    walk = Walker.walk
+    walk = Backtracer.backtrace
 
-    def walk_once_scrambled(self: Walker, *args: object, **kwargs: object) -> object:
+    def walk_once_scrambled(self: Backtracer, *args: object, **kwargs: object) -> object:
         # The walk starts only once the resumed program has scrambled its
         # registrations: whatever of them it read from the process now is wrong.
         program.wait_for_line(b"scrambled\n", time.monotonic() + 10)
         return walk(self, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(Walker, "walk", walk_once_scrambled)
+    monkeypatch.setattr(Backtracer, "backtrace", walk_once_scrambled)
     session = Session(program.pid)
     backtrace = session.backtrace()
     assert_through_jit_frames(backtrace.threads[0])

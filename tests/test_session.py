@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from liveunwind.backtrace.backtracer import BacktraceOptions, Backtracer
 from liveunwind.backtrace.session import Session
-from liveunwind.backtrace.walker import Walker, WalkOptions
 from liveunwind.frames import Frame
 from liveunwind.modules.modulemap import ModuleMap
 from liveunwind.targets.ptrace import PtraceProcess
@@ -23,7 +23,7 @@ def _frame_key(frame: Frame) -> tuple[object, ...]:
 
 def test_warm_backtraces_equal_cold_ones(run_program) -> None:
     program = run_program("threads-O2")
-    session = Session(program.pid, options=WalkOptions())
+    session = Session(program.pid, options=BacktraceOptions())
     first = session.backtrace()
     second = session.backtrace()
     fresh = Session(program.pid).backtrace()
@@ -92,8 +92,8 @@ def test_fast_path_walks_exactly_like_the_general_path(run_program, program_args
     """The per-pc plan cache is an optimisation: --verbose walks every frame the general way."""
     program = run_program(*program_args)
     with PtraceProcess(program.pid) as process:
-        fast = Walker(WalkOptions()).walk(process, {})
-        general = Walker(WalkOptions(verbose=True)).walk(process, {})
+        fast = Backtracer(BacktraceOptions()).backtrace(process, {})
+        general = Backtracer(BacktraceOptions(verbose=True)).backtrace(process, {})
     assert fast.threads and len(fast.threads) == len(general.threads)
     for ours, theirs in zip(fast.threads, general.threads):
         assert [_frame_key(frame) for frame in ours.frames] == [

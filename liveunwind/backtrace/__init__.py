@@ -1,1 +1,1 @@
-"""From an address space to a finished Backtrace: the walker, warm sessions, names, the API."""
+"""From an address space to a finished Backtrace: the backtracer, warm sessions, names, the API."""

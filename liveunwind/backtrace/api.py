@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from liveunwind.backtrace.walker import Walker, WalkOptions
+from liveunwind.backtrace.backtracer import BacktraceOptions, Backtracer
 from liveunwind.frames import Backtrace
 from liveunwind.unwinder.stepper import AUTO_UNWINDERS, DEFAULT_MAX_FRAMES
 
@@ -25,13 +25,13 @@ def attach(
     """Stops the live process ``pid``, walks the stacks of its threads, and lets it go.
 
     With ``snapshot`` (the default) the process is stopped only while its
-    registers and live stacks are copied, and the walk runs on the copy;
-    without it the process stays stopped for the whole walk.  Either way it
+    registers and live stacks are copied, and the unwinding runs on the copy;
+    without it the process stays stopped for the whole backtrace.  Either way it
     is running again (or still stopped, if it was) before this returns.
     """
     from liveunwind.backtrace.session import Session
 
-    options = WalkOptions(max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs))
+    options = BacktraceOptions(max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs))
     session = Session(pid, threads=threads, options=options, snapshot=snapshot, stack_cap=stack_cap)
     return session.backtrace()
 
@@ -54,21 +54,21 @@ def open_core(
     refers to are found by their recorded path, the same path under
     ``sysroot``, by name along ``search_path``, and by build-id.
     """
-    options = WalkOptions(max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs))
+    options = BacktraceOptions(max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs))
     started = time.perf_counter()
     if _is_mach_o_core(core):
         from liveunwind.targets.machocore import MachOCore
 
         with MachOCore(core, tuple(search_path)) as mach_o:
             timings = {"open": time.perf_counter() - started}
-            backtrace = Walker(options).walk(mach_o, timings)
+            backtrace = Backtracer(options).backtrace(mach_o, timings)
         backtrace.timings["total"] = time.perf_counter() - started
         return backtrace
     from liveunwind.targets.elfcore import ElfCore
 
     with ElfCore.open(core, executable, sysroot=sysroot, search_path=search_path) as space:
         timings = {"open": time.perf_counter() - started}
-        backtrace = Walker(options).walk(space, timings)
+        backtrace = Backtracer(options).backtrace(space, timings)
         backtrace.crash = space.crash_info()
         backtrace.problems = sorted({*backtrace.problems, *space.problems})
     timings["total"] = time.perf_counter() - started

@@ -1,7 +1,7 @@
 """A live process watched over time: one backtrace, or many with warm caches.
 
 Each backtrace stops the process only while its registers, live stacks and
-JIT registries are copied (or, without the snapshot, for the whole walk);
+JIT registries are copied (or, without the snapshot, for the whole backtrace);
 what liveunwind learned about the process's files is kept for the next one.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from liveunwind.backtrace.walker import Walker, WalkOptions
+from liveunwind.backtrace.backtracer import BacktraceOptions, Backtracer
 from liveunwind.errors import LiveUnwindError
 
 TYPE_CHECKING = False
@@ -30,7 +30,7 @@ class Session:
         pid: int,
         *,
         threads: Sequence[int] | None = None,
-        options: WalkOptions | None = None,
+        options: BacktraceOptions | None = None,
         snapshot: bool = True,
         stack_cap: int | None = None,
     ) -> None:
@@ -38,10 +38,10 @@ class Session:
         self.threads = list(threads) if threads else None
         self.snapshot = snapshot
         self.stack_cap = stack_cap
-        self._walker = Walker(options or WalkOptions())
+        self._backtracer = Backtracer(options or BacktraceOptions())
 
     def backtrace(self) -> Backtrace:
-        """Stops the process, takes what the walk needs, lets it go, and walks.
+        """Stops the process, takes what unwinding needs, lets it go, and unwinds.
 
         The process is running again (or still stopped, if it was) before
         this returns, whatever happens.
@@ -71,7 +71,7 @@ class Session:
                     modules = self._copy_registry(space, perf_map)
                     timings["registry"] = time.perf_counter() - copied
             else:
-                backtrace = self._walker.walk(
+                backtrace = self._backtracer.backtrace(
                     process,
                     timings,
                     should_stop=lambda: process.interrupted,
@@ -82,7 +82,9 @@ class Session:
         timings["detach"] = resumed - detaching
         timings["freeze"] = resumed - (process.stopped_at or stopped)
         if self.snapshot:
-            backtrace = self._walker.walk(space, timings, perf_map=perf_map, modules=modules)
+            backtrace = self._backtracer.backtrace(
+                space, timings, perf_map=perf_map, modules=modules
+            )
         timings["total"] = time.perf_counter() - started
         return backtrace
 
@@ -94,7 +96,7 @@ class Session:
         from an earlier backtrace), the stop itself only walks the lists.
         """
         try:
-            modules = self._walker.module_map(process, perf_map)
+            modules = self._backtracer.module_map(process, perf_map)
         except (OSError, LiveUnwindError):
             return False  # gone, or not ours to look at: attaching will say which
         if not modules.jit_possible:
@@ -108,9 +110,9 @@ class Session:
         The map of the stopped process takes over the modules found before
         the stop with their roots; a module that was mapped in the meantime
         is searched now, so no root found before the stop is used for a
-        module that moved.  Returns the map, for the walk.
+        module that moved.  Returns the map, for the backtrace.
         """
-        modules = self._walker.module_map(space, perf_map)
+        modules = self._backtracer.module_map(space, perf_map)
         registry = modules.registry
         if registry is not None:
             registry.read_all()

@@ -11,31 +11,28 @@ if TYPE_CHECKING:
     from liveunwind.formats.dynamic import DynamicRegistry
     from liveunwind.frames import Frame, ThreadBacktrace
     from liveunwind.modules.modulemap import ModuleMap
+    from liveunwind.unwinder.cache import UnwindCache
 
 
-def symbolize(
-    threads: Iterable[ThreadBacktrace],
-    modules: ModuleMap,
-    named: dict[int, tuple[str, int] | None] | None = None,
-) -> None:
+def symbolize(threads: Iterable[ThreadBacktrace], modules: ModuleMap, cache: UnwindCache) -> None:
     """Fills ``function`` and ``offset`` of every frame whose module has symbols.
 
     A return address can lie just past the end of a function that ends in a
     call (``noreturn`` callees), so caller frames are looked up at ``pc - 1``
     and the offset is then measured from the real pc.  Deep stacks repeat the
-    same return addresses, so each address is looked up once; ``named`` keeps
-    the answers for later backtraces while the modules stay where they are
-    (JIT names are not kept: a JIT may reuse its memory).
+    same return addresses, so each address is looked up once; the target's
+    ``cache`` (whose owner drops it when the modules move) keeps the answers
+    for later backtraces (JIT names are not kept: a JIT may reuse its memory).
     """
-    if named is None:
-        named = {}
+    named = cache.names
     for thread in threads:
         for frame in thread.frames:
             address = frame.lookup_pc
             if address in named:
                 found = named[address]
             else:
-                found = named[address] = _function_at(address, modules)
+                found = _function_at(address, modules)
+                cache.remember_name(address, found)
             if found is not None:
                 frame.function, offset = found
                 frame.offset = offset + (frame.pc - address)

@@ -293,11 +293,11 @@ def _version() -> str:
 
 def _pid_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> int:
     """``liveunwind pid``: one backtrace, or ``--repeat`` of them printed as they come."""
+    from liveunwind.backtrace.backtracer import BacktraceOptions
     from liveunwind.backtrace.session import Session
-    from liveunwind.backtrace.walker import WalkOptions
     from liveunwind.cli.report import format_collapsed
 
-    options = WalkOptions(
+    options = BacktraceOptions(
         max_frames=arguments.max_frames,
         unwinders=unwinders,
         symbols=not arguments.no_symbols,

@@ -1,26 +1,29 @@
 """The per-frame loop: choose an unwind source for each pc, execute its rule, guard the walk.
 
 The stepper never parses a section: modules hand it ``rule_for`` callables,
-and it executes the :class:`~liveunwind.formats.rules.UnwindRule` they
-return against the current registers and the target's memory.
+it compiles the :class:`~liveunwind.formats.rules.UnwindRule` they return
+into a :class:`~liveunwind.unwinder.plan.Plan` and runs that against the
+current registers and the target's memory.  A frame whose pc was seen before
+costs one lookup in the :class:`~liveunwind.unwinder.cache.UnwindCache`
+(the fast path); a new pc, a failing rule or ``--verbose`` takes the general
+path, which tries the sources in order and notes why each one failed.  Both
+run the same plans and the same plausibility check.
 """
 
 from __future__ import annotations
 
-import struct
-
 from liveunwind.errors import FormatError, LiveUnwindError, MemoryReadError, UsageError
-from liveunwind.formats.rules import RegKind, UnwindRule
 from liveunwind.frames import Frame, Method, StopReason, ThreadBacktrace
+from liveunwind.unwinder.cache import UnwindCache
 from liveunwind.unwinder.strategies.scan import ScanBudget
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from liveunwind.arch import Arch
     from liveunwind.modules.modulemap import Module, ModuleMap
     from liveunwind.targets.base import AddressSpace, ThreadState
+    from liveunwind.unwinder.plan import Plan
     from liveunwind.unwinder.strategies.scan import CallSite
 
 #: Every unwind source the stepper knows.
@@ -38,8 +41,6 @@ TABLE_UNWINDERS = ("dynamic", "compact", "cfi", "sframe")
 #: they are guesses, checked but guesses.
 AUTO_UNWINDERS = ("dynamic", "compact", "cfi", "sframe", "fp", "scan")
 DEFAULT_MAX_FRAMES = 256
-_WORD = struct.Struct("<Q")
-_MASK = 0xFFFFFFFFFFFFFFFF
 
 
 def parse_unwinders(text: str) -> tuple[str, ...]:
@@ -94,20 +95,6 @@ class _Walk:
         self.notes = notes
 
 
-class _Context:
-    """Register and memory access for DWARF expressions evaluated in one frame."""
-
-    def __init__(self, registers: dict[int, int], read: Callable[[int, int], bytes]) -> None:
-        self._registers = registers
-        self.read_memory = read
-
-    def register(self, number: int) -> int:
-        try:
-            return self._registers[number]
-        except KeyError:
-            raise FormatError(f"expression uses register {number}, which is unknown") from None
-
-
 class Stepper:
     """Walks the stacks of one target's threads."""
 
@@ -120,9 +107,9 @@ class Stepper:
         max_frames: int = DEFAULT_MAX_FRAMES,
         should_stop: Callable[[], bool] = lambda: False,
         verbose: bool = False,
-        rule_cache: dict[tuple[str, int, int], tuple[UnwindRule, Method] | None] | None = None,
-        pc_cache: PcCache | None = None,
+        cache: UnwindCache | None = None,
     ) -> None:
+        """``cache`` is the target's, kept by its owner across backtraces (see UnwindCache)."""
         self.space = space
         self.arch = space.arch
         self.modules = modules
@@ -130,23 +117,16 @@ class Stepper:
         self.max_frames = max_frames
         self._should_stop = should_stop
         self.verbose = verbose
-        #: (source, module start, relative pc) → (rule, method), shared by all threads
-        #: (and by later backtraces of the same process, while its modules stay put).
-        self._rules = {} if rule_cache is None else rule_cache
-        #: Absolute pc → (rule, method) from the run-time registry: of this walk only, as
-        #: a JIT may register other code at the same address before the next backtrace.
-        self._dynamic_rules: dict[int, tuple[UnwindRule, Method] | None] = {}
-        # For the same reason, with a registry the per-pc cache lives for this walk only.
-        if pc_cache is None or modules.registry is not None:
-            pc_cache = PcCache()
-        self._pcs = pc_cache
+        self._cache = UnwindCache() if cache is None else cache
         self._read_word = space.read_word
+        self._read = space.read
 
     # -- the walk -------------------------------------------------------------
 
     def backtrace(self, thread: ThreadState) -> ThreadBacktrace:
         arch = self.arch
-        pcs, verbose = self._pcs, self.verbose
+        at, verbose = self._cache.at, self.verbose
+        read_word, read = self._read_word, self._read
         registers = dict(thread.registers)
         stack = self.modules.mapping_at(registers.get(arch.sp, 0))
         walk = _Walk(
@@ -173,39 +153,51 @@ class Stepper:
                 frame.notes, walk.notes = walk.notes, []
             frames.append(frame)
             lookup = pc if exact_pc else pc - 1
-            known = pcs.at.get(lookup)
+            known = at.get(lookup)
             if known is None:
-                known = pcs.at[lookup] = self._resolve(frame)
-            module, plan, rule = known
+                known = self._resolve(frame)
+            module, plan = known
             if module is not None:
                 frame.module = module.path
                 frame.module_offset = pc - module.load_bias
-            step = None if plan is None or verbose else self._run_plan(plan, registers, frame)
-            if step is None:
+            caller = None
+            if plan is not None and not verbose:
+                # The fast path: the first table's plan, taken when it works and is plausible.
+                try:
+                    caller, cfa = plan.run(registers, read_word, read)
+                except (MemoryReadError, FormatError):
+                    pass  # the general path tries the next source and says why
+                else:
+                    if self._implausible(caller.get(arch.pc), cfa, sp, plan.signal_frame):
+                        caller = None
+                    else:
+                        frame.signal_frame = interrupted = plan.signal_frame
+                        method = plan.method
+            if caller is None:
                 try:
                     step = self.step(registers, frame, module, walk)
                 except _Stop as stop:
                     reason, detail = stop.reason, stop.detail
                     break
-            else:
-                frame.signal_frame = rule.signal_frame
-            frame.cfa = step.cfa
-            caller_pc = step.caller.get(arch.pc)
+                caller, cfa = step.caller, step.cfa
+                method, interrupted = step.method, step.caller_interrupted
+            frame.cfa = cfa
+            caller_pc = caller.get(arch.pc)
             if caller_pc is None or caller_pc == 0:
                 break  # end of stack: the return address is undefined or zero
-            caller_sp = step.caller.get(arch.sp, 0)
+            caller_sp = caller.get(arch.sp, 0)
             if not frame.signal_frame and (
-                (previous_cfa is not None and step.cfa <= previous_cfa) or caller_sp < sp
+                (previous_cfa is not None and cfa <= previous_cfa) or caller_sp < sp
             ):
-                reason, detail = StopReason.CFA_NOT_GROWING, f"cfa {step.cfa:#x} at pc {pc:#x}"
+                reason, detail = StopReason.CFA_NOT_GROWING, f"cfa {cfa:#x} at pc {pc:#x}"
                 break
             key = (caller_pc, caller_sp)
             if key in seen:
                 reason, detail = StopReason.REPEATED_FRAME, f"pc {caller_pc:#x} sp {caller_sp:#x}"
                 break
             seen.add(key)
-            previous_cfa = step.cfa
-            registers, method, exact_pc = step.caller, step.method, step.caller_interrupted
+            previous_cfa = cfa
+            registers, exact_pc = caller, interrupted
         return ThreadBacktrace(
             tid=thread.tid,
             name=thread.name,
@@ -261,36 +253,65 @@ class Stepper:
         failure: _Stop | None,
     ) -> tuple[_Step | None, _Stop | None]:
         """One table source's step, or (None, the failure to report if nothing else works)."""
-        found = self._rule(name, frame, module)
-        if found is None:
-            _note(walk, f"no {name} entry for pc {frame.lookup_pc:#x}")
+        plan = self._plan(name, frame, module)
+        if plan is None:
+            if walk.notes is not None and self._miss_worth_a_note(name, module):
+                _note(walk, f"no {name} entry for pc {frame.lookup_pc:#x}")
             return None, failure
-        rule, method = found
         try:
-            step = self._execute(rule, registers, method)
+            caller, cfa = plan.run(registers, self._read_word, self._read)
         except MemoryReadError as error:
             _note(walk, f"{name} rule reads unreadable memory at {error.address:#x}")
             return None, failure or _Stop(StopReason.UNREADABLE_MEMORY, f"{error.address:#x}")
         except FormatError as error:
             _note(walk, f"{name} rule unusable: {error}")
             return None, failure or _Stop(StopReason.BAD_RULE, f"pc {frame.pc:#x}: {error}")
-        problem = self._implausible(step, frame)
+        problem = self._implausible(caller.get(self.arch.pc), cfa, frame.sp, plan.signal_frame)
         if problem is not None:
             _note(walk, f"{name} rule gives {problem}")
             return None, failure or _Stop(StopReason.BAD_RULE, f"pc {frame.pc:#x}: {problem}")
-        frame.signal_frame = rule.signal_frame
-        return step, failure
+        frame.signal_frame = plan.signal_frame
+        return _Step(caller, cfa, plan.method, plan.signal_frame), failure
 
-    def _implausible(self, step: _Step, frame: Frame) -> str | None:
-        """Why a computed caller cannot be right, or None if it may be."""
-        caller_pc = step.caller.get(self.arch.pc)
-        if caller_pc is None or caller_pc == 0:
+    def _miss_worth_a_note(self, name: str, module: Module | None) -> bool:
+        """Whether ``--verbose`` says that source ``name`` had no rule for a pc of ``module``.
+
+        With ``--unwinder auto``, only where the source might have had one:
+        an ELF module never has compact tables, a module without .sframe no
+        SFrame entries, and a target without JIT code has no registry.  A
+        source the user named in ``--unwinder`` is always accounted for.
+        """
+        if self.unwinders != AUTO_UNWINDERS:
+            return True
+        if name == "dynamic":
+            return self.modules.registry is not None
+        return module is not None and bool(module.unwind_sources.get(name))
+
+    def _implausible(
+        self, return_address: int | None, cfa: int, sp: int, signal_frame: bool
+    ) -> str | None:
+        """Why a caller computed by a table's rule cannot be right, or None if it may be.
+
+        The return address must be code, and the CFA may not lie below the
+        frame's sp unless the frame is a signal frame (whose caller was
+        interrupted anywhere).  Code addresses found in file-backed
+        executable mappings are remembered: deep stacks repeat them.
+        """
+        if not return_address:
             return None  # the end of the stack: nothing to check
-        if not self._is_code(caller_pc):
-            return f"return address {caller_pc:#x}, which is not code"
-        if step.cfa < frame.sp and not step.caller_interrupted:
-            return f"CFA {step.cfa:#x} below sp {frame.sp:#x}"
+        if return_address not in self._cache.code and not self._is_new_code(return_address):
+            return f"return address {return_address:#x}, which is not code"
+        if cfa < sp and not signal_frame:
+            return f"CFA {cfa:#x} below sp {sp:#x}"
         return None
+
+    def _is_new_code(self, address: int) -> bool:
+        """``_is_code`` for an address not yet in the cache; remembers file-backed code."""
+        mapping = self.modules.mapping_at(address)
+        if mapping is not None and mapping.executable and mapping.is_file:
+            self._cache.remember_code(address)
+            return True
+        return self._is_code(address)
 
     def _leaf_step(self, registers: dict[int, int], walk: _Walk) -> _Step | None:
         """A frame stopped before building its frame: return address at [sp] or in LR.
@@ -356,86 +377,38 @@ class Stepper:
     def _is_code(self, address: int) -> bool:
         return self.modules.is_executable(address)
 
-    # -- the fast path: one dictionary lookup per frame ------------------------
-
-    def _resolve(self, frame: Frame) -> tuple[Module | None, _Plan | None, UnwindRule | None]:
-        """The module of the frame's pc and the first table rule for it, compiled.
-
-        The plan is None when no table covers the pc or its rule needs a DWARF
-        expression; the frame then takes the general path, which also tries
-        the next sources when a rule fails.
-        """
-        module = self.modules.find(frame.lookup_pc)
-        for name in self.unwinders:
-            if name in TABLE_UNWINDERS:
-                found = self._rule(name, frame, module)
-                if found is not None:
-                    rule, method = found
-                    return module, _compile(rule, method, self.arch), rule
-        return module, None, None
-
-    def _run_plan(self, plan: _Plan, registers: dict[int, int], frame: Frame) -> _Step | None:
-        """Executes a compiled rule; None when it fails or its result is implausible.
-
-        Implausible means what :meth:`_implausible` says; the general path
-        then retries the frame and reports why.
-        """
-        base = registers.get(plan.cfa_register)
-        if base is None:
-            return None
-        cfa = (base + plan.cfa_offset) & _MASK
-        caller = registers.copy()
-        read_word = self._read_word
-        try:
-            for number, offset in plan.loads:
-                caller[number] = read_word((cfa + offset) & _MASK)
-        except MemoryReadError:
-            return None
-        for number, offset in plan.values:
-            caller[number] = (cfa + offset) & _MASK
-        for number, source in plan.copies:
-            value = registers.get(source)
-            if value is None:
-                caller.pop(number, None)
-            else:
-                caller[number] = value
-        for number in plan.undefined:
-            caller.pop(number, None)
-        return_address = self._set_sp_and_pc(
-            caller, cfa, plan.sets_sp, plan.return_address, plan.ra_signed
-        )
-        if return_address and (
-            (cfa < frame.sp and not plan.signal_frame) or not self._is_known_code(return_address)
-        ):
-            return None
-        return _Step(caller, cfa, plan.method, plan.signal_frame)
-
-    def _is_known_code(self, address: int) -> bool:
-        """``_is_code`` remembered for addresses in file-backed executable mappings."""
-        code = self._pcs.code
-        if address in code:
-            return True
-        mapping = self.modules.mapping_at(address)
-        if mapping is not None and mapping.executable and mapping.is_file:
-            code.add(address)
-            return True
-        return self._is_code(address)
-
     # -- finding a rule -------------------------------------------------------
 
-    def _rule(
-        self, name: str, frame: Frame, module: Module | None
-    ) -> tuple[UnwindRule, Method] | None:
-        """The rule of the ``name`` tables of ``module`` at the frame's pc (cached)."""
+    def _resolve(self, frame: Frame) -> tuple[Module | None, Plan | None]:
+        """The module of the frame's pc and the plan of the first table with a rule there.
+
+        Remembered for the fast path.  The plan is None when no table covers
+        the pc; the frame then takes the general path, which also tries the
+        next sources whenever a plan fails.
+        """
+        module = self.modules.find(frame.lookup_pc)
+        found: tuple[Module | None, Plan | None] = (module, None)
+        for name in self.unwinders:
+            if name in TABLE_UNWINDERS:
+                plan = self._plan(name, frame, module)
+                if plan is not None:
+                    found = (module, plan)
+                    break
+        self._cache.remember_at(frame.lookup_pc, found)
+        return found
+
+    def _plan(self, name: str, frame: Frame, module: Module | None) -> Plan | None:
+        """The plan of the ``name`` tables of ``module`` at the frame's pc (cached)."""
         if name == "dynamic":
-            return self._dynamic_rule(frame)
+            return self._dynamic_plan(frame)
         if module is None:
             return None
         relative = frame.lookup_pc - module.load_bias
         key = (name, module.start, relative)
-        if key in self._rules:
-            return self._rules[key]
-        found = None
+        plans = self._cache.plans
+        if key in plans:
+            return plans[key]
+        plan = None
         for source in module.unwind_sources.get(name, ()):
             try:
                 rule = source.rule_for(relative)
@@ -443,91 +416,26 @@ class Stepper:
                 module.problems.append(f"{module.name}: {source.label}: {error}")
                 continue
             if rule is not None:
-                found = (rule, Method(source.method))
+                plan = self._cache.plan(rule, Method(source.method), self.arch)
                 break
-        self._rules[key] = found
-        return found
+        self._cache.remember_plan(key, plan)
+        return plan
 
-    def _dynamic_rule(self, frame: Frame) -> tuple[UnwindRule, Method] | None:
-        """What a JIT compiler registered for the pc; rules are in absolute addresses."""
+    def _dynamic_plan(self, frame: Frame) -> Plan | None:
+        """What a JIT compiler registered for the pc (rules in absolute addresses).
+
+        Not remembered by pc here: the registry keeps its rules for as long
+        as it lives (one backtrace), and the fast path remembers the plan of
+        each pc for as long.
+        """
         registry = self.modules.registry
         if registry is None:
             return None
-        pc = frame.lookup_pc
-        if pc not in self._dynamic_rules:
-            try:
-                rule = registry.rule_for(pc)
-            except FormatError:
-                rule = None  # the registry notes what was wrong in its problems
-            self._dynamic_rules[pc] = None if rule is None else (rule, Method.DYNAMIC)
-        return self._dynamic_rules[pc]
-
-    # -- executing a rule -----------------------------------------------------
-
-    def _execute(self, rule: UnwindRule, registers: dict[int, int], method: Method) -> _Step:
-        arch = self.arch
-        context = _Context(registers, self.space.read)
-        if rule.cfa.expression:
-            cfa = self._evaluate(rule.cfa.expression, context, ())
-        else:
-            base = registers.get(rule.cfa.register)
-            if base is None:
-                raise FormatError(f"CFA register {arch.register_name(rule.cfa.register)} unknown")
-            cfa = (base + rule.cfa.offset) & 0xFFFFFFFFFFFFFFFF
-        caller = dict(registers)
-        for number, register_rule in rule.registers:
-            kind = register_rule.kind
-            if kind is RegKind.SAME:
-                continue
-            if kind is RegKind.UNDEFINED:
-                caller.pop(number, None)
-            elif kind is RegKind.OFFSET:
-                caller[number] = self._read_word(cfa + register_rule.offset)
-            elif kind is RegKind.VAL_OFFSET:
-                caller[number] = (cfa + register_rule.offset) & 0xFFFFFFFFFFFFFFFF
-            elif kind is RegKind.REGISTER:
-                value = registers.get(register_rule.register)
-                if value is None:
-                    caller.pop(number, None)
-                else:
-                    caller[number] = value
-            elif kind is RegKind.EXPRESSION:
-                address = self._evaluate(register_rule.expression, context, (cfa,))
-                caller[number] = self._read_word(address)
-            else:
-                caller[number] = self._evaluate(register_rule.expression, context, (cfa,))
-        has_sp_rule = any(number == arch.sp for number, _ in rule.registers)
-        self._set_sp_and_pc(caller, cfa, has_sp_rule, rule.return_address_register, rule.ra_signed)
-        return _Step(caller=caller, cfa=cfa, method=method, caller_interrupted=rule.signal_frame)
-
-    def _set_sp_and_pc(
-        self, caller: dict[int, int], cfa: int, sets_sp: bool, ra_register: int, ra_signed: bool
-    ) -> int | None:
-        """Completes a caller: sp is the CFA unless a rule set it, pc the return address.
-
-        Returns the return address (pointer authentication stripped), or None
-        where it is undefined: the end of the stack.
-        """
-        arch = self.arch
-        if not sets_sp:
-            caller[arch.sp] = cfa
-        return_address = caller.get(ra_register)
-        if return_address is None:
-            caller.pop(arch.pc, None)
-            return None
-        if ra_signed:
-            return_address = arch.strip_pointer_auth(return_address)
-        caller[arch.pc] = return_address
-        return return_address
-
-    def _read_word(self, address: int) -> int:
-        return _WORD.unpack(self.space.read(address & 0xFFFFFFFFFFFFFFFF, 8))[0]
-
-    @staticmethod
-    def _evaluate(expression: bytes, context: _Context, stack: tuple[int, ...]) -> int:
-        from liveunwind.formats.dwarf_expr import evaluate
-
-        return evaluate(expression, context, initial_stack=stack)
+        try:
+            rule = registry.rule_for(frame.lookup_pc)
+        except FormatError:
+            return None  # the registry notes what was wrong in its problems
+        return None if rule is None else self._cache.plan(rule, Method.DYNAMIC, self.arch)
 
     # -- signal frames without unwind info ------------------------------------
 
@@ -569,75 +477,3 @@ def unwind_all(
                 )
             )
     return results
-
-
-class PcCache:
-    """What the stepper learned per pc, kept across backtraces while the modules stay put.
-
-    ``at`` maps a lookup pc to (module, compiled plan, rule); ``code`` holds
-    return addresses already found to lie in file-backed executable mappings;
-    ``names`` maps a lookup pc to its function and offset (the symbolizer's).
-    All are keyed by absolute address, so a remapped module voids them.
-    """
-
-    __slots__ = ("at", "code", "names")
-
-    def __init__(self) -> None:
-        self.at: dict[int, tuple[Module | None, _Plan | None, UnwindRule | None]] = {}
-        self.code: set[int] = set()
-        self.names: dict[int, tuple[str, int] | None] = {}
-
-
-class _Plan:
-    """An UnwindRule without DWARF expressions, laid out for the per-frame loop.
-
-    Registers are grouped by rule kind so executing the plan is four short
-    loops with no dispatch on the kind.
-    """
-
-    __slots__ = (
-        "cfa_offset",
-        "cfa_register",
-        "copies",
-        "loads",
-        "method",
-        "ra_signed",
-        "return_address",
-        "sets_sp",
-        "signal_frame",
-        "undefined",
-        "values",
-    )
-
-    def __init__(self, rule: UnwindRule, method: Method, sp: int) -> None:
-        self.cfa_register = rule.cfa.register
-        self.cfa_offset = rule.cfa.offset
-        kinds: dict[RegKind, list] = {kind: [] for kind in RegKind}
-        for number, register_rule in rule.registers:
-            kind = register_rule.kind
-            if kind is RegKind.OFFSET or kind is RegKind.VAL_OFFSET:
-                kinds[kind].append((number, register_rule.offset))
-            elif kind is RegKind.REGISTER:
-                kinds[kind].append((number, register_rule.register))
-            else:
-                kinds[kind].append(number)
-        #: Saved at CFA + offset; the value is CFA + offset; copied from a register.
-        self.loads = tuple(kinds[RegKind.OFFSET])
-        self.values = tuple(kinds[RegKind.VAL_OFFSET])
-        self.copies = tuple(kinds[RegKind.REGISTER])
-        self.undefined = tuple(kinds[RegKind.UNDEFINED])
-        self.sets_sp = any(number == sp for number, _ in rule.registers)
-        self.return_address = rule.return_address_register
-        self.ra_signed = rule.ra_signed
-        self.signal_frame = rule.signal_frame
-        self.method = method
-
-
-def _compile(rule: UnwindRule, method: Method, arch: Arch) -> _Plan | None:
-    """The fast-path plan of ``rule``, or None if it needs the expression evaluator."""
-    if rule.cfa.expression or any(
-        register_rule.kind is RegKind.EXPRESSION or register_rule.kind is RegKind.VAL_EXPRESSION
-        for _, register_rule in rule.registers
-    ):
-        return None
-    return _Plan(rule, method, arch.sp)

@@ -1,9 +1,10 @@
 """From an address space to a finished Backtrace: module map, stepper, symbols.
 
-A Walker keeps what it learned about a target — opened files, parsed
-tables, decoded rules, symbol tables — for the next address space of the
-same target, so the second backtrace of a process costs a fraction of the
-first.  Caches keyed by module are dropped when the process's modules change.
+A Backtracer keeps what it learned about a target — opened files, parsed
+tables and symbol tables (in the modules of its last module map), decoded
+rules and per-pc facts (in its UnwindCache) — for the next address space of
+the same target, so the second backtrace of a process costs a fraction of the
+first.  The cache says what it drops when the process's modules change.
 """
 
 from __future__ import annotations
@@ -12,32 +13,25 @@ import time
 from collections import namedtuple
 
 from liveunwind.frames import Backtrace
-from liveunwind.unwinder.stepper import (
-    AUTO_UNWINDERS,
-    DEFAULT_MAX_FRAMES,
-    PcCache,
-    Stepper,
-    unwind_all,
-)
+from liveunwind.unwinder.cache import UnwindCache
+from liveunwind.unwinder.stepper import AUTO_UNWINDERS, DEFAULT_MAX_FRAMES, Stepper, unwind_all
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from liveunwind.formats.rules import UnwindRule
-    from liveunwind.frames import Method
     from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.targets.base import AddressSpace
 
 
-class WalkOptions(
+class BacktraceOptions(
     namedtuple(
-        "WalkOptions",
+        "BacktraceOptions",
         "max_frames unwinders symbols verbose debug_dirs",
         defaults=(DEFAULT_MAX_FRAMES, AUTO_UNWINDERS, True, False, ()),
     )
 ):
-    """How to walk and name the frames of a target (the options every command shares)."""
+    """How to unwind and name the frames of a target (the options every command shares)."""
 
     __slots__ = ()
     max_frames: int
@@ -48,21 +42,21 @@ class WalkOptions(
     debug_dirs: Sequence[str]
 
 
-class Walker:
+class Backtracer:
     """Unwinds and symbolizes every thread of successive address spaces of one target."""
 
-    def __init__(self, options: WalkOptions) -> None:
+    def __init__(self, options: BacktraceOptions) -> None:
         self.options = options
         self._modules: ModuleMap | None = None
-        self._rules: dict[tuple[str, int, int], tuple[UnwindRule, Method] | None] = {}
-        self._pcs = PcCache()
+        #: Owned here, for as long as this backtracer lives; see UnwindCache for its drops.
+        self.cache = UnwindCache()
 
     def module_map(self, space: AddressSpace, perf_map: str = "") -> ModuleMap:
         """The modules of ``space``, taking over those of the previous map that did not move.
 
-        The new map becomes the one the next map (and :meth:`walk`) starts
+        The new map becomes the one the next map (and :meth:`backtrace`) starts
         from, so a map made of a running process before it is stopped hands
-        its opened files and found registry roots on to the walk.
+        its opened files and found registry roots on to the backtrace.
         """
         from liveunwind.modules.debuginfo import DEFAULT_DEBUG_DIRS
         from liveunwind.modules.modulemap import ModuleMap
@@ -73,14 +67,10 @@ class Walker:
             perf_map=perf_map,
             previous=self._modules,
         )
-        if self._modules is None or modules.unchanged_since != self._modules.unchanged_since:
-            # Rules are keyed by module start, pcs by address: a remapped module voids them.
-            self._rules = {}
-            self._pcs = PcCache()
         self._modules = modules
         return modules
 
-    def walk(
+    def backtrace(
         self,
         space: AddressSpace,
         timings: dict[str, float],
@@ -97,6 +87,7 @@ class Walker:
         options = self.options
         if modules is None:
             modules = self.module_map(space, perf_map)
+        self.cache.begin(modules)
         stepper = Stepper(
             space,
             modules,
@@ -104,8 +95,7 @@ class Walker:
             max_frames=options.max_frames,
             should_stop=should_stop,
             verbose=options.verbose,
-            rule_cache=self._rules,
-            pc_cache=self._pcs,
+            cache=self.cache,
         )
         traces = unwind_all(space, space.threads(), stepper)
         unwound = time.perf_counter()
@@ -113,7 +103,7 @@ class Walker:
         if options.symbols:
             from liveunwind.backtrace.symbolizer import symbolize
 
-            symbolize(traces, modules, self._pcs.names)
+            symbolize(traces, modules, self.cache)
             timings["symbolize"] = time.perf_counter() - unwound
         return Backtrace(
             pid=space.pid,

@@ -1,0 +1,140 @@
+"""What unwinding and naming learned about one target's pcs, kept from one backtrace to the next.
+
+One :class:`UnwindCache` per target, one owner, one rule for dropping each
+part; see the class.  What is cached elsewhere, and for how long:
+
+- a module's opened file, parsed unwind tables, symbol tables and debug
+  file are the module's own (cached properties); the module lives as long
+  as the module map that holds it, and a new map of the same target takes
+  over every module still mapped exactly as before;
+- a JIT registry (``ModuleMap.registry``) is built for one backtrace's
+  module map, and the rules it decoded go with it.
+"""
+
+from __future__ import annotations
+
+from liveunwind.unwinder.plan import Plan
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from liveunwind.arch import Arch
+    from liveunwind.formats.rules import UnwindRule
+    from liveunwind.frames import Method
+    from liveunwind.modules.modulemap import Module, ModuleMap
+
+#: Most entries each table of the cache holds.  A pc costs about 430 bytes
+#: over all tables (measured with 100,000 pcs of libc; tests/test_executor.py
+#: keeps it under 500), so a full cache is some 43 MB.  Deep stacks repeat
+#: their return addresses: 9 threads 30 frames deep (bench/target.c) fill 13.
+MAX_ENTRIES = 100_000
+
+
+class UnwindCache:
+    """Per-pc facts and decoded rules of one target, for the stepper and the symbolizer.
+
+    ``plans``
+        (source, module start, module-relative lookup pc) → the compiled
+        :class:`~liveunwind.unwinder.plan.Plan` of that source's rule, or
+        None where the source has no entry: the general path's lookups.
+    ``shared``
+        what a rule does → its plan: the pcs of a module share a few
+        plans (100,000 pcs of libc share 166), so each is made once.
+    ``at``
+        lookup pc → (its module, the plan of the first table that has a
+        rule there): the fast path, one dictionary lookup per frame.
+    ``code``
+        return addresses already found in file-backed executable mappings.
+    ``names``
+        lookup pc → (function, offset) from its module's symbols, or None.
+
+    Who drops what, when:
+
+    - The owner — the :class:`~liveunwind.backtrace.backtracer.Backtracer`
+      of a target, which a Session keeps across its backtraces — calls
+      :meth:`begin` before each backtrace.  When the module map differs
+      from the previous one (a module was mapped, unmapped or moved), the
+      cache starts a new :attr:`generation` and drops everything: its keys
+      are absolute addresses and module starts.
+    - :meth:`begin` also drops ``at`` when the target has a JIT registry: a
+      JIT may register other code at the same address before the next
+      backtrace, so the per-pc plans last one backtrace there.  ``plans``
+      (module tables only), ``shared`` (keyed by content), ``code`` and
+      ``names`` (module symbols only; JIT names are never cached) stay.
+    - A table that holds :data:`MAX_ENTRIES` is emptied before its next
+      entry goes in (the ``remember_*`` methods): clear-when-full needs no
+      bookkeeping on a hit, which keeps a cached frame at one lookup.
+
+    The stepper and the symbolizer only read and add.
+    """
+
+    __slots__ = ("_identity", "at", "code", "generation", "names", "plans", "shared")
+
+    def __init__(self) -> None:
+        self.plans: dict[tuple[str, int, int], Plan | None] = {}
+        self.shared: dict[tuple[object, ...], Plan] = {}
+        self.at: dict[int, tuple[Module | None, Plan | None]] = {}
+        self.code: set[int] = set()
+        self.names: dict[int, tuple[str, int] | None] = {}
+        #: Counts the module maps whose modules differed from the previous map's.
+        self.generation = 0
+        self._identity: frozenset[tuple[object, ...]] | None = None
+
+    def begin(self, modules: ModuleMap) -> None:
+        """Readies the cache for a backtrace of the target whose modules are ``modules``."""
+        identity = modules.unchanged_since
+        if identity != self._identity:
+            self._identity = identity
+            self.generation += 1
+            self.plans.clear()
+            self.shared.clear()
+            self.at.clear()
+            self.code.clear()
+            self.names.clear()
+        elif modules.registry is not None:
+            self.at.clear()
+
+    def plan(self, rule: UnwindRule, method: Method, arch: Arch) -> Plan:
+        """The plan of ``rule``, shared with every rule that does the same.
+
+        A rule's ``start`` and ``end`` (where its entry lies) do not change
+        what it does, so the rows of many functions share one plan.
+        """
+        key = (
+            rule.cfa,
+            rule.registers,
+            rule.return_address_register,
+            rule.signal_frame,
+            rule.ra_signed,
+            method,
+        )
+        plan = self.shared.get(key)
+        if plan is None:
+            shared = self.shared
+            if len(shared) >= MAX_ENTRIES:
+                shared.clear()
+            plan = shared[key] = Plan(rule, method, arch)
+        return plan
+
+    def remember_plan(self, key: tuple[str, int, int], plan: Plan | None) -> None:
+        plans = self.plans
+        if len(plans) >= MAX_ENTRIES:
+            plans.clear()
+        plans[key] = plan
+
+    def remember_at(self, pc: int, found: tuple[Module | None, Plan | None]) -> None:
+        at = self.at
+        if len(at) >= MAX_ENTRIES:
+            at.clear()
+        at[pc] = found
+
+    def remember_code(self, address: int) -> None:
+        code = self.code
+        if len(code) >= MAX_ENTRIES:
+            code.clear()
+        code.add(address)
+
+    def remember_name(self, pc: int, found: tuple[str, int] | None) -> None:
+        names = self.names
+        if len(names) >= MAX_ENTRIES:
+            names.clear()
+        names[pc] = found
