@@ -19,7 +19,7 @@ from liveunwind.arch import Arch, arch_by_elf_machine, arch_by_name
 from liveunwind.errors import FormatError, TargetError
 from liveunwind.formats.elf import ElfImage
 from liveunwind.formats.rules import UnwindRule
-from liveunwind.modules.modulemap import UnwindSource, unwind_tables
+from liveunwind.modules.sources import UnwindSource, unwind_tables
 
 if TYPE_CHECKING:
     from liveunwind.modules.symbols import SymbolTable

@@ -4,7 +4,8 @@ Only Mach-O code paths import this module, and lief is imported inside it
 only when an image is actually opened, so an ELF backtrace never pays for
 lief.  A :class:`MachOImage` answers in link-time addresses;
 :class:`MachOModule` places an image at its load address in a target and
-offers what the stepper and the symbolizer ask of a module.
+is the :class:`~liveunwind.modules.module.Module` the stepper and the
+symbolizer ask.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from liveunwind.errors import FormatError
+from liveunwind.modules.module import Module
+from liveunwind.modules.sources import UnwindSource
 from liveunwind.modules.symbols import SymbolMatch
 
 if TYPE_CHECKING:
@@ -23,7 +26,6 @@ if TYPE_CHECKING:
 
     from liveunwind.formats.compact import CompactUnwindTable
     from liveunwind.formats.rules import UnwindRule
-    from liveunwind.modules.modulemap import UnwindSource
 
 #: Mach-O ``cputype`` values and the architecture names liveunwind uses.
 CPU_TYPES = {0x01000007: "x86_64", 0x0100000C: "aarch64"}
@@ -174,8 +176,6 @@ class MachOImage:
         offset (so those frames say ``cfi``), then the whole ``__eh_frame``
         serves functions ``__unwind_info`` does not list.
         """
-        from liveunwind.modules.modulemap import UnwindSource
-
         sources = []
         try:
             compact = self.compact_table
@@ -268,11 +268,12 @@ class MachOSymbolTable:
         return len(self._addresses)
 
 
-class MachOModule:
-    """A Mach-O image loaded at ``load_address`` in a target, shaped like modulemap.Module.
+class MachOModule(Module):
+    """A Mach-O image loaded at ``load_address`` in a target.
 
     ``ranges`` are the runtime address ranges of the image's segments in the
-    target; the image file is opened the first time it is needed.
+    target (the module map adds the target's mappings inside them to
+    ``mappings``); the image file is opened the first time it is needed.
     """
 
     def __init__(
@@ -284,22 +285,18 @@ class MachOModule:
         arch: str | None = None,
         uuid: bytes | None = None,
     ) -> None:
-        self.path = path
-        self.load_address = load_address
         self.ranges = sorted(ranges)
-        self.start = self.ranges[0][0] if self.ranges else load_address
-        self.end = self.ranges[-1][1] if self.ranges else load_address
+        start = self.ranges[0][0] if self.ranges else load_address
+        end = self.ranges[-1][1] if self.ranges else load_address
+        super().__init__(path, start, end, [])
+        self.load_address = load_address
         self.arch = arch
         self.expected_uuid = uuid
-        self.problems: list[str] = []
 
     @property
     def name(self) -> str:
+        """The file name, also of a relative path (an image found along a relative search path)."""
         return os.path.basename(self.path)
-
-    @property
-    def is_vdso(self) -> bool:
-        return False
 
     @cached_property
     def image(self) -> MachOImage | None:
@@ -333,10 +330,6 @@ class MachOModule:
     @cached_property
     def symbols(self) -> MachOSymbolTable | None:
         return None if self.image is None else self.image.symbols
-
-    def symbolize(self, pc: int) -> SymbolMatch | None:
-        table = self.symbols
-        return None if table is None else table.lookup(pc - self.load_bias)
 
     @cached_property
     def unwind_sources(self) -> dict[str, list[UnwindSource]]:

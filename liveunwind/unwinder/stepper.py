@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from liveunwind.arch import Arch
-    from liveunwind.modules.modulemap import Module, ModuleMap
+    from liveunwind.modules.module import Module
+    from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.targets.base import AddressSpace, ThreadState
     from liveunwind.unwinder.strategies.scan import CallSite
 
