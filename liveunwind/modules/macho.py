@@ -68,6 +68,8 @@ class MachOImage:
         binary = None
         for index in range(fat.size):
             candidate = fat.at(index)
+            if candidate is None:
+                continue
             name = CPU_TYPES.get(int(candidate.header.cpu_type.value))
             if name is not None and (arch is None or name == arch):
                 binary = candidate
@@ -79,27 +81,30 @@ class MachOImage:
         self._binary: Any = binary
         self.arch = CPU_TYPES[int(binary.header.cpu_type.value)]
         self.segments = [
-            MachOSegment(s.name, s.virtual_address, s.virtual_size, s.file_offset, s.file_size)
+            MachOSegment(
+                _text(s.name), s.virtual_address, s.virtual_size, s.file_offset, s.file_size
+            )
             for s in binary.segments
         ]
         instruction_flags = {"PURE_INSTRUCTIONS", "SOME_INSTRUCTIONS"}
         self.section_list = [
             MachOSection(
                 s.segment_name,
-                s.name,
+                _text(s.name),
                 s.virtual_address,
                 s.size,
                 any(flag.name in instruction_flags for flag in s.flags_list),
             )
             for s in binary.sections
         ]
-        self._lief_sections = {(s.segment_name, s.name): s for s in binary.sections}
+        self._lief_sections = {(s.segment_name, _text(s.name)): s for s in binary.sections}
         text = next((s for s in self.segments if s.name == "__TEXT"), None)
         if text is None:
             raise FormatError(f"{path}: no __TEXT segment")
         #: The link-time address of the Mach-O header: the base of __unwind_info offsets.
         self.text_base = text.vmaddr
-        self.uuid: bytes | None = bytes(binary.uuid.uuid) if binary.has_uuid else None
+        uuid_command = binary.uuid if binary.has_uuid else None
+        self.uuid = None if uuid_command is None else bytes(uuid_command.uuid)
 
     @property
     def build_id(self) -> bytes | None:
@@ -220,6 +225,11 @@ class MachOImage:
                 continue
             records.append((symbol.value, symbol.name, index))
         return records
+
+
+def _text(name: str | bytes) -> str:
+    """A name lief gives as bytes when they are not UTF-8, as text."""
+    return name if isinstance(name, str) else name.decode("utf-8", "replace")
 
 
 class _RuleView:
