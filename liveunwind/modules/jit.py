@@ -439,11 +439,11 @@ class DynamicRegistry:
     def _libunwind_entry(
         self, address: int, fields: tuple[int, ...], problems: list[str]
     ) -> Procedure:
-        """Decodes one unw_dyn_info_t from its unpacked fields.
+        """One unw_dyn_info_t from its unpacked fields (layout: ``DYN_INFO``).
 
-        Layout: next, prev, start_ip, end_ip, gp, int32 format, int32 pad,
-        load_offset, then the union — pi {name_ptr, handler, u32 flags,
-        i32 pad0, regions} or ti/rti {name_ptr, segbase, table_len, table_data}.
+        Its name and regions are read from the target.  A bad code range
+        drops the entry; a bad name or unwind info is noted in ``problems``
+        and the procedure kept, as its range still names the code.
         """
         _next, _prev, start, end, gp, fmt, _pad, _load_offset = fields[:8]
         name_ptr, handler_or_segbase, low, high, regions_or_table = fields[8:]

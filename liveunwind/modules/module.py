@@ -50,8 +50,9 @@ class Module:
 
     ``path``, ``start``, ``end``, ``mappings`` (the target's mappings that
     belong to it) and ``problems`` are plain attributes; the rest are read on
-    demand.  A subclass computes ``image``, ``load_bias``, ``build_id``,
-    ``symbols`` and ``unwind_sources`` once, as cached properties.
+    demand, and a subclass keeps what costs something to find (the opened
+    image, its symbols and unwind tables, the load bias, registry roots) as
+    cached properties.
 
     Who owns those caches, and when they go: the module itself, which lives
     as long as a :class:`~liveunwind.modules.modulemap.ModuleMap` holds it.
