@@ -30,8 +30,6 @@ from liveunwind.arch import arch_by_name
 from liveunwind.errors import FormatError, MemoryReadError
 from liveunwind.formats.dwarf_cfi import CfiTable
 from liveunwind.formats.dynamic import (
-    MAX_LIST_ENTRIES,
-    MAX_PROBLEMS,
     UNW_DYN_ADD,
     UNW_DYN_ALIAS,
     UNW_DYN_COPY_STATE,
@@ -44,14 +42,11 @@ from liveunwind.formats.dynamic import (
     UNW_INFO_FORMAT_DYNAMIC,
     UNW_INFO_FORMAT_IP_OFFSET,
     UNW_INFO_FORMAT_REMOTE_TABLE,
-    DynamicRegistry,
-    JitRange,
-    _find_symbol,
-    find_roots,
-    parse_perf_map,
 )
 from liveunwind.formats.elf import ElfImage
+from liveunwind.formats.perfmap import JitRange, parse_perf_map
 from liveunwind.formats.rules import RegisterRule, RegKind, UnwindRule
+from liveunwind.modules.jit import MAX_LIST_ENTRIES, MAX_PROBLEMS, DynamicRegistry, find_roots
 
 X86 = arch_by_name("x86_64")
 ARM = arch_by_name("aarch64")
@@ -970,6 +965,6 @@ def test_symbol_lookup_by_name_agrees_with_readelf(path: str) -> None:
     names = sorted(expected)[:: max(1, len(expected) // 400)]
     assert len(names) > 20
     for name in names:
-        found = _find_symbol(image, name)
+        found = image.find_symbol(name)
         assert found is not None and found.value in expected[name], name
-    assert _find_symbol(image, "no_such_symbol_anywhere") is None
+    assert image.find_symbol("no_such_symbol_anywhere") is None

@@ -8,8 +8,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from liveunwind.formats.dynamic import DynamicRegistry
     from liveunwind.frames import Frame, ThreadBacktrace
+    from liveunwind.modules.jit import DynamicRegistry
     from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.unwinder.cache import UnwindCache
 

@@ -6,6 +6,11 @@ with ``--pc`` the one rule each table gives at that address side by side, so
 a disagreement between ``.eh_frame`` and ``.sframe`` is visible at a glance.
 Addresses are link-time addresses of the file (``module_offset`` in
 liveunwind's JSON output, or what ``objdump -d`` shows).
+
+Listing a table's entries is this command's business, not the unwinder's: the
+:class:`~liveunwind.modules.sources.UnwindTable` contract is only
+``rule_for``, and the dump narrows to the concrete decoders (CfiTable,
+SFrameSection, CompactUnwindTable) for what each of them can show.
 """
 
 from __future__ import annotations
@@ -17,9 +22,11 @@ from typing import TYPE_CHECKING
 
 from liveunwind.arch import Arch, arch_by_elf_machine, arch_by_name
 from liveunwind.errors import FormatError, TargetError
+from liveunwind.formats.dwarf_cfi import CfiTable, Fde
 from liveunwind.formats.elf import ElfImage
 from liveunwind.formats.rules import UnwindRule
-from liveunwind.modules.modulemap import UnwindSource, unwind_tables
+from liveunwind.formats.sframe import SFrameSection
+from liveunwind.modules.sources import UnwindSource, unwind_tables
 
 if TYPE_CHECKING:
     from liveunwind.modules.symbols import SymbolTable
@@ -101,8 +108,7 @@ def _describe_mach_o(path: str, wanted: str | None, pc: int | None) -> tuple[str
         match = image.symbols.lookup(pc)
         where = "" if match is None else f" ({match.name}+{match.offset:#x})"
         lines.append(f"at {pc:#x}{where}")
-        entry = None if table is None else table.entry_for(pc)
-        if entry is not None:
+        if table is not None and (entry := table.entry_for(pc)) is not None:
             lines.append(
                 f"  compact entry {entry.start:#x}..{entry.end:#x}  encoding {entry.encoding:#010x}"
                 f"  {table.describe_encoding(entry.encoding)}"
@@ -171,15 +177,16 @@ def _rule_text(rule: UnwindRule, arch: Arch) -> str:
 
 
 def _dump(source: UnwindSource, image: ElfImage, arch: Arch) -> Iterator[str]:
-    if source.method == "sframe":
-        yield from source.table.format_objdump().rstrip("\n").splitlines()
+    table = source.table
+    if isinstance(table, SFrameSection):
+        yield from table.format_objdump().rstrip("\n").splitlines()
         return
+    assert isinstance(table, CfiTable), "unwind_tables makes CFI and SFrame tables only"
     yield ""
     yield f"{source.label}:"
-    table = source.table
     try:
         for entry in table.entries():
-            if not hasattr(entry, "pc_begin"):
+            if not isinstance(entry, Fde):
                 continue  # a CIE: its initial rules show in each FDE's first row
             symbol = _symbol(image, entry.pc_begin)
             yield ""

@@ -16,6 +16,7 @@ from liveunwind.errors import FormatError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import mmap
     from collections.abc import Iterator
 
 ELF_MAGIC = b"\x7fELF"
@@ -29,6 +30,10 @@ SHT_SYMTAB = 2
 SHT_NOBITS = 8
 SHT_DYNSYM = 11
 _MAX_HEADERS = 65535
+#: Longest symbol name decoded (a corrupt string table could have no NUL for megabytes).
+MAX_SYMBOL_NAME = 512
+#: Elf64_Sym (st_name, st_info, st_other, st_shndx, st_value, st_size) in each byte order.
+_SYMBOL = {order: struct.Struct(order + "IBBHQQ") for order in "<>"}
 
 
 class ProgramHeader(namedtuple("ProgramHeader", "type flags offset vaddr filesz memsz align")):
@@ -58,10 +63,27 @@ class Section(namedtuple("Section", "name type flags address offset size link en
     entsize: int
 
 
+class ElfSymbol:
+    """One ELF symbol: its name, ``st_value``, ``st_size``, type (STT_*) and section index.
+
+    A plain class rather than a named tuple: this module is on every
+    backtrace's import path, where a named tuple's class costs 70 µs.
+    """
+
+    __slots__ = ("kind", "name", "shndx", "size", "value")
+
+    def __init__(self, name: str, value: int, size: int, kind: int, shndx: int) -> None:
+        self.name = name
+        self.value = value
+        self.size = size
+        self.kind = kind
+        self.shndx = shndx
+
+
 class ElfImage:
     """Headers and sections of one ELF64 image held in ``data``."""
 
-    def __init__(self, data: bytes | memoryview, *, origin: str = "") -> None:
+    def __init__(self, data: bytes | memoryview | mmap.mmap, *, origin: str = "") -> None:
         self.data = data
         self.origin = origin or "ELF image"
         if len(data) < 64 or bytes(data[:4]) != ELF_MAGIC:
@@ -187,6 +209,58 @@ class ElfImage:
                 strings = self.contents(headers[section.link])
                 if symbols is not None and strings is not None:
                     yield section, symbols, strings
+
+    def symbols(self) -> Iterator[ElfSymbol]:
+        """Every named symbol of ``.symtab`` then ``.dynsym``, of any type, names decoded.
+
+        :class:`~liveunwind.modules.symbols.SymbolTable` keeps only functions
+        and builds its columns without an object per symbol; this is for the
+        few small images read symbol by symbol (JIT objects, whose values are
+        section-relative when they are relocatable).
+        """
+        record = _SYMBOL[self.byte_order]
+        for _section, table, strings in self.symbol_tables():
+            raw_strings = bytes(strings)
+            usable = len(table) - len(table) % record.size
+            for name_offset, info, _other, shndx, value, size in record.iter_unpack(table[:usable]):
+                if not name_offset or name_offset >= len(raw_strings):
+                    continue
+                end = raw_strings.find(b"\0", name_offset, name_offset + MAX_SYMBOL_NAME)
+                name = raw_strings[name_offset : end if end >= 0 else name_offset + MAX_SYMBOL_NAME]
+                yield ElfSymbol(name.decode("utf-8", "replace"), value, size, info & 0xF, shndx)
+
+    def find_symbol(self, name: str) -> ElfSymbol | None:
+        """The first defined symbol called ``name`` in ``.symtab``, then ``.dynsym``.
+
+        Searched without decoding every symbol (libpython has some 10 000, and
+        every module of a process with JIT code is searched): the name is found
+        in the string table with ``bytes.find``, then the symbol whose name field
+        holds that offset.  A name found inside a longer string still counts, as
+        linkers share string tails between symbols.
+        """
+        needle = name.encode() + b"\0"
+        for _section, table, strings in self.symbol_tables():
+            raw_table, raw_strings = bytes(table), bytes(strings)
+            position = raw_strings.find(needle)
+            while position > 0:
+                symbol = self._symbol_named(raw_table, position, name)
+                if symbol is not None:
+                    return symbol
+                position = raw_strings.find(needle, position + 1)
+        return None
+
+    def _symbol_named(self, table: bytes, name_offset: int, name: str) -> ElfSymbol | None:
+        """The defined symbol of ``table`` whose name starts at ``name_offset``, if any."""
+        record = _SYMBOL[self.byte_order]
+        key = name_offset.to_bytes(4, "little" if self.byte_order == "<" else "big")
+        at = table.find(key)
+        while 0 <= at <= len(table) - record.size:
+            if at % record.size == 0:
+                _, info, _other, shndx, value, size = record.unpack_from(table, at)
+                if shndx != 0:
+                    return ElfSymbol(name, value, size, info & 0xF, shndx)
+            at = table.find(key, at + 1)
+        return None
 
     def contents(self, section: Section) -> memoryview | None:
         """The bytes of a section, or None for SHT_NOBITS (e.g. .bss, stripped debug files)."""

@@ -4,7 +4,8 @@ Only Mach-O code paths import this module, and lief is imported inside it
 only when an image is actually opened, so an ELF backtrace never pays for
 lief.  A :class:`MachOImage` answers in link-time addresses;
 :class:`MachOModule` places an image at its load address in a target and
-offers what the stepper and the symbolizer ask of a module.
+is the :class:`~liveunwind.modules.module.Module` the stepper and the
+symbolizer ask.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from liveunwind.errors import FormatError
+from liveunwind.modules.module import Module
+from liveunwind.modules.sources import UnwindSource
 from liveunwind.modules.symbols import SymbolMatch
 
 if TYPE_CHECKING:
@@ -23,7 +26,6 @@ if TYPE_CHECKING:
 
     from liveunwind.formats.compact import CompactUnwindTable
     from liveunwind.formats.rules import UnwindRule
-    from liveunwind.modules.modulemap import UnwindSource
 
 #: Mach-O ``cputype`` values and the architecture names liveunwind uses.
 CPU_TYPES = {0x01000007: "x86_64", 0x0100000C: "aarch64"}
@@ -66,6 +68,8 @@ class MachOImage:
         binary = None
         for index in range(fat.size):
             candidate = fat.at(index)
+            if candidate is None:
+                continue
             name = CPU_TYPES.get(int(candidate.header.cpu_type.value))
             if name is not None and (arch is None or name == arch):
                 binary = candidate
@@ -77,27 +81,30 @@ class MachOImage:
         self._binary: Any = binary
         self.arch = CPU_TYPES[int(binary.header.cpu_type.value)]
         self.segments = [
-            MachOSegment(s.name, s.virtual_address, s.virtual_size, s.file_offset, s.file_size)
+            MachOSegment(
+                _text(s.name), s.virtual_address, s.virtual_size, s.file_offset, s.file_size
+            )
             for s in binary.segments
         ]
         instruction_flags = {"PURE_INSTRUCTIONS", "SOME_INSTRUCTIONS"}
         self.section_list = [
             MachOSection(
                 s.segment_name,
-                s.name,
+                _text(s.name),
                 s.virtual_address,
                 s.size,
                 any(flag.name in instruction_flags for flag in s.flags_list),
             )
             for s in binary.sections
         ]
-        self._lief_sections = {(s.segment_name, s.name): s for s in binary.sections}
+        self._lief_sections = {(s.segment_name, _text(s.name)): s for s in binary.sections}
         text = next((s for s in self.segments if s.name == "__TEXT"), None)
         if text is None:
             raise FormatError(f"{path}: no __TEXT segment")
         #: The link-time address of the Mach-O header: the base of __unwind_info offsets.
         self.text_base = text.vmaddr
-        self.uuid: bytes | None = bytes(binary.uuid.uuid) if binary.has_uuid else None
+        uuid_command = binary.uuid if binary.has_uuid else None
+        self.uuid = None if uuid_command is None else bytes(uuid_command.uuid)
 
     @property
     def build_id(self) -> bytes | None:
@@ -174,8 +181,6 @@ class MachOImage:
         offset (so those frames say ``cfi``), then the whole ``__eh_frame``
         serves functions ``__unwind_info`` does not list.
         """
-        from liveunwind.modules.modulemap import UnwindSource
-
         sources = []
         try:
             compact = self.compact_table
@@ -220,6 +225,11 @@ class MachOImage:
                 continue
             records.append((symbol.value, symbol.name, index))
         return records
+
+
+def _text(name: str | bytes) -> str:
+    """A name lief gives as bytes when they are not UTF-8, as text."""
+    return name if isinstance(name, str) else name.decode("utf-8", "replace")
 
 
 class _RuleView:
@@ -268,11 +278,12 @@ class MachOSymbolTable:
         return len(self._addresses)
 
 
-class MachOModule:
-    """A Mach-O image loaded at ``load_address`` in a target, shaped like modulemap.Module.
+class MachOModule(Module):
+    """A Mach-O image loaded at ``load_address`` in a target.
 
     ``ranges`` are the runtime address ranges of the image's segments in the
-    target; the image file is opened the first time it is needed.
+    target (the module map adds the target's mappings inside them to
+    ``mappings``); the image file is opened the first time it is needed.
     """
 
     def __init__(
@@ -284,22 +295,18 @@ class MachOModule:
         arch: str | None = None,
         uuid: bytes | None = None,
     ) -> None:
-        self.path = path
-        self.load_address = load_address
         self.ranges = sorted(ranges)
-        self.start = self.ranges[0][0] if self.ranges else load_address
-        self.end = self.ranges[-1][1] if self.ranges else load_address
+        start = self.ranges[0][0] if self.ranges else load_address
+        end = self.ranges[-1][1] if self.ranges else load_address
+        super().__init__(path, start, end, [])
+        self.load_address = load_address
         self.arch = arch
         self.expected_uuid = uuid
-        self.problems: list[str] = []
 
     @property
     def name(self) -> str:
+        """The file name, also of a relative path (an image found along a relative search path)."""
         return os.path.basename(self.path)
-
-    @property
-    def is_vdso(self) -> bool:
-        return False
 
     @cached_property
     def image(self) -> MachOImage | None:
@@ -333,10 +340,6 @@ class MachOModule:
     @cached_property
     def symbols(self) -> MachOSymbolTable | None:
         return None if self.image is None else self.image.symbols
-
-    def symbolize(self, pc: int) -> SymbolMatch | None:
-        table = self.symbols
-        return None if table is None else table.lookup(pc - self.load_bias)
 
     @cached_property
     def unwind_sources(self) -> dict[str, list[UnwindSource]]:

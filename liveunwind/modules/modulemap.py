@@ -1,56 +1,45 @@
-"""pc → Module: the loaded images of a target, their load bias, files and unwind sources.
+"""pc → Module: the loaded images of a target, and its JIT registry.
 
-Nothing is opened or parsed when the map is built; a module reads its file
-the first time a pc lands in it.
+:class:`ModuleMap` groups a target's mappings into modules: an
+:class:`ElfModule` per mapped file and the vDSO, or the images a Mach-O core
+lists (:class:`~liveunwind.modules.macho.MachOModule`).  Nothing is opened or
+parsed when the map is built; a module reads its file the first time a pc
+lands in it, and keeps every answer (see
+:class:`~liveunwind.modules.module.Module` for how long).
 """
 
 from __future__ import annotations
 
 import bisect
 import mmap
-import os
 from functools import cached_property
 
 from liveunwind.errors import FormatError, LiveUnwindError
-from liveunwind.formats.elf import PT_GNU_EH_FRAME, PT_GNU_SFRAME, ElfImage
+from liveunwind.formats.elf import ElfImage
 from liveunwind.modules.debuginfo import DEFAULT_DEBUG_DIRS
-from liveunwind.targets.base import Mapping
+from liveunwind.modules.module import Module, RegistryRoots
+from liveunwind.modules.sources import DebugFileFrames, UnwindSource, unwind_tables
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from typing import Literal, Protocol
 
-    from liveunwind.formats.dynamic import DynamicRegistry, RegistryRoots
-    from liveunwind.formats.rules import UnwindRule
     from liveunwind.modules.debuginfo import DebugFile
-    from liveunwind.modules.symbols import SymbolMatch, SymbolTable
-    from liveunwind.targets.base import AddressSpace, CoreImage
+    from liveunwind.modules.jit import DynamicRegistry
+    from liveunwind.modules.macho import MachOModule
+    from liveunwind.modules.symbols import SymbolTable
+    from liveunwind.targets.base import AddressSpace, CoreImage, Mapping
 
-#: Largest in-memory image (vDSO, JIT object) read from target memory.
+#: Largest in-memory image (the vDSO) read from target memory.
 _MAX_MEMORY_IMAGE = 64 << 20
 
 
-class UnwindSource:
-    """One unwind table of a module: the method it reports and the section it came from."""
+class ElfModule(Module):
+    """One ELF image: the mappings of one file (grouped by the module map), or the vDSO.
 
-    def __init__(self, method: str, label: str, table: UnwindTable) -> None:
-        self.method = method
-        self.label = label
-        self.table = table
-        self.rule_for = table.rule_for
-
-
-if TYPE_CHECKING:
-
-    class UnwindTable(Protocol):
-        """A decoded unwind section: CfiTable, SFrameSection, a compact-unwind table…"""
-
-        def rule_for(self, pc: int) -> UnwindRule | None: ...
-
-
-class Module:
-    """One loaded image: an ELF file mapped by the loader, the vDSO, or anonymous code."""
+    ``space`` is the target it is read from; a module taken over by a later
+    map of the same process is handed that map's space.
+    """
 
     def __init__(
         self,
@@ -58,21 +47,16 @@ class Module:
         mappings: list[Mapping],
         debug_dirs: Sequence[str] = DEFAULT_DEBUG_DIRS,
     ) -> None:
+        super().__init__(mappings[0].path, mappings[0].start, mappings[-1].end, mappings)
         self.space = space
         self.debug_dirs = debug_dirs
-        self.mappings = mappings
-        self.path = mappings[0].path
-        self.start = mappings[0].start
-        self.end = mappings[-1].end
-        self.problems: list[str] = []
-
-    @property
-    def name(self) -> str:
-        return os.path.basename(self.path) if self.path.startswith("/") else self.path
 
     @property
     def is_vdso(self) -> bool:
         return self.path == "[vdso]"
+
+    def use_space(self, space: AddressSpace) -> None:
+        self.space = space
 
     # -- the image ----------------------------------------------------------
 
@@ -84,7 +68,7 @@ class Module:
         module (``mapped_image``); that image is used rather than a second one.
         """
         if not self.is_vdso:
-            image = self.space.mapped_image(min(self.mappings, key=lambda mapping: mapping.offset))
+            image = self.space.mapped_image(self._first_mapping)
             if image is not None:
                 return image
         try:
@@ -94,12 +78,16 @@ class Module:
             self.problems.append(str(error))
             return None
 
+    @property
+    def _first_mapping(self) -> Mapping:
+        """The mapping of the lowest file offset: where the ELF header is."""
+        return min(self.mappings, key=lambda mapping: mapping.offset)
+
     def _image_bytes(self) -> bytes | mmap.mmap | None:
         if self.is_vdso:
             size = min(self.end - self.start, _MAX_MEMORY_IMAGE)
             return self.space.read(self.start, size)
-        first = min(self.mappings, key=lambda mapping: mapping.offset)
-        stream = self.space.open_mapped_file(first)
+        stream = self.space.open_mapped_file(self._first_mapping)
         if stream is None:
             return None
         with stream:
@@ -108,7 +96,7 @@ class Module:
     @cached_property
     def load_bias(self) -> int:
         """Runtime address minus link-time address, from the lowest-offset mapping."""
-        first = min(self.mappings, key=lambda mapping: mapping.offset)
+        first = self._first_mapping
         image = self.image
         if image is None:
             return first.start - first.offset
@@ -148,10 +136,6 @@ class Module:
             self.problems.append(str(error))
             return None
 
-    def symbolize(self, pc: int) -> SymbolMatch | None:
-        table = self.symbols
-        return None if table is None else table.lookup(pc - self.load_bias)
-
     @cached_property
     def registry_roots(self) -> RegistryRoots:
         """Runtime addresses of the JIT registry heads this module defines (usually none).
@@ -159,10 +143,10 @@ class Module:
         Kept with the module, so a later backtrace that finds the module
         mapped as before does not look through its symbols again.
         """
-        from liveunwind.formats.dynamic import RegistryRoots, find_roots
-
         if self.is_vdso or self.image is None:
             return RegistryRoots()
+        from liveunwind.modules.jit import find_roots
+
         try:
             return find_roots(self.image, self.load_bias)
         except FormatError as error:
@@ -179,103 +163,13 @@ class Module:
             for source in unwind_tables(self.image, self.problems):
                 sources.setdefault(source.method, []).append(source)
             if not self.is_vdso:
-                debug_frame = UnwindSource("cfi", "debug file", _DebugFileFrames(self))
+                debug_frame = UnwindSource("cfi", "debug file", DebugFileFrames(self._debug_image))
                 sources.setdefault("cfi", []).append(debug_frame)
         return sources
 
-
-class _DebugFileFrames:
-    """``.debug_frame`` of the module's separate debug file, looked for only when needed.
-
-    Opening a debug file costs a search of the debug directories; it is done
-    the first time a pc of the module has no rule in the module's own tables.
-    """
-
-    def __init__(self, module: Module) -> None:
-        self._module = module
-        self._table: UnwindTable | None = None
-        self._loaded = False
-
-    def rule_for(self, pc: int) -> UnwindRule | None:
-        if not self._loaded:
-            self._loaded = True
-            debug_file = self._module.debug_file
-            if debug_file is not None:
-                source = _debug_frame(debug_file.image)
-                self._table = None if source is None else source.table
-        return None if self._table is None else self._table.rule_for(pc)
-
-
-def unwind_tables(image: ElfImage, problems: list[str]) -> list[UnwindSource]:
-    """Every unwind table an ELF image carries; a corrupt one is noted in ``problems``."""
-    sources = []
-    for builder in (_eh_frame, _debug_frame, _sframe):
-        try:
-            source = builder(image)
-        except FormatError as error:
-            problems.append(f"{image.origin}: {error}")
-            continue
-        if source is not None:
-            sources.append(source)
-    return sources
-
-
-def _byte_order(image: ElfImage) -> Literal["little", "big"]:
-    return "little" if image.byte_order == "<" else "big"
-
-
-def _eh_frame(image: ElfImage) -> UnwindSource | None:
-    """``.eh_frame``, searched through ``.eh_frame_hdr`` when there is one."""
-    from liveunwind.formats.dwarf_cfi import CfiTable
-
-    section = image.sections.get(".eh_frame")
-    if section is None or section.size == 0:
-        return None
-    data = image.contents(section)
-    if data is None:
-        return None
-    hdr_data, hdr_address = None, 0
-    headers = image.segments_of_type(PT_GNU_EH_FRAME)
-    if headers:
-        hdr_data, hdr_address = image.segment_data(headers[0]), headers[0].vaddr
-    table = CfiTable(
-        data,
-        section.address,
-        kind="eh_frame",
-        hdr=hdr_data,
-        hdr_address=hdr_address,
-        byte_order=_byte_order(image),
-    )
-    return UnwindSource("cfi", ".eh_frame", table)
-
-
-def _debug_frame(image: ElfImage) -> UnwindSource | None:
-    """``.debug_frame``, decompressed if the toolchain compressed it."""
-    from liveunwind.formats.dwarf_cfi import CfiTable
-    from liveunwind.modules.debuginfo import section_data
-
-    data = section_data(image, ".debug_frame")
-    if not data:
-        return None
-    table = CfiTable(data, 0, kind="debug_frame", byte_order=_byte_order(image))
-    return UnwindSource("cfi", ".debug_frame", table)
-
-
-def _sframe(image: ElfImage) -> UnwindSource | None:
-    """``.sframe``, found by PT_GNU_SFRAME (as the kernel does) or by section name."""
-    headers = image.segments_of_type(PT_GNU_SFRAME)
-    if headers:
-        data, address = image.segment_data(headers[0]), headers[0].vaddr
-    else:
-        section = image.sections.get(".sframe")
-        if section is None:
-            return None
-        data, address = image.contents(section), section.address
-    if not data:
-        return None
-    from liveunwind.formats.sframe import SFrameSection
-
-    return UnwindSource("sframe", ".sframe", SFrameSection(data, address))
+    def _debug_image(self) -> ElfImage | None:
+        debug_file = self.debug_file
+        return None if debug_file is None else debug_file.image
 
 
 class ModuleMap:
@@ -307,13 +201,13 @@ class ModuleMap:
         if images is not None:
             self._group_mach_o(images)
             return
-        by_file: dict[tuple[str, int], Module] = {}
+        by_file: dict[tuple[str, int], ElfModule] = {}
         for mapping in self._mappings:
             if mapping.is_file or mapping.path == "[vdso]":
                 key = (mapping.path, mapping.inode)
                 module = by_file.get(key)
                 if module is None:
-                    module = Module(self.space, [mapping], self.debug_dirs)
+                    module = ElfModule(self.space, [mapping], self.debug_dirs)
                     by_file[key] = module
                     self.modules.append(module)
                 else:
@@ -334,7 +228,7 @@ class ModuleMap:
         for index, module in enumerate(self.modules):
             old = known.get(_identity(module))
             if old is not None:
-                old.space = self.space
+                old.use_space(self.space)
                 replaced[id(module)] = old
                 self.modules[index] = old
         self._module_of_mapping = [
@@ -352,15 +246,18 @@ class ModuleMap:
         from liveunwind.modules.macho import MachOModule
 
         arch = self.space.arch.name
+        found: list[MachOModule] = []
         for image in images:
             if image.path:
                 ranges = [(start, end) for _, start, end in image.segments]
-                module = MachOModule(
-                    image.path, image.load_address, ranges, arch=arch, uuid=image.uuid
+                found.append(
+                    MachOModule(image.path, image.load_address, ranges, arch=arch, uuid=image.uuid)
                 )
-                self.modules.append(module)
+        self.modules.extend(found)
         for mapping in self._mappings:
-            owner = next((m for m in self.modules if m.contains(mapping.start)), None)
+            owner = next((m for m in found if m.contains(mapping.start)), None)
+            if owner is not None:
+                owner.mappings.append(mapping)
             self._module_of_mapping.append(owner)
 
     def mapping_at(self, address: int) -> Mapping | None:
@@ -397,8 +294,7 @@ class ModuleMap:
         quickly once it is stopped.
         """
         for module in self.modules:
-            if isinstance(module, Module):
-                _ = module.registry_roots
+            _ = module.registry_roots
 
     @cached_property
     def registry(self) -> DynamicRegistry | None:
@@ -413,14 +309,14 @@ class ModuleMap:
         """
         if not self.jit_possible:
             return None
-        from liveunwind.formats.dynamic import DynamicRegistry, parse_perf_map
+        from liveunwind.formats.perfmap import parse_perf_map
+        from liveunwind.modules.jit import DynamicRegistry
 
         lists: list[int] = []
         descriptors: list[int] = []
         for module in self.modules:
-            if isinstance(module, Module):
-                lists.extend(module.registry_roots.libunwind_lists)
-                descriptors.extend(module.registry_roots.jit_descriptors)
+            lists.extend(module.registry_roots.libunwind_lists)
+            descriptors.extend(module.registry_roots.jit_descriptors)
         try:
             return DynamicRegistry(
                 self.space.read_frozen,
@@ -442,10 +338,9 @@ class ModuleMap:
         return sorted(found)
 
 
-def _identity(module: object) -> tuple[object, ...]:
+def _identity(module: Module) -> tuple[object, ...]:
     """What makes two modules of one process the same: path and every mapping."""
-    mappings = getattr(module, "mappings", ())
-    return (module.path, module.start, tuple(mappings))
+    return (module.path, module.start, tuple(module.mappings))
 
 
 def _maybe_jit(mapping: Mapping) -> bool:

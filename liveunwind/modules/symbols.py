@@ -19,7 +19,7 @@ from liveunwind.formats.elf import SHT_SYMTAB, ElfImage, c_string
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
 _STT_FUNC = 2
 _STT_GNU_IFUNC = 10
@@ -282,7 +282,7 @@ def _unescape_rust_legacy(text: str) -> str:
 
 
 @lru_cache(maxsize=1)
-def _demangler() -> tuple[object, object] | None:
+def _demangler() -> tuple[Callable[..., int | None], Callable[[int], object]] | None:
     """``__cxa_demangle`` and ``free`` from the C++ runtime, or None if there is none."""
     import ctypes
     import ctypes.util

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from liveunwind.arch import Arch
     from liveunwind.formats.rules import UnwindRule
     from liveunwind.frames import Method
-    from liveunwind.modules.modulemap import Module, ModuleMap
+    from liveunwind.modules.module import Module
+    from liveunwind.modules.modulemap import ModuleMap
 
 #: Most entries each table of the cache holds.  A pc costs about 430 bytes
 #: over all tables (measured with 100,000 pcs of libc; tests/test_executor.py

@@ -21,7 +21,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from liveunwind.modules.modulemap import Module, ModuleMap
+    from liveunwind.modules.module import Module
+    from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.targets.base import AddressSpace, ThreadState
     from liveunwind.unwinder.plan import Plan
     from liveunwind.unwinder.strategies.scan import CallSite

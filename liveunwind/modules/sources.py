@@ -1,0 +1,136 @@
+"""The unwind tables of an ELF image, each behind the one question the stepper asks.
+
+:func:`unwind_tables` builds an :class:`UnwindSource` for every table an image
+carries (``.eh_frame``, ``.debug_frame``, ``.sframe``); a module adds the
+``.debug_frame`` of its separate debug file (:class:`DebugFileFrames`).  Every
+table satisfies :class:`UnwindTable`: ``rule_for(pc)`` with a link-time pc,
+None where the table has no entry, FormatError where the entry is corrupt.
+"""
+
+from __future__ import annotations
+
+from liveunwind.errors import FormatError
+from liveunwind.formats.elf import PT_GNU_EH_FRAME, PT_GNU_SFRAME
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Literal, Protocol
+
+    from liveunwind.formats.elf import ElfImage
+    from liveunwind.formats.rules import UnwindRule
+
+    class UnwindTable(Protocol):
+        """A decoded unwind section: CfiTable, SFrameSection, a compact-unwind table…
+
+        The contract is what unwinding needs and nothing more; a tool that
+        shows a table's entries (``unwind-info``) narrows to the concrete class.
+        """
+
+        def rule_for(self, pc: int) -> UnwindRule | None: ...
+
+
+class UnwindSource:
+    """One unwind table of a module: the method it reports and the section it came from."""
+
+    def __init__(self, method: str, label: str, table: UnwindTable) -> None:
+        self.method = method
+        self.label = label
+        self.table = table
+        self.rule_for = table.rule_for
+
+
+class DebugFileFrames:
+    """``.debug_frame`` of a module's separate debug file, looked for only when needed.
+
+    Opening a debug file costs a search of the debug directories; it is done
+    (by ``load_debug_image``) the first time a pc of the module has no rule
+    in the module's own tables.
+    """
+
+    def __init__(self, load_debug_image: Callable[[], ElfImage | None]) -> None:
+        self._load_debug_image = load_debug_image
+        self._table: UnwindTable | None = None
+        self._loaded = False
+
+    def rule_for(self, pc: int) -> UnwindRule | None:
+        if not self._loaded:
+            self._loaded = True
+            image = self._load_debug_image()
+            if image is not None:
+                source = _debug_frame(image)
+                self._table = None if source is None else source.table
+        return None if self._table is None else self._table.rule_for(pc)
+
+
+def unwind_tables(image: ElfImage, problems: list[str]) -> list[UnwindSource]:
+    """Every unwind table an ELF image carries; a corrupt one is noted in ``problems``."""
+    sources = []
+    for builder in (_eh_frame, _debug_frame, _sframe):
+        try:
+            source = builder(image)
+        except FormatError as error:
+            problems.append(f"{image.origin}: {error}")
+            continue
+        if source is not None:
+            sources.append(source)
+    return sources
+
+
+def _byte_order(image: ElfImage) -> Literal["little", "big"]:
+    return "little" if image.byte_order == "<" else "big"
+
+
+def _eh_frame(image: ElfImage) -> UnwindSource | None:
+    """``.eh_frame``, searched through ``.eh_frame_hdr`` when there is one."""
+    from liveunwind.formats.dwarf_cfi import CfiTable
+
+    section = image.sections.get(".eh_frame")
+    if section is None or section.size == 0:
+        return None
+    data = image.contents(section)
+    if data is None:
+        return None
+    hdr_data, hdr_address = None, 0
+    headers = image.segments_of_type(PT_GNU_EH_FRAME)
+    if headers:
+        hdr_data, hdr_address = image.segment_data(headers[0]), headers[0].vaddr
+    table = CfiTable(
+        data,
+        section.address,
+        kind="eh_frame",
+        hdr=hdr_data,
+        hdr_address=hdr_address,
+        byte_order=_byte_order(image),
+    )
+    return UnwindSource("cfi", ".eh_frame", table)
+
+
+def _debug_frame(image: ElfImage) -> UnwindSource | None:
+    """``.debug_frame``, decompressed if the toolchain compressed it."""
+    from liveunwind.formats.dwarf_cfi import CfiTable
+    from liveunwind.modules.debuginfo import section_data
+
+    data = section_data(image, ".debug_frame")
+    if not data:
+        return None
+    table = CfiTable(data, 0, kind="debug_frame", byte_order=_byte_order(image))
+    return UnwindSource("cfi", ".debug_frame", table)
+
+
+def _sframe(image: ElfImage) -> UnwindSource | None:
+    """``.sframe``, found by PT_GNU_SFRAME (as the kernel does) or by section name."""
+    data: memoryview | None
+    headers = image.segments_of_type(PT_GNU_SFRAME)
+    if headers:
+        data, address = image.segment_data(headers[0]), headers[0].vaddr
+    else:
+        section = image.sections.get(".sframe")
+        if section is None:
+            return None
+        data, address = image.contents(section), section.address
+    if not data:
+        return None
+    from liveunwind.formats.sframe import SFrameSection
+
+    return UnwindSource("sframe", ".sframe", SFrameSection(data, address))
