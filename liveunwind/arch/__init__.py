@@ -6,10 +6,10 @@ rules decoded from unwind tables apply to them directly.
 
 from __future__ import annotations
 
-from liveunwind.arch.base import Arch, ReadMemory
+from liveunwind.arch.base import WORD_MASK, Arch, ReadMemory
 from liveunwind.errors import UsageError
 
-__all__ = ["Arch", "ReadMemory", "arch_by_elf_machine", "arch_by_name", "host_arch"]
+__all__ = ["WORD_MASK", "Arch", "ReadMemory", "arch_by_elf_machine", "arch_by_name", "host_arch"]
 
 
 def arch_by_name(name: str) -> Arch:

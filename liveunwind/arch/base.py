@@ -12,6 +12,10 @@ from collections.abc import Callable
 #: Reads ``size`` bytes of target memory at an address (raises MemoryReadError).
 ReadMemory = Callable[[int, int], bytes]
 
+#: Addresses and registers are 64-bit on every architecture liveunwind reads:
+#: arithmetic on them (CFA + offset, load bias + symbol) wraps with this mask.
+WORD_MASK = (1 << 64) - 1
+
 
 def _no_pointer_auth(value: int) -> int:
     return value

@@ -38,6 +38,7 @@ from __future__ import annotations
 import bisect
 import struct
 
+from liveunwind.arch.base import WORD_MASK
 from liveunwind.errors import FormatError, MemoryReadError
 from liveunwind.formats.dynamic import (
     DYN_INFO,
@@ -89,8 +90,6 @@ MAX_PROBLEMS = 64
 #: Rules a registry keeps (see :class:`DynamicRegistry`).
 MAX_CACHED_RULES = 1 << 16
 
-_MASK = (1 << 64) - 1
-
 
 # -- finding the roots ----------------------------------------------------------------
 
@@ -112,15 +111,15 @@ def find_roots(image: ElfImage, load_bias: int) -> RegistryRoots:
     lists: tuple[int, ...] = ()
     symbol = image.find_symbol("_U_dyn_info_list")
     if symbol is not None:
-        lists = ((symbol.value + load_bias) & _MASK,)
+        lists = ((symbol.value + load_bias) & WORD_MASK,)
     else:
         accessor = image.find_symbol("_U_dyn_info_list_addr")
         if accessor is not None:
-            lists = ((_decode_list_accessor(image, accessor.value) + load_bias) & _MASK,)
+            lists = ((_decode_list_accessor(image, accessor.value) + load_bias) & WORD_MASK,)
     descriptors: tuple[int, ...] = ()
     symbol = image.find_symbol("__jit_debug_descriptor")
     if symbol is not None:
-        descriptors = ((symbol.value + load_bias) & _MASK,)
+        descriptors = ((symbol.value + load_bias) & WORD_MASK,)
     return RegistryRoots(lists, descriptors)
 
 
@@ -330,8 +329,8 @@ class DynamicRegistry:
     # -- reading --------------------------------------------------------------
 
     def _read(self, address: int, size: int) -> bytes:
-        if address < 0 or size < 0 or address + size > _MASK + 1:
-            raise MemoryReadError(address & _MASK, size, "address out of range")
+        if address < 0 or size < 0 or address + size > WORD_MASK + 1:
+            raise MemoryReadError(address & WORD_MASK, size, "address out of range")
         data = self._raw_read(address, size)
         if len(data) != size:
             raise MemoryReadError(address, size, "short read")
@@ -401,7 +400,7 @@ class DynamicRegistry:
             except MemoryReadError as error:
                 self._problem(f"libunwind list at {address:#x}: {error}")
                 return []
-            procedures, problems = self._walk_libunwind(first)
+            procedures, problems = self._follow_libunwind_list(first)
             try:
                 after = DYN_INFO_LIST.unpack(self._read(address, DYN_INFO_LIST.size))[1]
             except MemoryReadError as error:
@@ -417,10 +416,10 @@ class DynamicRegistry:
         )
         return procedures
 
-    def _walk_libunwind(self, first: int) -> tuple[list[Procedure], list[str]]:
+    def _follow_libunwind_list(self, first: int) -> tuple[list[Procedure], list[str]]:
         procedures: list[Procedure] = []
         problems: list[str] = []
-        entries = linkedlist.walk(
+        entries = linkedlist.follow(
             self._read,
             first,
             DYN_INFO,
@@ -514,7 +513,7 @@ class DynamicRegistry:
             size = procedure.table_entries * TABLE_ENTRY.size
             table = self._read(procedure.table, size) if size else b""
             for _start, offset in TABLE_ENTRY.iter_unpack(table):
-                self._fde_bytes((procedure.segbase + offset) & _MASK)
+                self._fde_bytes((procedure.segbase + offset) & WORD_MASK)
         except (MemoryReadError, FormatError) as error:
             self._problem(f"{procedure.name}: {error}")
 
@@ -533,7 +532,7 @@ class DynamicRegistry:
                 high = middle
         if low == 0:
             return None
-        fde_address = (procedure.segbase + self._table_entry(procedure, low - 1)[1]) & _MASK
+        fde_address = (procedure.segbase + self._table_entry(procedure, low - 1)[1]) & WORD_MASK
         try:
             data, section_address = self._fde_bytes(fde_address)
         except MemoryReadError as error:
@@ -581,7 +580,7 @@ class DynamicRegistry:
             return []
         files: list[tuple[int, int, bytes]] = []
         problems: list[str] = []
-        entries = linkedlist.walk(
+        entries = linkedlist.follow(
             self._read,
             first,
             _JIT_ENTRY,

@@ -320,7 +320,7 @@ class ElfCore(AddressSpace):
         head = linkmap.first_link_map(read, image, bias)
         objects: list[linkmap.LoadedObject] = []
         if head is not None:
-            objects, problems = linkmap.walk_link_map(read, head)
+            objects, problems = linkmap.follow_link_map(read, head)
             self.problems += problems
         elif self.notes.auxv.get(AT_BASE):
             interpreter = _interpreter(image)

@@ -1,8 +1,8 @@
-"""Walking a singly linked list of records in untrusted target memory.
+"""Following a singly linked list of records in untrusted target memory.
 
 Loaders, libunwind and the GDB JIT interface all chain their records
 through ``next`` pointers in the target. A corrupt or hostile list may loop,
-be endless or point at unmapped memory: the walk stops at a repeated
+be endless or point at unmapped memory: following it stops at a repeated
 address, at ``limit`` records, or where memory cannot be read, and says
 which in ``problems``.
 """
@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from liveunwind.errors import MemoryReadError
 
 
-def walk(
+def follow(
     read: Callable[[int, int], bytes],
     first: int,
     record: struct.Struct,

@@ -77,12 +77,12 @@ def first_link_map(read: ReadMemory, image: ElfImage, bias: int) -> int | None:
     return None
 
 
-def walk_link_map(read: ReadMemory, head: int) -> tuple[list[LoadedObject], list[str]]:
+def follow_link_map(read: ReadMemory, head: int) -> tuple[list[LoadedObject], list[str]]:
     """Every object on the chain starting at ``head``, and what went wrong on the way."""
     problems: list[str] = []
     objects = [
         LoadedObject(read_c_string(read, name_address), base, dynamic)
-        for _, (base, name_address, dynamic, _next) in linkedlist.walk(
+        for _, (base, name_address, dynamic, _next) in linkedlist.follow(
             read,
             head,
             _LINK_MAP,

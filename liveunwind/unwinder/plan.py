@@ -12,22 +12,20 @@ and stack depth.
 
 from __future__ import annotations
 
+from liveunwind.arch.base import WORD_MASK
 from liveunwind.errors import FormatError
 from liveunwind.formats.rules import RegKind
-from liveunwind.unwinder.strategies import WORD_MASK
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from liveunwind.arch import Arch
+    from liveunwind.arch import Arch, ReadMemory
     from liveunwind.formats.rules import UnwindRule
     from liveunwind.frames import Method
 
     #: Reads one little-endian word of target memory; raises MemoryReadError.
     ReadWord = Callable[[int], int]
-    #: Reads bytes of target memory; raises MemoryReadError.
-    ReadMemory = Callable[[int, int], bytes]
 
 
 class Plan:

@@ -26,14 +26,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-#: Reads target memory; raises MemoryReadError.
-ReadMemory = Callable[[int, int], bytes]
+from liveunwind.arch.base import WORD_MASK, ReadMemory
+
+__all__ = ["WORD_MASK", "CodeReader", "IsCode", "ReadMemory", "note"]
+
 #: True when an address is executable code of the target.
 IsCode = Callable[[int], bool]
 #: Reads machine code (file or memory); raises MemoryReadError or returns short.
 CodeReader = Callable[[int, int], bytes]
-
-WORD_MASK = 0xFFFFFFFFFFFFFFFF
 
 
 def note(notes: list[str] | None, text: str) -> None:
