@@ -1,7 +1,8 @@
 """liveunwind: native backtraces of Linux processes, core dumps and the calling process.
 
 ``attach(pid)`` returns a :class:`Backtrace` of every thread of a live
-process, ``open_core(path)`` of every thread recorded in a core file.
+process, ``open_core(path)`` of every thread recorded in a core file;
+a :class:`Session` takes many backtraces of one process with warm caches.
 Names are imported lazily so that ``import liveunwind`` stays cheap.
 """
 
@@ -12,13 +13,15 @@ if TYPE_CHECKING:
     from typing import Any
 
     from liveunwind.backtrace.api import attach, open_core
+    from liveunwind.backtrace.session import Session
     from liveunwind.frames import Backtrace, Frame, ThreadBacktrace
 
-__all__ = ["Backtrace", "Frame", "ThreadBacktrace", "attach", "open_core"]
+__all__ = ["Backtrace", "Frame", "Session", "ThreadBacktrace", "attach", "open_core"]
 
 _EXPORTS = {
     "attach": "liveunwind.backtrace.api",
     "open_core": "liveunwind.backtrace.api",
+    "Session": "liveunwind.backtrace.session",
     "Backtrace": "liveunwind.frames",
     "Frame": "liveunwind.frames",
     "ThreadBacktrace": "liveunwind.frames",

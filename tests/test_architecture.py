@@ -169,3 +169,11 @@ def test_the_checks_catch_an_upward_import_and_a_cycle(tmp_path: Path) -> None:
         "liveunwind/low/a.py (0) -> liveunwind/high/b.py (1)"
     ]
     assert cycles(graph) == [[package / "high" / "b.py", package / "low" / "a.py"]]
+
+
+def test_every_public_name_resolves() -> None:
+    """``liveunwind``'s lazy exports point at modules and names that exist."""
+    import liveunwind
+
+    for name in liveunwind.__all__:
+        assert getattr(liveunwind, name).__name__ == name
