@@ -1,0 +1,261 @@
+"""Source lines and inlined calls of a module's pcs: what ``--lines`` adds to each frame.
+
+``locate(module, pc, exact)`` answers, for one physical frame, the logical
+frames at its pc, innermost first: for each the function, source file and
+line.  The last is the function the frame physically runs in; the ones
+before it are calls inlined into it.  A physical frame's own ``file`` and
+``line`` are those of the last entry, and ``inlined`` the entries before it.
+Caller frames look up ``pc - 1`` (their pc is a return address, and the call
+may be the last instruction of an inlined body), as gdb does; frame 0 and a
+frame interrupted by a signal (``exact``) look up the pc itself.
+
+The DWARF comes from the module's own image when it kept its debug
+sections, else from its separate debug file (build-id, debuglink), else —
+when ``DEBUGINFOD_URLS`` is set — from a debuginfod server by build-id.
+Everything is read the first time a pc lands in the module and kept on a
+:class:`ModuleLines` that lives as long as the module does; nothing here is
+imported by a backtrace without ``--lines``.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import weakref
+from collections import namedtuple
+
+from liveunwind.errors import FormatError
+from liveunwind.formats.dwarf_info import (
+    DebugInfo,
+    DW_TAG_inlined_subroutine,
+    Sections,
+)
+from liveunwind.formats.dwarf_line import LineTable, parse_header
+from liveunwind.modules.debuginfo import (
+    ELFCOMPRESS_ZSTD,
+    MAX_DECOMPRESSED_SECTION,
+    SHF_COMPRESSED,
+    section_data,
+)
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    from liveunwind.formats.dwarf_forms import Buffer
+    from liveunwind.formats.dwarf_info import Unit
+    from liveunwind.formats.elf import ElfImage
+    from liveunwind.modules.debuginfo import DebugFile
+
+    class LineModule(Protocol):
+        """What a module offers for line lookups (``modules.module.Module`` has all of it)."""
+
+        path: str
+        problems: list[str]
+
+        @property
+        def image(self) -> ElfImage | None: ...
+        @property
+        def debug_file(self) -> DebugFile | None: ...
+        @property
+        def load_bias(self) -> int: ...
+        @property
+        def build_id(self) -> bytes | None: ...
+
+
+#: The DWARF sections a lookup reads, by their field in :class:`Sections`.
+_SECTIONS = {
+    "info": ".debug_info",
+    "abbrev": ".debug_abbrev",
+    "aranges": ".debug_aranges",
+    "line": ".debug_line",
+    "str": ".debug_str",
+    "line_str": ".debug_line_str",
+    "str_offsets": ".debug_str_offsets",
+    "addr": ".debug_addr",
+    "ranges": ".debug_ranges",
+    "rnglists": ".debug_rnglists",
+}
+#: Answers kept per module; a long session's cache is emptied when it fills.
+_MAX_CACHED_ANSWERS = 1 << 14
+_CHDR64 = struct.Struct("IIQQ")
+
+
+class SourceLocation(namedtuple("SourceLocation", "function file line")):
+    """One logical frame: its function (None if DWARF names none), source file and line."""
+
+    __slots__ = ()
+    function: str | None
+    file: str | None
+    line: int | None
+
+
+class ModuleLines:
+    """The line tables and function scopes of one ELF image with DWARF, read lazily."""
+
+    def __init__(self, image: ElfImage) -> None:
+        self.image = image
+        self._info: DebugInfo | None = None
+        self._tables: dict[int, LineTable | None] = {}
+        self._answers: dict[int, list[SourceLocation]] = {}
+
+    @property
+    def info(self) -> DebugInfo:
+        if self._info is None:
+            order = self.image.byte_order
+            sections = {field: dwarf_section(self.image, name) for field, name in _SECTIONS.items()}
+            self._info = DebugInfo(Sections(order, **sections))
+        return self._info
+
+    def locate(self, address: int) -> list[SourceLocation]:
+        """The logical frames at link-time ``address``, innermost first ([] if unknown)."""
+        answer = self._answers.get(address)
+        if answer is None:
+            answer = self._locate(address)
+            if len(self._answers) >= _MAX_CACHED_ANSWERS:
+                self._answers.clear()
+            self._answers[address] = answer
+        return answer
+
+    def _locate(self, address: int) -> list[SourceLocation]:
+        info = self.info
+        unit = info.unit_for_pc(address)
+        if unit is None:
+            return []
+        table = self.line_table(unit)
+        found = table.lookup(address) if table is not None else None
+        file, line = found if found is not None else (None, None)
+        frames = []
+        for die in reversed(info.scopes(unit, address)):
+            name, linkage = info.function_names(die)
+            frames.append(SourceLocation(_display_name(name, linkage), file, line))
+            if die.tag == DW_TAG_inlined_subroutine:
+                call_file, line = info.call_site(die)
+                file = None
+                if call_file is not None and table is not None:
+                    file = table.file_name(call_file)
+        if not frames and found is not None:
+            frames.append(SourceLocation(None, file, line))
+        return frames
+
+    def line_table(self, unit: Unit) -> LineTable | None:
+        """The line table of ``unit`` (its ``DW_AT_stmt_list``), decoded once."""
+        if unit.offset in self._tables:
+            return self._tables[unit.offset]
+        table = None
+        sections = self.info.sections
+        if unit.stmt_list is not None and sections.line is not None:
+            header = parse_header(
+                sections.line,
+                unit.stmt_list,
+                byte_order=sections.byte_order,
+                address_size=unit.format.address_size,
+                comp_dir=unit.comp_dir,
+                debug_str=sections.str,
+                debug_line_str=sections.line_str,
+            )
+            table = LineTable(sections.line, header)
+        self._tables[unit.offset] = table
+        return table
+
+
+def _display_name(name: str | None, linkage: str | None) -> str | None:
+    """A function's name as liveunwind prints symbols: demangled linkage name, else DW_AT_name."""
+    if linkage:
+        from liveunwind.modules.symbols import demangle
+
+        return demangle(linkage)
+    return name
+
+
+# -- which image has the DWARF ---------------------------------------------------
+
+#: Per module, its lines (or None: it has no DWARF).  The entry goes with the module.
+_BY_MODULE: weakref.WeakKeyDictionary[object, ModuleLines | None] = weakref.WeakKeyDictionary()
+
+
+def lines_of(module: LineModule) -> ModuleLines | None:
+    """The line information of ``module``, found the first time it is asked for."""
+    try:
+        return _BY_MODULE[module]
+    except KeyError:
+        pass
+    lines = None
+    image = dwarf_image(module)
+    if image is not None:
+        lines = ModuleLines(image)
+    _BY_MODULE[module] = lines
+    return lines
+
+
+def dwarf_image(module: LineModule) -> ElfImage | None:
+    """The image holding the module's ``.debug_info``: its own, its debug file's, debuginfod's."""
+    image = module.image
+    if image is None:
+        return None
+    if has_dwarf(image):
+        return image
+    debug_file = module.debug_file
+    if debug_file is not None and has_dwarf(debug_file.image):
+        return debug_file.image
+    build_id = module.build_id
+    if build_id and os.environ.get("DEBUGINFOD_URLS"):
+        from liveunwind.modules.debuginfod import debuginfo_image
+
+        fetched = debuginfo_image(build_id, module.problems)
+        if fetched is not None and has_dwarf(fetched):
+            return fetched
+    return None
+
+
+def has_dwarf(image: ElfImage) -> bool:
+    """Whether ``image`` carries ``.debug_info`` with contents (not stripped to NOBITS)."""
+    try:
+        for name in (".debug_info", ".zdebug_info"):
+            section = image.sections.get(name)
+            if section is not None and image.contents(section):
+                return True
+    except FormatError:
+        return False
+    return False
+
+
+def dwarf_section(image: ElfImage, name: str) -> Buffer | None:
+    """A DWARF section's contents, decompressed: zlib through ``debuginfo``, zstd here."""
+    section = image.sections.get(name)
+    if section is not None and section.flags & SHF_COMPRESSED:
+        data = image.contents(section)
+        if data is not None and len(data) >= _CHDR64.size:
+            kind, _reserved, size, _align = struct.unpack_from(
+                image.byte_order + _CHDR64.format, data
+            )
+            if kind == ELFCOMPRESS_ZSTD:
+                from liveunwind.formats.zstd import decompress
+
+                where = f"{image.origin}: {name}"
+                return decompress(data[_CHDR64.size :], size, MAX_DECOMPRESSED_SECTION, where)
+    return section_data(image, name)
+
+
+# -- frames ------------------------------------------------------------------------
+
+
+def locate(module: LineModule, pc: int, exact: bool) -> list[SourceLocation]:
+    """The logical frames of a physical frame at runtime ``pc`` in ``module``, innermost first.
+
+    ``exact`` is the frame's ``exact_pc``: frame 0 or a frame interrupted by a
+    signal, looked up at ``pc``; any other frame at ``pc - 1``.  A module
+    without DWARF, or DWARF that turns out corrupt (noted in the module's
+    problems, once), gives [].
+    """
+    lines = lines_of(module)
+    if lines is None:
+        return []
+    address = pc - module.load_bias - (0 if exact else 1)
+    try:
+        return lines.locate(address)
+    except FormatError as error:
+        message = f"{module.path}: {error}"
+        if message not in module.problems:
+            module.problems.append(message)
+        return []
