@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from liveunwind.modules import debuginfod  # noqa: E402
-from tests.lines_support import liveunwind_logical_frames  # noqa: E402
+from liveunwind.modules import debuginfod
+from tests.lines_support import liveunwind_logical_frames
 
 PORT = 8002
 READY_WITHIN = 30.0
@@ -56,8 +56,19 @@ def main() -> None:
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     build_id = sys.argv[5]
     server = subprocess.Popen(
-        ["debuginfod", "-F", "-p", str(PORT), "-d", str(work / "db.sqlite"), "-t", "0", "-g", "0"]
-        + [served],
+        [
+            "debuginfod",
+            "-F",
+            "-p",
+            str(PORT),
+            "-d",
+            str(work / "db.sqlite"),
+            "-t",
+            "0",
+            "-g",
+            "0",
+            served,
+        ],
         stdout=subprocess.DEVNULL,
         stderr=open(work / "debuginfod.log", "wb"),  # noqa: SIM115 - open for the server's life
     )

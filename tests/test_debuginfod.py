@@ -53,8 +53,17 @@ def test_frames_through_a_local_debuginfod_and_its_cache(tmp_path: Path, gdb: st
 
     with start_program(program_dir, "lines-split") as running:
         probe = subprocess.run(
-            ["unshare", "-n", sys.executable, str(PROBE), str(running.pid)]
-            + [str(served), str(cache), str(work), hex_id],
+            [
+                "unshare",
+                "-n",
+                sys.executable,
+                str(PROBE),
+                str(running.pid),
+                str(served),
+                str(cache),
+                str(work),
+                hex_id,
+            ],
             capture_output=True,
             text=True,
             timeout=300,

@@ -106,8 +106,7 @@ def parse_header(
     """The header of the program at ``offset`` of ``.debug_line``.
 
     ``comp_dir`` (the unit's DW_AT_comp_dir) is directory 0 before DWARF 5,
-    which names it in its own table.  File paths are joined with their directory, not resolved
-    against the file system.
+    which names it in its own table.
     """
     if not 0 <= offset <= len(data) - 4:
         raise DwarfError(f".debug_line offset {offset:#x} outside the section")
@@ -163,10 +162,12 @@ def parse_header(
         first = directories[0][0] if directories else comp_dir
         dirs = [first] + [_join(first, name) for name, _ in directories[1:]]
         entries, pos = _v5_entries(data, pos, program_start, fmt, strings, dirs)
-        header.files = {index: path for index, (path, _) in enumerate(entries)}
+        files = {index: path for index, (path, _) in enumerate(entries)}
     else:
         dirs, pos = _v4_directories(data, pos, program_start, comp_dir)
-        header.files = _v4_files(data, pos, program_start, dirs)
+        files = _v4_files(data, pos, program_start, dirs)
+    # ``dir/../x.h`` and ``./dir/x.c`` name what ``x.h`` and ``dir/x.c`` name.
+    header.files = {index: posixpath.normpath(path) for index, path in files.items()}
     header.program_start, header.program_end = program_start, end
     return header
 

@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 
 
 #: The DWARF sections a lookup reads, by their field in :class:`Sections`.
-_SECTIONS = {
+DWARF_SECTIONS = {
     "info": ".debug_info",
     "abbrev": ".debug_abbrev",
     "aranges": ".debug_aranges",
@@ -93,9 +93,10 @@ class SourceLocation(namedtuple("SourceLocation", "function file line")):
 class ModuleLines:
     """The line tables and function scopes of one ELF image with DWARF, read lazily."""
 
-    def __init__(self, image: ElfImage) -> None:
+    def __init__(self, image: ElfImage, sections: Sections | None = None) -> None:
+        """``sections`` are the image's DWARF sections if the caller has read them already."""
         self.image = image
-        self._info: DebugInfo | None = None
+        self._info: DebugInfo | None = None if sections is None else DebugInfo(sections)
         self._tables: dict[int, LineTable | None] = {}
         self._answers: dict[int, list[SourceLocation]] = {}
 
@@ -103,7 +104,9 @@ class ModuleLines:
     def info(self) -> DebugInfo:
         if self._info is None:
             order = self.image.byte_order
-            sections = {field: dwarf_section(self.image, name) for field, name in _SECTIONS.items()}
+            sections = {
+                field: dwarf_section(self.image, name) for field, name in DWARF_SECTIONS.items()
+            }
             self._info = DebugInfo(Sections(order, **sections))
         return self._info
 
