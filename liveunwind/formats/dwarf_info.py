@@ -569,8 +569,8 @@ class DebugInfo:
         ``.debug_aranges`` first; units it does not list (some producers
         leave units out, or write no aranges at all) by their own ranges.
         """
-        for table in (self._arange_table(), self._unit_range_table()):
-            starts, ends, offsets = table
+        for table in (self._arange_table, self._unit_range_table):
+            starts, ends, offsets = table()
             index = bisect.bisect_right(starts, pc) - 1
             # Ranges may nest or overlap in odd output: look back a few entries.
             for candidate in range(index, max(index - 8, -1), -1):

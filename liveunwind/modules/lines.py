@@ -103,11 +103,7 @@ class ModuleLines:
     @property
     def info(self) -> DebugInfo:
         if self._info is None:
-            order = self.image.byte_order
-            sections = {
-                field: dwarf_section(self.image, name) for field, name in DWARF_SECTIONS.items()
-            }
-            self._info = DebugInfo(Sections(order, **sections))
+            self._info = DebugInfo(read_sections(self.image))
         return self._info
 
     def locate(self, address: int) -> list[SourceLocation]:
@@ -221,6 +217,12 @@ def has_dwarf(image: ElfImage) -> bool:
     except FormatError:
         return False
     return False
+
+
+def read_sections(image: ElfImage) -> Sections:
+    """The image's DWARF sections, decompressed (the bulk of a first lookup's cost)."""
+    sections = {field: dwarf_section(image, name) for field, name in DWARF_SECTIONS.items()}
+    return Sections(image.byte_order, **sections)
 
 
 def dwarf_section(image: ElfImage, name: str) -> Buffer | None:
