@@ -97,13 +97,21 @@ class ModuleLines:
         """``sections`` are the image's DWARF sections if the caller has read them already."""
         self.image = image
         self._info: DebugInfo | None = None if sections is None else DebugInfo(sections)
+        self._broken: FormatError | None = None
         self._tables: dict[int, LineTable | None] = {}
         self._answers: dict[int, list[SourceLocation]] = {}
 
     @property
     def info(self) -> DebugInfo:
+        """The image's DWARF units; sections that cannot be read fail every lookup, read once."""
         if self._info is None:
-            self._info = DebugInfo(read_sections(self.image))
+            if self._broken is not None:
+                raise self._broken
+            try:
+                self._info = DebugInfo(read_sections(self.image))
+            except FormatError as error:
+                self._broken = error
+                raise
         return self._info
 
     def locate(self, address: int) -> list[SourceLocation]:
