@@ -20,13 +20,15 @@ import os
 import statistics
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 REPETITIONS = 7
-ENV = dict(os.environ, PYTHONPATH=str(ROOT))
-#: This checkout run as an installed command runs: without a development venv's site hooks.
+#: This checkout run as an installed command runs: its packages importable, but without
+#: the import hooks a development venv's .pth files add to every start (-S).
+ENV = dict(os.environ, PYTHONPATH=f"{ROOT}:{sysconfig.get_paths()['purelib']}")
 PYTHON = [sys.executable, "-S"]
 
 #: What ``liveunwind pid PID --lines`` does, through the library (see the module docstring).

@@ -20,7 +20,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    Buffer = bytes | memoryview
+    Buffer = bytes | bytearray | memoryview
 
 DW_FORM_addr = 0x01
 DW_FORM_block2 = 0x03

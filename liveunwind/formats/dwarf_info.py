@@ -51,6 +51,8 @@ from liveunwind.formats.leb128 import decode as _leb128
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from liveunwind.formats.dwarf_forms import Buffer
 
 DW_TAG_lexical_block = 0x0B
@@ -128,6 +130,8 @@ _MAX_DEPTH = 256
 _MAX_RANGES = 1 << 16
 #: Units in one .debug_info read at most.
 _MAX_UNITS = 1 << 20
+#: Bytes of the longest unit header (DWARF 5, 64-bit, a type unit).
+_MAX_UNIT_HEADER = 40
 
 
 class Sections:
@@ -273,11 +277,15 @@ class Die:
 class DebugInfo:
     """The units of one image's DWARF, read as lookups need them."""
 
-    def __init__(self, sections: Sections) -> None:
+    def __init__(self, sections: Sections, need: Callable[[int], object] | None = None) -> None:
+        """``need(end)``, if given, is called before ``.debug_info`` is read up to ``end``
+        (-1: all of it): a compressed section can then be inflated only as far as
+        lookups reach, which the units of one backtrace rarely do to its end."""
         if sections.info is None or sections.abbrev is None:
             raise DwarfError("no .debug_info or .debug_abbrev")
         self.sections = sections
         self.info: Buffer = sections.info
+        self._need: Callable[[int], object] = need or _no_need
         self._abbrev_tables: dict[int, dict[int, Abbrev]] = {}
         self._units: dict[int, Unit] = {}
         self._unit_offsets: list[int] | None = None
@@ -298,6 +306,7 @@ class DebugInfo:
     def unit_offsets(self) -> list[int]:
         """Where every unit's header starts, found by stepping over their lengths."""
         if self._unit_offsets is None:
+            self._need(-1)
             offsets: list[int] = []
             pos, end = 0, len(self.info)
             order = self.sections.byte_order
@@ -324,6 +333,7 @@ class DebugInfo:
         return unit if unit.die_offset <= offset < unit.end else None
 
     def _read_unit_header(self, offset: int) -> Unit:
+        self._need(offset + _MAX_UNIT_HEADER)
         data, order = self.info, self.sections.byte_order
         if not 0 <= offset <= len(data) - 11:
             raise DwarfError(f".debug_info offset {offset:#x} outside the section")
@@ -333,6 +343,7 @@ class DebugInfo:
             (length,) = struct.unpack_from(order + "Q", data, pos)
             pos, offset_size = pos + 8, 8
         end = pos + length
+        self._need(end)
         if end > len(data):
             raise DwarfError(f"unit at {offset:#x} runs past .debug_info")
         (version,) = struct.unpack_from(order + "H", data, pos)
@@ -624,37 +635,38 @@ class DebugInfo:
 
         Walks the unit's DIE tree from the top, entering only DIEs whose
         ranges hold the pc (and namespaces and blocks without ranges, which
-        are transparent); any other subtree is stepped over.  Among the
-        unit's functions, several may cover one pc (an assembler file's
-        aliases, each its own DW_TAG_subprogram): like gdb, the one that
-        starts last wins, and of those starting together the last one.
-        Inside a function the first covering child is entered.
+        are transparent); any other subtree is stepped over.  Several
+        childless functions may cover one pc (an assembler file's aliases,
+        each its own DW_TAG_subprogram): like gdb, the one that starts last
+        wins, and of those starting together the last one.  A compiled
+        function (it has children) covering the pc is entered at once, as
+        is the first covering child inside it.
         """
         if not unit.children:
             return []
         data, end = self.info, unit.end
         abbrevs = unit.abbrevs
         chain: list[Die] = []
-        #: The best function so far: (start, DIE, where its children start or 0).
-        best: tuple[int, Die, int] | None = None
+        #: The best childless function so far: (start, DIE).
+        best: tuple[int, Die] | None = None
         #: Per open level: whether its parent covers the pc (then the search ends with it).
         levels = [False]
         pos = unit.children
         while pos < end:
             die_offset = pos
-            code, pos = _leb128(data, pos, end, False, DwarfError)
+            code = data[pos]
+            if code < 0x80:
+                pos += 1
+            else:
+                code, pos = _leb128(data, pos, end, False, DwarfError)
             if code == 0:
                 if levels.pop():
                     return chain
                 if levels:
                     continue
-                if best is None:
-                    return chain
-                chain.append(best[1])
-                if not best[2]:
-                    return chain
-                pos, levels, best = best[2], [True], None
-                continue
+                if best is not None:
+                    chain.append(best[1])
+                return chain
             abbrev = abbrevs.get(code)
             if abbrev is None:
                 raise DwarfError(f"DIE at {die_offset:#x}: unknown abbreviation {code}")
@@ -663,12 +675,11 @@ class DebugInfo:
                 attrs, pos = self._attributes(unit, abbrev, pos, _SCOPE_ATTRS)
                 has_ranges = self.has_ranges(attrs)
                 start = self.covering_start(unit, attrs, pc) if has_ranges else None
-                if start is not None and not chain:
-                    # At the top: remember, step over, and keep looking.
+                if start is not None and not chain and not abbrev.children:
+                    # A function without a body of DIEs (an assembler symbol):
+                    # remember it and keep looking for a later one.
                     if best is None or start >= best[0]:
-                        best = (start, Die(unit, die_offset, tag, attrs), pos * abbrev.children)
-                    if abbrev.children:
-                        pos = self._skip_children(unit, attrs.get(DW_AT_sibling), pos)
+                        best = (start, Die(unit, die_offset, tag, attrs))
                 elif start is not None:
                     if tag != DW_TAG_lexical_block:
                         chain.append(Die(unit, die_offset, tag, attrs))
@@ -689,7 +700,7 @@ class DebugInfo:
             if len(levels) > _MAX_DEPTH:
                 raise DwarfError(f"DIEs nested deeper than {_MAX_DEPTH} in unit {unit.offset:#x}")
         if best is not None and not chain:
-            chain.append(best[1])  # a unit cut short: its best function, without its inside
+            chain.append(best[1])  # a unit cut short
         return chain
 
     def _skip_children(
@@ -703,7 +714,11 @@ class DebugInfo:
         data, end, abbrevs = self.info, unit.end, unit.abbrevs
         depth = 1
         while depth and pos < end:
-            code, pos = _leb128(data, pos, end, False, DwarfError)
+            code = data[pos]
+            if code < 0x80:
+                pos += 1
+            else:
+                code, pos = _leb128(data, pos, end, False, DwarfError)
             if code == 0:
                 depth -= 1
                 continue
@@ -772,6 +787,10 @@ class DebugInfo:
         return die.constant(DW_AT_call_file), die.constant(DW_AT_call_line)
 
 
+def _no_need(end: int) -> None:
+    """All of ``.debug_info`` is there already."""
+
+
 def _offset(data: Buffer, pos: int, size: int, order: str) -> int:
     if pos + size > len(data):
         raise DwarfError("cut DWARF offset")
@@ -819,36 +838,32 @@ def _parse_aranges(data: Buffer | None, order: str) -> list[tuple[int, int, int]
     if data is None:
         return []
     found: list[tuple[int, int, int]] = []
+    header32 = struct.Struct(order + "IHIBB").unpack_from  # length, version, unit, sizes
+    pair = {4: struct.Struct(order + "II").unpack_from, 8: struct.Struct(order + "QQ").unpack_from}
     pos, end = 0, len(data)
-    while pos + 4 <= end and len(found) < _MAX_UNITS * 16:
-        (length,) = struct.unpack_from(order + "I", data, pos)
-        offset_size, header = 4, pos + 4
-        if length == 0xFFFFFFFF:
-            if pos + 12 > end:
+    while pos + 12 <= end and len(found) < _MAX_UNITS * 16:
+        length, _version, unit_offset, address_size, segment_size = header32(data, pos)
+        first = pos + 12
+        if length == 0xFFFFFFFF:  # 64-bit DWARF: read the header again at its own sizes
+            if pos + 24 > end:
                 break
-            (length,) = struct.unpack_from(order + "Q", data, pos + 4)
-            offset_size, header = 8, pos + 12
-        set_end = header + length
-        if length == 0 or set_end > end or header + 4 + offset_size > set_end:
+            length, unit_offset = struct.unpack_from(order + "Q2xQ", data, pos + 4)
+            address_size, segment_size = data[pos + 22], data[pos + 23]
+            set_end, first = pos + 12 + length, pos + 24
+        else:
+            set_end = pos + 4 + length
+        if length < 8 or set_end > end:
             break
-        unit_offset = _offset(data, header + 2, offset_size, order)
-        address_size = data[header + 2 + offset_size]
-        segment_size = data[header + 3 + offset_size]
-        if address_size not in (4, 8) or segment_size != 0:
-            pos = set_end
-            continue
-        tuple_size = 2 * address_size
-        first = header + 4 + offset_size
-        first += (-(first - pos)) % tuple_size  # tuples are aligned from the set's start
-        count = (set_end - first) // tuple_size
-        code = "I" if address_size == 4 else "Q"
-        pairs = struct.unpack_from(f"{order}{2 * count}{code}", data, first) if count > 0 else ()
-        for index in range(0, len(pairs), 2):
-            start, size = pairs[index], pairs[index + 1]
-            if start == 0 and size == 0:
-                break
-            if size:
-                found.append((start, start + size, unit_offset))
+        read_pair = pair.get(address_size)
+        if read_pair is not None and segment_size == 0:
+            size = 2 * address_size
+            first += (pos - first) % size  # tuples are aligned from the set's start
+            for at in range(first, set_end - size + 1, size):
+                start, length = read_pair(data, at)
+                if start == 0 and length == 0:
+                    break
+                if length:
+                    found.append((start, start + length, unit_offset))
         pos = set_end
     return found
 
