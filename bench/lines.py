@@ -4,7 +4,7 @@ The speed target of source lines (issue 18): with ``--lines`` liveunwind may
 take at most 1.5 times the wall time of ``eu-stack -i -s`` on the same
 stopped process with debug information.  The target is testprogs/lines
 (six threads, frames in the program and in glibc, whose debug file
-libc6-dbg provides), each tool run 7 times after a warm-up; medians.
+libc6-dbg provides), each tool run 15 times after a warm-up, the three taking turns; medians.
 
 Until the command has its ``--lines`` flag (wired in cli/), the liveunwind
 side is the same work done through the library: one ``attach`` and a line
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-REPETITIONS = 7
+REPETITIONS = 15
 #: This checkout run as an installed command runs: its packages importable, but without
 #: the import hooks a development venv's .pth files add to every start (-S).
 ENV = dict(os.environ, PYTHONPATH=f"{ROOT}:{sysconfig.get_paths()['purelib']}")
@@ -85,9 +85,16 @@ def wall(command: list[str]) -> float:
     return seconds
 
 
-def median_ms(command: list[str]) -> float:
-    wall(command)  # warm-up: page cache, bytecode
-    return 1000 * statistics.median(wall(command) for _ in range(REPETITIONS))
+def interleaved_ms(commands: dict[str, list[str]]) -> dict[str, list[float]]:
+    """Each command's wall times in ms, the commands taking turns so that a change
+    in the machine's load hits them alike (it has 2 cores, often shared)."""
+    for command in commands.values():
+        wall(command)  # warm-up: page cache, bytecode
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(REPETITIONS):
+        for name, command in commands.items():
+            times[name].append(1000 * wall(command))
+    return times
 
 
 def liveunwind_lines_command(pid: int) -> list[str]:
@@ -114,19 +121,26 @@ def main() -> int:
         assert target.stdout is not None and target.stdout.readline().strip() == "ready"
         time.sleep(0.3)
         pid = target.pid
-        results = {
-            "eu-stack -i -s": median_ms(["eu-stack", "-i", "-s", "-p", str(pid)]),
-            "liveunwind --lines": median_ms(liveunwind_lines_command(pid)),
-            "liveunwind": median_ms([*PYTHON, "-m", "liveunwind", "pid", str(pid)]),
-        }
+        times = interleaved_ms(
+            {
+                "eu-stack -i -s": ["eu-stack", "-i", "-s", "-p", str(pid)],
+                "liveunwind --lines": liveunwind_lines_command(pid),
+                "liveunwind": [*PYTHON, "-m", "liveunwind", "pid", str(pid)],
+            }
+        )
     finally:
         target.kill()
         target.wait()
+    results = {name: statistics.median(values) for name, values in times.items()}
     ratio = results["liveunwind --lines"] / results["eu-stack -i -s"]
-    for tool, ms in results.items():
-        print(f"{tool:20} {ms:7.1f} ms")
+    for tool, values in times.items():
+        print(
+            f"{tool:20} median {results[tool]:6.1f} ms"
+            f"  (min {min(values):.1f}, max {max(values):.1f})"
+        )
     print(f"--lines / eu-stack -i -s = {ratio:.2f} (target ≤ 1.5)")
-    (ROOT / "bench" / "lines-results.json").write_text(json.dumps({**results, "ratio": ratio}))
+    summary = {"median_ms": results, "times_ms": times, "ratio": ratio}
+    (ROOT / "bench" / "lines-results.json").write_text(json.dumps(summary, indent=1) + "\n")
     return 0
 
 
