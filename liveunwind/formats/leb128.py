@@ -15,7 +15,7 @@ MAX_BYTES = 10
 
 
 def decode(
-    data: bytes | memoryview,
+    data: bytes | bytearray | memoryview,
     pos: int,
     end: int,
     signed: bool,

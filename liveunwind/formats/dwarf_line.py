@@ -1,0 +1,428 @@
+"""``.debug_line``: the line-number program of one compilation unit (DWARF 2–5, §6.2).
+
+:func:`parse_header` reads a program's header (directory and file tables,
+DWARF 5's ``DW_LNCT_*`` entry formats with ``DW_FORM_line_strp`` names in
+``.debug_line_str``); :class:`LineTable` runs the program and answers
+"which file and line holds this address".
+
+The answer is gdb's, not just "the last row at or below the address": gdb
+files rows into one table per source file, closes a file's range with a
+line-0 marker when the program switches to another file (a marker that
+drops that file's rows at the same address), skips rows with line 0, keeps
+an is-stmt row over a non-stmt row of another file at the same address, and
+at one address prefers the last is-stmt row.  Emulating that here is what
+makes ``--lines`` agree with gdb on optimised code, where several rows share
+an address.
+
+Only the unit's own program is decoded, once, when a pc first lands in it.
+Every loop consumes at least one byte of the program, so its length bounds
+the work; tables are bounded by the section's size.
+"""
+
+from __future__ import annotations
+
+import bisect
+import posixpath
+import struct
+
+from liveunwind.formats.dwarf_forms import (
+    DW_FORM_line_strp,
+    DW_FORM_string,
+    DW_FORM_strp,
+    DwarfError,
+    UnitFormat,
+    c_string,
+    read_value,
+)
+from liveunwind.formats.leb128 import decode as _leb128
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from liveunwind.formats.dwarf_forms import Buffer
+
+DW_LNCT_path = 1
+DW_LNCT_directory_index = 2
+
+DW_LNS_copy = 1
+DW_LNS_advance_pc = 2
+DW_LNS_advance_line = 3
+DW_LNS_set_file = 4
+DW_LNS_set_column = 5
+DW_LNS_negate_stmt = 6
+DW_LNS_set_basic_block = 7
+DW_LNS_const_add_pc = 8
+DW_LNS_fixed_advance_pc = 9
+DW_LNE_end_sequence = 1
+DW_LNE_set_address = 2
+DW_LNE_define_file = 3
+DW_LNE_set_discriminator = 4
+
+#: Most entries in a directory or file table (each takes at least a byte anyway).
+_MAX_ENTRIES = 1 << 20
+
+
+class LineProgramHeader:
+    """The header of one line-number program: its parameters and file table."""
+
+    __slots__ = (
+        "default_is_stmt",
+        "files",
+        "format",
+        "line_base",
+        "line_range",
+        "max_ops",
+        "min_inst_length",
+        "opcode_base",
+        "opcode_lengths",
+        "program_end",
+        "program_start",
+    )
+
+    def __init__(self) -> None:
+        self.format = UnitFormat("<", 8, 4, 4)
+        self.min_inst_length = 1
+        self.max_ops = 1
+        self.default_is_stmt = True
+        self.line_base = 0
+        self.line_range = 1
+        self.opcode_base = 1
+        self.opcode_lengths: bytes = b""
+        #: File paths by the index the program uses (DWARF 5 from 0, earlier from 1).
+        self.files: dict[int, str] = {}
+        self.program_start = 0
+        self.program_end = 0
+
+
+def parse_header(
+    data: Buffer,
+    offset: int,
+    *,
+    byte_order: str,
+    address_size: int,
+    comp_dir: str = "",
+    debug_str: Buffer | None = None,
+    debug_line_str: Buffer | None = None,
+) -> LineProgramHeader:
+    """The header of the program at ``offset`` of ``.debug_line``.
+
+    ``comp_dir`` (the unit's DW_AT_comp_dir) is directory 0 before DWARF 5,
+    which names it in its own table.
+    """
+    if not 0 <= offset <= len(data) - 4:
+        raise DwarfError(f".debug_line offset {offset:#x} outside the section")
+    order = byte_order
+    (length,) = struct.unpack_from(order + "I", data, offset)
+    pos, offset_size = offset + 4, 4
+    if length == 0xFFFFFFFF:
+        if pos + 8 > len(data):
+            raise DwarfError("cut 64-bit .debug_line length")
+        (length,) = struct.unpack_from(order + "Q", data, pos)
+        pos, offset_size = pos + 8, 8
+    end = pos + length
+    if end > len(data) or pos + 2 > end:
+        raise DwarfError(f"line program at {offset:#x} runs past .debug_line")
+    (version,) = struct.unpack_from(order + "H", data, pos)
+    pos += 2
+    if not 2 <= version <= 5:
+        raise DwarfError(f"unsupported .debug_line version {version}")
+    if version >= 5:
+        if pos + 2 > end:
+            raise DwarfError("cut line program header")
+        address_size = data[pos]
+        pos += 2  # address_size, segment_selector_size
+    header = LineProgramHeader()
+    header.format = fmt = UnitFormat(order, address_size, offset_size, version)
+    header_length = fmt.unsigned(data, pos, offset_size) if pos + offset_size <= end else -1
+    pos += offset_size
+    program_start = pos + header_length
+    fixed = 4 if version < 4 else 5
+    if header_length < 0 or program_start > end or pos + fixed > end:
+        raise DwarfError(f"bad line program header at {offset:#x}")
+    header.min_inst_length = data[pos]
+    pos += 1
+    if version >= 4:
+        header.max_ops = data[pos] or 1
+        pos += 1
+    header.default_is_stmt = bool(data[pos])
+    header.line_base = data[pos + 1] - 256 if data[pos + 1] >= 128 else data[pos + 1]
+    header.line_range = data[pos + 2]
+    header.opcode_base = data[pos + 3]
+    pos += 4
+    if header.line_range == 0:
+        raise DwarfError("line program with line_range 0")
+    opcodes_end = pos + max(header.opcode_base - 1, 0)
+    if opcodes_end > program_start:
+        raise DwarfError("standard opcode lengths run past the line program header")
+    header.opcode_lengths = bytes(data[pos:opcodes_end])
+    pos = opcodes_end
+    strings = (debug_str, debug_line_str)
+    if version >= 5:
+        directories, pos = _v5_entries(data, pos, program_start, fmt, strings, None)
+        # Directory 0 is the compilation directory; the others are relative to it.
+        first = directories[0][0] if directories else comp_dir
+        dirs = [first] + [_join(first, name) for name, _ in directories[1:]]
+        entries, pos = _v5_entries(data, pos, program_start, fmt, strings, dirs)
+        files = {index: path for index, (path, _) in enumerate(entries)}
+    else:
+        dirs, pos = _v4_directories(data, pos, program_start, comp_dir)
+        files = _v4_files(data, pos, program_start, dirs)
+    # ``dir/../x.h`` and ``./dir/x.c`` name what ``x.h`` and ``dir/x.c`` name.
+    header.files = {index: posixpath.normpath(path) for index, path in files.items()}
+    header.program_start, header.program_end = program_start, end
+    return header
+
+
+def _join(directory: str, name: str) -> str:
+    if not directory or name.startswith("/"):
+        return name
+    return posixpath.join(directory, name)
+
+
+def _v4_directories(data: Buffer, pos: int, end: int, comp_dir: str) -> tuple[list[str], int]:
+    """``include_directories`` (DWARF 2–4): index 0 is the compilation directory."""
+    dirs = [comp_dir]
+    while pos < end and data[pos] != 0 and len(dirs) < _MAX_ENTRIES:
+        name, pos = read_value(data, pos, end, DW_FORM_string, _ANY_FORMAT)
+        dirs.append(_join(comp_dir, str(name)))
+    return dirs, pos + 1
+
+
+def _v4_files(data: Buffer, pos: int, end: int, dirs: list[str]) -> dict[int, str]:
+    """``file_names`` (DWARF 2–4), numbered from 1."""
+    files: dict[int, str] = {}
+    while pos < end and data[pos] != 0 and len(files) < _MAX_ENTRIES:
+        name, pos = read_value(data, pos, end, DW_FORM_string, _ANY_FORMAT)
+        directory, pos = _leb128(data, pos, end, False, DwarfError)
+        _mtime, pos = _leb128(data, pos, end, False, DwarfError)
+        _length, pos = _leb128(data, pos, end, False, DwarfError)
+        files[len(files) + 1] = _join(dirs[directory] if directory < len(dirs) else "", str(name))
+    return files
+
+
+def _v5_entries(
+    data: Buffer,
+    pos: int,
+    end: int,
+    fmt: UnitFormat,
+    strings: tuple[Buffer | None, Buffer | None],
+    dirs: list[str] | None,
+) -> tuple[list[tuple[str, int]], int]:
+    """A DWARF 5 directory table (``dirs`` None) or file table: (path, directory index) each."""
+    if pos >= end:
+        raise DwarfError("cut DWARF 5 line table")
+    format_count = data[pos]
+    pos += 1
+    formats = []
+    for _ in range(format_count):
+        content, pos = _leb128(data, pos, end, False, DwarfError)
+        form, pos = _leb128(data, pos, end, False, DwarfError)
+        formats.append((content, form))
+    count, pos = _leb128(data, pos, end, False, DwarfError)
+    if count > min(_MAX_ENTRIES, end - pos):
+        raise DwarfError(f"line table claims {count} entries")
+    entries = []
+    for _ in range(count):
+        name, directory = "", 0
+        for content, form in formats:
+            value, pos = read_value(data, pos, end, form, fmt)
+            if content == DW_LNCT_path:
+                name = _string(value, form, strings)
+            elif content == DW_LNCT_directory_index and isinstance(value, int):
+                directory = value
+        if dirs is not None:
+            name = _join(dirs[directory] if directory < len(dirs) else "", name)
+        entries.append((name, directory))
+    return entries, pos
+
+
+def _string(value: object, form: int, strings: tuple[Buffer | None, Buffer | None]) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and form in (DW_FORM_strp, DW_FORM_line_strp):
+        section = strings[0] if form == DW_FORM_strp else strings[1]
+        return c_string(section, value) or "?"
+    return "?"  # strx in a line table needs the unit's string offsets; no producer does it
+
+
+_ANY_FORMAT = UnitFormat("<", 8, 4, 4)
+
+
+class LineTable:
+    """One unit's rows, filed per source file as gdb files them, searchable by address."""
+
+    def __init__(self, data: Buffer, header: LineProgramHeader) -> None:
+        self.header = header
+        #: Per file path: addresses (sorted) and, at the same index, (line, is_stmt).
+        self._addresses: dict[str, list[int]] = {}
+        self._rows: dict[str, list[tuple[int, bool]]] = {}
+        per_file: dict[str, list[tuple[int, int, bool]]] = {}
+        _Recorder(per_file).run(data, header)
+        for path, entries in per_file.items():
+            # gdb's stable sort: by address, a line-0 marker before real rows at the same address.
+            entries.sort(key=lambda entry: (entry[0], entry[1] != 0))
+            self._addresses[path] = [entry[0] for entry in entries]
+            self._rows[path] = [(entry[1], entry[2]) for entry in entries]
+
+    def lookup(self, address: int) -> tuple[str, int] | None:
+        """(file path, line) for ``address``, as gdb's ``find_pc_line`` answers; None if none."""
+        best: tuple[int, str, int] | None = None
+        for path, addresses in self._addresses.items():
+            index = bisect.bisect_right(addresses, address) - 1
+            if index < 0:
+                continue
+            rows = self._rows[path]
+            line, is_stmt = rows[index]
+            if line == 0 or (best is not None and addresses[index] <= best[0]):
+                continue
+            if not is_stmt:
+                back = index
+                while (
+                    back > 0
+                    and addresses[back - 1] == addresses[back]
+                    and rows[back - 1][0] != 0
+                    and not rows[back][1]
+                ):
+                    back -= 1
+                if rows[back][1]:
+                    line = rows[back][0]
+            best = (addresses[index], path, line)
+        return None if best is None else (best[1], best[2])
+
+    def file_name(self, index: int) -> str | None:
+        """The path of file ``index`` (for DW_AT_call_file and DW_AT_decl_file)."""
+        return self.header.files.get(index)
+
+
+class _Recorder:
+    """Runs a line program, filing rows the way gdb's line-table builder does."""
+
+    def __init__(self, per_file: dict[str, list[tuple[int, int, bool]]]) -> None:
+        self.per_file = per_file
+        self.last_file: str | None = None
+        self.last_line = 0
+        self.last_address: int | None = None
+        self.stmt_at_address = False
+
+    def run(self, data: Buffer, header: LineProgramHeader) -> None:
+        fmt = header.format
+        files = header.files
+        end = header.program_end
+        pos = header.program_start
+        line_base, line_range, opcode_base = header.line_base, header.line_range, header.opcode_base
+        min_inst, max_ops = header.min_inst_length, header.max_ops
+        lengths = header.opcode_lengths
+        address, op_index, file, line, is_stmt = 0, 0, 1, 1, header.default_is_stmt
+        # gdb records a row that repeats the line of the previous one only if
+        # that line never had a nonzero discriminator.
+        discriminator, discriminator_seen = 0, False
+        discarded = False  # a sequence of a function the linker dropped (address 0)
+        while pos < end:
+            opcode = data[pos]
+            pos += 1
+            if opcode >= opcode_base:
+                adjusted = opcode - opcode_base
+                advance = op_index + adjusted // line_range
+                address += min_inst * (advance // max_ops)
+                op_index = advance % max_ops
+                delta = line_base + adjusted % line_range
+                if delta:
+                    line += delta
+                    discriminator_seen = discriminator != 0
+                if not discarded:
+                    self.row(address, op_index, files.get(file), line, is_stmt, discriminator_seen)
+                discriminator = 0
+            elif opcode == DW_LNS_copy:
+                if not discarded:
+                    self.row(address, op_index, files.get(file), line, is_stmt, discriminator_seen)
+                discriminator = 0
+            elif opcode == DW_LNS_advance_pc:
+                value, pos = _leb128(data, pos, end, False, DwarfError)
+                advance = op_index + value
+                address += min_inst * (advance // max_ops)
+                op_index = advance % max_ops
+            elif opcode == DW_LNS_advance_line:
+                value, pos = _leb128(data, pos, end, True, DwarfError)
+                if value:
+                    line += value
+                    discriminator_seen = discriminator != 0
+            elif opcode == DW_LNS_set_file:
+                file, pos = _leb128(data, pos, end, False, DwarfError)
+            elif opcode == DW_LNS_negate_stmt:
+                is_stmt = not is_stmt
+            elif opcode == DW_LNS_const_add_pc:
+                advance = op_index + (255 - opcode_base) // line_range
+                address += min_inst * (advance // max_ops)
+                op_index = advance % max_ops
+            elif opcode == DW_LNS_fixed_advance_pc:
+                if pos + 2 > end:
+                    raise DwarfError("cut DW_LNS_fixed_advance_pc")
+                address += fmt.unsigned(data, pos, 2)
+                op_index = 0
+                pos += 2
+            elif opcode == 0:
+                length, pos = _leb128(data, pos, end, False, DwarfError)
+                if length == 0 or pos + length > end:
+                    raise DwarfError("bad extended opcode length in line program")
+                sub, operands, pos = data[pos], pos + 1, pos + length
+                if sub == DW_LNE_end_sequence:
+                    if not discarded:
+                        self.end_sequence(address)
+                    address, op_index, file, line = 0, 0, 1, 1
+                    is_stmt, discarded = header.default_is_stmt, False
+                    discriminator, discriminator_seen = 0, False
+                    self.last_file, self.last_line = None, 0
+                elif sub == DW_LNE_set_address:
+                    size = min(length - 1, 8)
+                    address = fmt.unsigned(data, operands, size) if size in (4, 8) else 0
+                    op_index = 0
+                    # 0 (and the -1/-2 "tombstones") mark code the linker removed.
+                    discarded = address == 0 or address >= (1 << (8 * size)) - 2
+                elif sub == DW_LNE_set_discriminator:
+                    discriminator, _ = _leb128(data, operands, pos, False, DwarfError)
+                    discriminator_seen = discriminator_seen or discriminator != 0
+                # DW_LNE_define_file (DWARF 2–4, unused by producers) and vendor ops: skipped
+            else:
+                # DW_LNS_set_column, set_isa, and any standard opcode newer than
+                # this reader: skip the LEB128 operands its length entry declares.
+                count = lengths[opcode - 1] if opcode - 1 < len(lengths) else 0
+                for _ in range(count):
+                    _value, pos = _leb128(data, pos, end, False, DwarfError)
+
+    def row(
+        self, address: int, op_index: int, path: str | None, line: int, is_stmt: bool, disc: bool
+    ) -> None:
+        """One row of the matrix, filed as gdb's ``lnp_state_machine::record_line`` files it."""
+        if op_index == 0 and path is not None:
+            changed = path != self.last_file
+            ignore = line == 0 or (
+                changed and self.last_address == address and not is_stmt and self.stmt_at_address
+            )
+            if not ignore:
+                if changed:
+                    self.finish(address)
+                if changed or line != self.last_line or not disc:
+                    self.per_file.setdefault(path, []).append((address, line, is_stmt))
+                    self.last_file, self.last_line = path, line
+        if self.last_address != address:
+            self.stmt_at_address = False
+            self.last_address = address
+        self.stmt_at_address = self.stmt_at_address or is_stmt
+
+    def end_sequence(self, address: int) -> None:
+        self.finish(address)
+        self.last_address = None
+        self.stmt_at_address = False
+
+    def finish(self, address: int) -> None:
+        """Closes the previous file's range with a line-0 marker at ``address``."""
+        if self.last_file is None:
+            return
+        entries = self.per_file.setdefault(self.last_file, [])
+        last_line: int | None = None
+        while entries:
+            last_line = entries[-1][1]
+            if entries[-1][0] != address:
+                break
+            entries.pop()
+        if last_line:  # a marker after nothing (or after a marker) is dropped
+            entries.append((address, 0, True))
