@@ -8,7 +8,8 @@ VPY := $(VENV)/bin/python
 # (gdb, eu-stack, readelf, objdump), and the programs nobody here wrote.
 SYSTEM_PACKAGES := gcc g++ make binutils gdb elfutils sqlite3 python3 debootstrap xz-utils \
 	gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu \
-	qemu-user gdb-multiarch libunwind-dev clang-16 lld-16 llvm-16
+	qemu-user gdb-multiarch libunwind-dev clang-16 lld-16 llvm-16 \
+	libc6-dbg zstd debuginfod
 
 .PHONY: all system-deps venv testprogs sid-rootfs demo test lint bench clean
 
@@ -32,7 +33,7 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q -e '.[macho,test]'
+	$(VPY) -m pip install -q -e '.[macho,fast,test]'
 	touch $@
 
 testprogs:
@@ -41,6 +42,7 @@ testprogs:
 	$(MAKE) -C testprogs/crash -j2
 	$(MAKE) -C testprogs/jit -j2
 	$(MAKE) -C testprogs/macho -j2
+	$(MAKE) -C testprogs/lines -j2
 
 # A Debian sid root file system (cached outside the checkout) whose binutils
 # writes SFrame version 3; tests that need it skip, saying why, without it.
