@@ -37,7 +37,7 @@ import mmap, sys
 from liveunwind import attach
 from liveunwind.formats.elf import ElfImage
 from liveunwind.modules.debuginfo import DEFAULT_DEBUG_DIRS, find_debug_file
-from liveunwind.modules.lines import locate
+from liveunwind.modules.lines import locate, read_lines
 
 class FileModule:
     def __init__(self, path, load_bias):
@@ -46,6 +46,7 @@ class FileModule:
             self.image = ElfImage(mmap.mmap(stream.fileno(), 0, prot=mmap.PROT_READ), origin=path)
         self.build_id = self.image.build_id
         self.debug_file = find_debug_file(self.image, path, self.build_id, DEFAULT_DEBUG_DIRS)
+        self.lines = read_lines(self)
 
 pid = int(sys.argv[1])
 backtrace = attach(pid)

@@ -58,19 +58,32 @@ class StopReason(Enum):
     INTERRUPTED = "interrupted"
 
 
+class SourceLocation(namedtuple("SourceLocation", "function file line")):
+    """One logical frame: its function (None if DWARF names none), source file and line."""
+
+    __slots__ = ()
+    function: str | None
+    file: str | None
+    line: int | None
+
+
 class Frame:
-    """One frame of a backtrace.
+    """One physical frame of a backtrace.
 
     ``module_offset`` is the pc as a link-time address of its module (pc minus
     load bias): the number ``addr2line -e MODULE`` wants.  ``module``,
-    ``function`` and ``offset`` are filled in by the symbolizer.
+    ``function`` and ``offset`` are filled in by the symbolizer; ``file``,
+    ``line`` and ``inlined`` only when source lines were asked for.
     """
 
     __slots__ = (
         "cfa",
         "exact_pc",
+        "file",
         "function",
         "index",
+        "inlined",
+        "line",
         "method",
         "module",
         "module_offset",
@@ -108,6 +121,11 @@ class Frame:
         self.exact_pc = exact_pc
         #: Why this frame was found the way it was (sources that failed), for --verbose.
         self.notes: list[str] = []
+        #: The source file and line of the frame's own function (for a caller: of the call).
+        self.file: str | None = None
+        self.line: int | None = None
+        #: Logical frames inlined into this one at ``pc``, innermost first.
+        self.inlined: tuple[SourceLocation, ...] = ()
 
     def __repr__(self) -> str:
         name = f" {self.function}+{self.offset:#x}" if self.function else ""

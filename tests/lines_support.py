@@ -25,6 +25,7 @@ import pytest
 
 from liveunwind.formats.elf import ElfImage
 from liveunwind.modules.debuginfo import DEFAULT_DEBUG_DIRS, find_debug_file
+from liveunwind.modules.lines import read_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 LINES_PROGRAMS = ROOT / "testprogs" / "lines"
@@ -62,6 +63,7 @@ class FileModule:
             self.image, path, self.build_id, debug_dirs, problems=self.problems
         )
         self.load_bias = load_bias
+        self.lines = read_lines(self)
 
 
 def file_mappings(pid: int) -> list[tuple[int, int, str]]:

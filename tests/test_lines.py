@@ -18,8 +18,8 @@ import pytest
 from liveunwind.errors import FormatError
 from liveunwind.formats.dwarf_info import Sections
 from liveunwind.formats.elf import ElfImage
-from liveunwind.modules.debuginfo import find_debug_file
-from liveunwind.modules.lines import DWARF_SECTIONS, ModuleLines, dwarf_section, has_dwarf
+from liveunwind.modules.debuginfo import find_debug_file, section_data
+from liveunwind.modules.lines import DWARF_SECTIONS, ModuleLines, has_dwarf
 from tests.conftest import start_program
 from tests.lines_support import (
     build_lines_programs,
@@ -136,7 +136,7 @@ def test_corrupt_dwarf_raises_format_errors_only() -> None:
     """Random damage to every DWARF section: a typed error or an answer, never a crash or hang."""
     path = build_lines_programs() / "lines-dwarf5"
     image = ElfImage(path.read_bytes())
-    pristine = {field: dwarf_section(image, name) for field, name in DWARF_SECTIONS.items()}
+    pristine = {field: section_data(image, name) for field, name in DWARF_SECTIONS.items()}
     text = image.sections[".text"]
     addresses = range(text.address, text.address + text.size, 61)
     random = Random(18)
@@ -165,3 +165,49 @@ def test_corrupt_dwarf_raises_format_errors_only() -> None:
             except FormatError:
                 outcomes["errors"] += 1
     assert outcomes["answers"] and outcomes["errors"]
+
+
+def test_the_lines_option_gives_each_frame_what_the_engine_gives(lines_build: Path) -> None:
+    """``pid --lines``: JSON and text carry the engine's answers (checked against gdb above).
+
+    The process is held with SIGSTOP so both readings see the same stacks.
+    """
+    import os
+    import signal
+    import sys
+
+    with start_program(lines_build, "lines-dwarf5") as running:
+        os.kill(running.pid, signal.SIGSTOP)
+        try:
+            engine, _ = liveunwind_logical_frames(running.pid)
+            command = [sys.executable, "-m", "liveunwind", "pid", str(running.pid), "--lines"]
+            document = json.loads(
+                subprocess.run(
+                    [*command, "--json"], capture_output=True, text=True, check=True
+                ).stdout
+            )
+            text = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+        finally:
+            os.kill(running.pid, signal.SIGCONT)
+    wired = {
+        thread["tid"]: [
+            [
+                *((place["function"], place["file"], place["line"]) for place in frame["inlined"]),
+                (frame["file"], frame["line"]),
+            ]
+            for frame in thread["frames"]
+        ]
+        for thread in document["threads"]
+    }
+    expected = {
+        tid: [
+            [*located[:-1], (located[-1][1], located[-1][2])] if located else [(None, None)]
+            for located in frames
+        ]
+        for tid, frames in engine.items()
+    }
+    assert wired == expected
+    inlined = sum(
+        len(frame["inlined"]) for thread in document["threads"] for frame in thread["frames"]
+    )
+    assert inlined >= 5 and text.count("[inline]") == inlined

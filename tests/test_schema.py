@@ -106,7 +106,7 @@ def test_the_schema_ties_trust_to_method_as_the_code_does(method: Method) -> Non
     frame = {
         "index": 1, "pc": 0x1000, "sp": 0x2000, "cfa": None, "module": None,
         "module_offset": None, "function": None, "offset": None, "method": method.value,
-        "signal_frame": False, "notes": [],
+        "signal_frame": False, "notes": [], "file": None, "line": None, "inlined": [],
     }  # fmt: skip
     accepted = {trust for trust in Trust if validator.is_valid({**frame, "trust": trust.value})}
     assert accepted == {Trust.of(method)}
@@ -231,7 +231,15 @@ def test_documents_that_break_the_contract_are_refused(run_program) -> None:
         "trust not the method's": lambda d: d["threads"][0]["frames"][1].update(trust="low"),
         "address beyond 64 bits": lambda d: d["threads"][0]["frames"][0].update(pc=1 << 64),
         "complete but stopped early": lambda d: d["threads"][0].update(stop_reason="frame limit"),
-        "field in a frame": lambda d: d["threads"][0]["frames"][0].update(line=3),
+        "field in a frame": lambda d: d["threads"][0]["frames"][0].update(column=3),
     }
     for name, change in breakages.items():
         assert not VALIDATOR.is_valid(broken(change)), name
+
+
+def test_kernel_core_with_source_lines(crash_cores: dict[str, Path]) -> None:
+    (document,) = valid_documents(cli("core", str(crash_cores["x86_64"]), "--json", "--lines"))
+    located = [
+        frame for thread in document["threads"] for frame in thread["frames"] if frame["file"]
+    ]
+    assert any(frame["file"].endswith("crash.c") and frame["line"] for frame in located)

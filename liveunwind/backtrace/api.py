@@ -21,6 +21,7 @@ def attach(
     stack_cap: int | None = None,
     verbose: bool = False,
     debug_dirs: Sequence[str] = (),
+    lines: bool = False,
 ) -> Backtrace:
     """Stops the live process ``pid``, walks the stacks of its threads, and lets it go.
 
@@ -28,10 +29,13 @@ def attach(
     registers and live stacks are copied, and the unwinding runs on the copy;
     without it the process stays stopped for the whole backtrace.  Either way it
     is running again (or still stopped, if it was) before this returns.
+    ``lines`` gives each frame its source file, line and inlined calls.
     """
     from liveunwind.backtrace.session import Session
 
-    options = BacktraceOptions(max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs))
+    options = BacktraceOptions(
+        max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs), lines
+    )
     session = Session(pid, threads=threads, options=options, snapshot=snapshot, stack_cap=stack_cap)
     return session.backtrace()
 
@@ -47,14 +51,18 @@ def open_core(
     symbols: bool = True,
     verbose: bool = False,
     debug_dirs: Sequence[str] = (),
+    lines: bool = False,
 ) -> Backtrace:
     """Backtraces of every thread recorded in a core file (ELF; Mach-O once supported).
 
     The thread that received the fatal signal comes first.  Files the core
     refers to are found by their recorded path, the same path under
-    ``sysroot``, by name along ``search_path``, and by build-id.
+    ``sysroot``, by name along ``search_path``, and by build-id.  ``lines``
+    gives each frame its source file, line and inlined calls.
     """
-    options = BacktraceOptions(max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs))
+    options = BacktraceOptions(
+        max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs), lines
+    )
     started = time.perf_counter()
     if _is_mach_o_core(core):
         from liveunwind.targets.machocore import MachOCore

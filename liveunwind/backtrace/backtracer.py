@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 class BacktraceOptions(
     namedtuple(
         "BacktraceOptions",
-        "max_frames unwinders symbols verbose debug_dirs",
-        defaults=(DEFAULT_MAX_FRAMES, AUTO_UNWINDERS, True, False, ()),
+        "max_frames unwinders symbols verbose debug_dirs lines",
+        defaults=(DEFAULT_MAX_FRAMES, AUTO_UNWINDERS, True, False, (), False),
     )
 ):
     """How to unwind and name the frames of a target (the options every command shares)."""
@@ -40,6 +40,8 @@ class BacktraceOptions(
     verbose: bool
     #: Separate debug files are looked for here, then in the default folders.
     debug_dirs: Sequence[str]
+    #: Give each frame its source file and line and the calls inlined into it (DWARF).
+    lines: bool
 
 
 class Backtracer:
@@ -105,6 +107,12 @@ class Backtracer:
 
             symbolize(traces, modules, self.cache)
             timings["symbolize"] = time.perf_counter() - unwound
+        if options.lines:
+            from liveunwind.backtrace.sourcelines import add_source_lines
+
+            named = time.perf_counter()
+            add_source_lines(traces, modules)
+            timings["lines"] = time.perf_counter() - named
         return Backtrace(
             pid=space.pid,
             threads=traces,

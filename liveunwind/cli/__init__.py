@@ -115,6 +115,11 @@ def _walk_options() -> list[Option]:
         ),
         Option("--json", "print one JSON document", value=False),
         Option("--no-symbols", "do not look up function names", value=False),
+        Option(
+            "--lines",
+            "give each frame its source file and line, and the calls inlined into it (DWARF)",
+            value=False,
+        ),
         Option("--stats", "print time spent per phase (and the freeze) to stderr", value=False),
     ]
 
@@ -274,6 +279,7 @@ def _run(argv: Sequence[str] | None) -> int:
             symbols=not arguments.no_symbols,
             verbose=arguments.verbose,
             debug_dirs=arguments.debug_dir,
+            lines=arguments.lines,
         )
         return _print(arguments, backtrace)
     raise UsageError(f"unknown command {arguments.command}")
@@ -303,6 +309,7 @@ def _pid_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> int:
         symbols=not arguments.no_symbols,
         verbose=arguments.verbose,
         debug_dirs=tuple(arguments.debug_dir),
+        lines=arguments.lines,
     )
     session = Session(
         arguments.pid,

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
     from typing import Any
 
-    from liveunwind.frames import Backtrace, CrashInfo, Frame, ThreadBacktrace
+    from liveunwind.frames import Backtrace, CrashInfo, Frame, SourceLocation, ThreadBacktrace
 
 #: The shape of the ``--json`` document, and the ``$id`` of the JSON Schema that
 #: describes it (``schemas/backtrace.schema.json``, shipped in the package).  Any
@@ -47,7 +47,7 @@ def _thread_text(thread: ThreadBacktrace, symbols: bool, verbose: bool) -> str:
     for frame in thread.frames:
         if verbose:
             lines.extend(f"      ({note})" for note in frame.notes)
-        lines.append(_frame_text(frame, width, symbols))
+        lines.extend(_frame_text(frame, width, symbols))
     if verbose:
         lines.extend(f"      ({note})" for note in thread.stop_notes)
     marker = "complete" if thread.complete else "INCOMPLETE"
@@ -55,8 +55,18 @@ def _thread_text(thread: ThreadBacktrace, symbols: bool, verbose: bool) -> str:
     return "\n".join(lines)
 
 
-def _frame_text(frame: Frame, width: int, symbols: bool) -> str:
-    parts = [f"#{frame.index:<{width}}", f"0x{frame.pc:016x}"]
+def _frame_text(frame: Frame, width: int, symbols: bool) -> list[str]:
+    """The frame's line; with source lines, its inlined calls first, innermost first.
+
+    Inlined calls have no pc or method of their own: they sit under the
+    frame's index, as gdb lists them before the function they were inlined into.
+    """
+    index, pc = f"#{frame.index:<{width}}", f"0x{frame.pc:016x}"
+    lines = []
+    for place in frame.inlined:
+        lines.append(f"  {index}  {pc}  {place.function or '??'}{_source(place)}  [inline]")
+        index, pc = " " * len(index), " " * len(pc)
+    parts = [index, pc]
     if symbols:
         parts.append(_location(frame))
     if frame.module:
@@ -66,7 +76,15 @@ def _frame_text(frame: Frame, width: int, symbols: bool) -> str:
             module += f"+{frame.module_offset:#x}"
         parts.append(f"({module})")
     parts.append(f"[{frame.method.value}]")
-    return "  " + "  ".join(parts)
+    lines.append("  " + "  ".join(parts) + _source(frame))
+    return lines
+
+
+def _source(place: Frame | SourceLocation) -> str:
+    """``  at FILE:LINE`` where the DWARF gave one, else nothing."""
+    if place.file is None:
+        return ""
+    return f"  at {place.file}:{place.line}" if place.line else f"  at {place.file}"
 
 
 def _location(frame: Frame) -> str:
@@ -122,6 +140,9 @@ def _frame_json(frame: Frame) -> dict[str, Any]:
         "trust": frame.trust.value,
         "signal_frame": frame.signal_frame,
         "notes": frame.notes,
+        "file": frame.file,
+        "line": frame.line,
+        "inlined": [place._asdict() for place in frame.inlined],
     }
 
 

@@ -208,10 +208,9 @@ def mini_debuginfo(image: ElfImage, path: str, problems: list[str]) -> DebugFile
 def section_data(image: ElfImage, name: str) -> bytes | memoryview | None:
     """The contents of section ``name``, decompressed if need be; None if absent or NOBITS.
 
-    Handles ``SHF_COMPRESSED`` sections with zlib and the older GNU form
-    (``.zdebug_*``: ``ZLIB``, a big-endian 64-bit size, a zlib stream).  zstd
-    (``ELFCOMPRESS_ZSTD``) raises FormatError: Python 3.11's standard library
-    has no zstd decoder.
+    Handles ``SHF_COMPRESSED`` sections with zlib or zstd (``ELFCOMPRESS_ZSTD``,
+    ``objcopy --compress-debug-sections=zstd``) and the older GNU form
+    (``.zdebug_*``: ``ZLIB``, a big-endian 64-bit size, a zlib stream).
     """
     section = image.sections.get(name)
     if section is not None:
@@ -232,7 +231,9 @@ def _decompress_elf(image: ElfImage, name: str, data: memoryview) -> bytes:
         raise FormatError(f"{where}: compressed section shorter than its header")
     kind, _reserved, size, _align = struct.unpack_from(image.byte_order + _CHDR64.format, data)
     if kind == ELFCOMPRESS_ZSTD:
-        raise FormatError(f"{where}: zstd-compressed, which Python 3.11 cannot decompress")
+        from liveunwind.formats.zstd import decompress
+
+        return decompress(data[_CHDR64.size :], size, MAX_DECOMPRESSED_SECTION, where)
     if kind != ELFCOMPRESS_ZLIB:
         raise FormatError(f"{where}: unknown compression type {kind}")
     return _inflate(where, data[_CHDR64.size :], size)

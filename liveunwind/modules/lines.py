@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import os
 import struct
-import weakref
-from collections import namedtuple
 
 from liveunwind.errors import FormatError
 from liveunwind.formats.dwarf_info import (
@@ -31,9 +29,9 @@ from liveunwind.formats.dwarf_info import (
     Sections,
 )
 from liveunwind.formats.dwarf_line import LineTable, parse_header
+from liveunwind.frames import SourceLocation
 from liveunwind.modules.debuginfo import (
     ELFCOMPRESS_ZLIB,
-    ELFCOMPRESS_ZSTD,
     MAX_DECOMPRESSED_SECTION,
     SHF_COMPRESSED,
     section_data,
@@ -49,18 +47,24 @@ if TYPE_CHECKING:
     from liveunwind.formats.elf import ElfImage
     from liveunwind.modules.debuginfo import DebugFile
 
-    class LineModule(Protocol):
-        """What a module offers for line lookups (``modules.module.Module`` has all of it)."""
+    class LocatingModule(Protocol):
+        """What :func:`locate` asks of a module (``modules.module.Module`` has it all)."""
 
         path: str
         problems: list[str]
 
         @property
+        def load_bias(self) -> int: ...
+        @property
+        def lines(self) -> ModuleLines | None: ...
+
+    class LineModule(LocatingModule, Protocol):
+        """What finding a module's DWARF needs (``modules.modulemap.ElfModule`` has it all)."""
+
+        @property
         def image(self) -> ElfImage | None: ...
         @property
         def debug_file(self) -> DebugFile | None: ...
-        @property
-        def load_bias(self) -> int: ...
         @property
         def build_id(self) -> bytes | None: ...
 
@@ -81,15 +85,6 @@ DWARF_SECTIONS = {
 #: Answers kept per module; a long session's cache is emptied when it fills.
 _MAX_CACHED_ANSWERS = 1 << 14
 _CHDR64 = struct.Struct("IIQQ")
-
-
-class SourceLocation(namedtuple("SourceLocation", "function file line")):
-    """One logical frame: its function (None if DWARF names none), source file and line."""
-
-    __slots__ = ()
-    function: str | None
-    file: str | None
-    line: int | None
 
 
 class ModuleLines:
@@ -186,22 +181,15 @@ def _display_name(name: str | None, linkage: str | None) -> str | None:
 
 # -- which image has the DWARF ---------------------------------------------------
 
-#: Per module, its lines (or None: it has no DWARF).  The entry goes with the module.
-_BY_MODULE: weakref.WeakKeyDictionary[object, ModuleLines | None] = weakref.WeakKeyDictionary()
 
+def read_lines(module: LineModule) -> ModuleLines | None:
+    """The line information of ``module``, or None where no DWARF can be found for it.
 
-def lines_of(module: LineModule) -> ModuleLines | None:
-    """The line information of ``module``, found the first time it is asked for."""
-    try:
-        return _BY_MODULE[module]
-    except KeyError:
-        pass
-    lines = None
+    Called once per module (``ElfModule.lines`` keeps the answer, so the
+    module owns this cache and it goes with the module).
+    """
     image = dwarf_image(module)
-    if image is not None:
-        lines = ModuleLines(image)
-    _BY_MODULE[module] = lines
-    return lines
+    return None if image is None else ModuleLines(image)
 
 
 def dwarf_image(module: LineModule) -> ElfImage | None:
@@ -251,7 +239,7 @@ def read_sections(image: ElfImage) -> tuple[Sections, dict[str, GrowingSection]]
     for field, name in DWARF_SECTIONS.items():
         section = GrowingSection.of(image, name)
         if section is None:
-            fields[field] = dwarf_section(image, name)
+            fields[field] = section_data(image, name)
             continue
         if field in ("info", "line"):
             growing[field] = section
@@ -335,27 +323,10 @@ class GrowingSection:
             self.ensure(offset + 4 + length)
 
 
-def dwarf_section(image: ElfImage, name: str) -> Buffer | None:
-    """A DWARF section's contents, decompressed: zlib through ``debuginfo``, zstd here."""
-    section = image.sections.get(name)
-    if section is not None and section.flags & SHF_COMPRESSED:
-        data = image.contents(section)
-        if data is not None and len(data) >= _CHDR64.size:
-            kind, _reserved, size, _align = struct.unpack_from(
-                image.byte_order + _CHDR64.format, data
-            )
-            if kind == ELFCOMPRESS_ZSTD:
-                from liveunwind.formats.zstd import decompress
-
-                where = f"{image.origin}: {name}"
-                return decompress(data[_CHDR64.size :], size, MAX_DECOMPRESSED_SECTION, where)
-    return section_data(image, name)
-
-
 # -- frames ------------------------------------------------------------------------
 
 
-def locate(module: LineModule, pc: int, exact: bool) -> list[SourceLocation]:
+def locate(module: LocatingModule, pc: int, exact: bool) -> list[SourceLocation]:
     """The logical frames of a physical frame at runtime ``pc`` in ``module``, innermost first.
 
     ``exact`` is the frame's ``exact_pc``: frame 0 or a frame interrupted by a
@@ -363,7 +334,7 @@ def locate(module: LineModule, pc: int, exact: bool) -> list[SourceLocation]:
     without DWARF, or DWARF that turns out corrupt (noted in the module's
     problems, once), gives [].
     """
-    lines = lines_of(module)
+    lines = module.lines
     if lines is None:
         return []
     address = pc - module.load_bias - (0 if exact else 1)

@@ -14,6 +14,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Protocol
 
+    from liveunwind.modules.lines import ModuleLines
     from liveunwind.modules.sources import UnwindSource
     from liveunwind.modules.symbols import SymbolMatch
     from liveunwind.targets.base import AddressSpace, Mapping
@@ -113,6 +114,11 @@ class Module:
 
         Only a module that reads the target needs it; the default ignores it.
         """
+
+    @property
+    def lines(self) -> ModuleLines | None:
+        """Source lines and inline scopes from the module's DWARF; None where it has none."""
+        return None
 
     @property
     def registry_roots(self) -> RegistryRoots:

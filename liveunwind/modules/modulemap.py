@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from liveunwind.modules.debuginfo import DebugFile
     from liveunwind.modules.jit import DynamicRegistry
+    from liveunwind.modules.lines import ModuleLines
     from liveunwind.modules.macho import MachOModule
     from liveunwind.modules.symbols import SymbolTable
     from liveunwind.targets.base import AddressSpace, CoreImage, Mapping
@@ -117,6 +118,18 @@ class ElfModule(Module):
         return find_debug_file(
             self.image, self.path, self.build_id, self.debug_dirs, problems=self.problems
         )
+
+    @cached_property
+    def lines(self) -> ModuleLines | None:
+        """Source lines and inline scopes from the image's DWARF, its debug file's, or debuginfod's.
+
+        Looked for the first time a frame of the module asks (only with ``--lines``).
+        """
+        if self.is_vdso:
+            return None
+        from liveunwind.modules.lines import read_lines
+
+        return read_lines(self)
 
     # -- symbols ------------------------------------------------------------
 
