@@ -65,6 +65,7 @@ test: system-deps venv testprogs sid-rootfs lint
 bench: system-deps venv
 	$(VPY) -m pip install -q pystack py-spy
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) bench/run.py
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) bench/lines.py
 
 clean:
 	$(MAKE) -C testprogs clean
