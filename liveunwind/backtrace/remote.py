@@ -1,0 +1,95 @@
+"""``gdb_remote()``: the backtrace of a process behind a GDB remote stub.
+
+The stub keeps the target stopped while the walk reads its stacks (a stub
+reads memory only of a stopped target), then the target runs on; see
+:mod:`liveunwind.targets.gdbremote` for how it is stopped and let go.
+"""
+
+from __future__ import annotations
+
+import time
+
+from liveunwind.backtrace.walker import Walker, WalkOptions
+from liveunwind.errors import UsageError
+from liveunwind.targets.gdbconnection import DEFAULT_TIMEOUT
+from liveunwind.unwinder.stepper import AUTO_UNWINDERS, DEFAULT_MAX_FRAMES
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from liveunwind.frames import Backtrace
+    from liveunwind.targets.base import AddressSpace
+
+
+def gdb_remote(
+    address: str,
+    executable: str | None = None,
+    *,
+    sysroot: str | None = None,
+    search_path: Sequence[str] = (),
+    after: float | None = None,
+    attach: int | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    max_frames: int = DEFAULT_MAX_FRAMES,
+    unwinders: Sequence[str] = AUTO_UNWINDERS,
+    symbols: bool = True,
+    verbose: bool = False,
+    debug_dirs: Sequence[str] = (),
+    stats: dict[str, int] | None = None,
+) -> Backtrace:
+    """Backtraces of every thread of the process behind the stub at ``address`` (``HOST:PORT``).
+
+    ``executable`` is the program's file on this machine when the stub does
+    not name it or names a path that is not here; ``sysroot`` and
+    ``search_path`` find its libraries.  ``after`` lets the target run that
+    many seconds before it is interrupted; ``attach`` makes a ``gdbserver
+    --multi`` attach to that process first.  Every wait for the stub is
+    bounded by ``timeout`` seconds.  ``stats``, if given, receives the
+    protocol round trips and bytes received.
+    """
+    from liveunwind.targets.gdbremote import GdbRemote
+
+    host, port = parse_address(address)
+    options = WalkOptions(max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs))
+    started = time.perf_counter()
+    target = GdbRemote(
+        host,
+        port,
+        executable=executable,
+        sysroot=sysroot,
+        search_path=tuple(search_path),
+        timeout=timeout,
+        after=after,
+        attach=attach,
+    )
+    try:
+        with target:
+            timings = {"stop": time.perf_counter() - started}
+            backtrace = _backtrace(target, options, timings)
+            backtrace.problems = sorted({*backtrace.problems, *target.problems})
+    finally:
+        if stats is not None:
+            stats.update(target.stats)
+    if target.stopped_at is not None and target.resumed_at is not None:
+        timings["freeze"] = target.resumed_at - target.stopped_at
+    timings["total"] = time.perf_counter() - started
+    return backtrace
+
+
+def _backtrace(space: AddressSpace, options: WalkOptions, timings: dict[str, float]) -> Backtrace:
+    """The one call into the backtracer (Backtracer.backtrace on the architecture branch)."""
+    return Walker(options).walk(space, timings)
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``[IPv6]:PORT``, ``:PORT`` (this machine), optionally after ``tcp:``."""
+    text = address.removeprefix("tcp:")
+    if text.startswith("["):
+        host, bracket, rest = text[1:].partition("]")
+        port_text = rest[1:] if bracket and rest.startswith(":") else ""
+    else:
+        host, _, port_text = text.rpartition(":")
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise UsageError(f"not a HOST:PORT address: {address!r}")
+    return host or "localhost", int(port_text)

@@ -1,0 +1,903 @@
+"""A process behind a GDB remote stub (gdbserver, ``qemu-aarch64 -g``) as an AddressSpace.
+
+Inside ``with GdbRemote(host, port) as target:`` the target is stopped: the
+stub stopped it when we connected (QEMU waits for a debugger at the first
+instruction, ``gdbserver --attach`` stops the process), or, with ``after``,
+it ran that many seconds more and was interrupted with ``^C``.  Leaving the
+``with`` lets it run again, as a debugger's ``detach`` would:
+
+- ``D`` (detach) when the stop was ours (the stub's own stop, an interrupt,
+  a trap) or when the stub filters signals itself (gdbserver, which passes
+  the stopping signal on when it detaches);
+- otherwise ``C sig`` — continue delivering the signal the target stopped
+  with, so nothing is lost — and the connection is closed (QEMU's ``D``
+  would drop the signal).
+
+The stub must keep the target stopped while its memory is read, so the
+walk runs inside the ``with``.  What the walk reads:
+
+- registers: ``Hg`` + ``g`` per thread, laid out by the target description
+  (``qXfer:features:read``), or ``p`` per register when ``g`` is refused;
+- memory: ``m`` (``x`` when the stub offers binary reads), in aligned blocks
+  as large as the stub's packets allow, each block read once per stop; code
+  and read-only data are served from the local copies of the files instead
+  (found with ``--sysroot``/``--search-path`` and checked against the
+  build-id in target memory), so a walk costs round trips only for stacks;
+- what is loaded where: the executable from ``qXfer:exec-file`` (or the
+  auxiliary vector's ``AT_EXECFN``, or the EXE given), placed by
+  ``AT_ENTRY``; libraries from ``qXfer:libraries-svr4``, else the dynamic
+  linker's link_map list read from memory; the vDSO from ``AT_SYSINFO_EHDR``.
+
+The stub's own limits show through: QEMU (7.2) user mode ignores ``^C``
+while the guest runs — it stops only at a signal — and gdbserver interrupts
+an attached process by signalling its process group, which fails for a
+process that does not lead one.  Either way the stop does not come and the
+target is left running, with a RemoteError saying so.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import time
+
+from liveunwind.arch import Arch, arch_by_elf_machine, arch_by_name
+from liveunwind.errors import FormatError, MemoryReadError, UsageError
+from liveunwind.formats import rsp
+from liveunwind.formats.corenotes import (
+    AT_BASE,
+    AT_ENTRY,
+    AT_EXECFN,
+    AT_PHDR,
+    AT_PHNUM,
+    AT_SYSINFO_EHDR,
+    parse_auxv,
+)
+from liveunwind.formats.elf import PT_DYNAMIC, PT_LOAD, ElfImage
+from liveunwind.targets import linkmap
+from liveunwind.targets.base import AddressSpace, Mapping, ThreadState
+from liveunwind.targets.filefinder import FileFinder, FoundFile, open_image
+from liveunwind.targets.gdbconnection import DEFAULT_TIMEOUT, Connection, RemoteError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import BinaryIO
+
+    Check = Callable[[ElfImage], str | None]
+
+_PAGE = linkmap.PAGE_SIZE
+#: What this client tells the stub it understands (``xmlRegisters=i386`` makes
+#: an x86 gdbserver send a target description).
+_CLIENT_FEATURES = b"qSupported:multiprocess+;xmlRegisters=i386;qRelocInsn-;vContSupported+"
+#: Most threads listed (``qsThreadInfo`` rounds are bounded by this too).
+MAX_THREADS = 1 << 16
+#: Most documents of one target description (the main one and its includes).
+_MAX_DESCRIPTIONS = 16
+#: Largest single read from target memory.
+_MAX_READ = 64 << 20
+#: Largest block read with one packet, whatever the stub's packet size.
+_MAX_BLOCK = 1 << 16
+#: GDB signal numbers of stops that are not the target's own: none, ^C, a trap, SIGSTOP.
+_OUR_SIGNALS = (0, rsp.SIGINT, rsp.SIGTRAP, 17)
+#: ``<architecture>`` of a target description → liveunwind's name.
+_ARCHITECTURES = {"aarch64": "aarch64", "i386:x86-64": "x86_64"}
+#: The ``g`` block of stubs that send no target description (GDB's built-in layouts).
+_DEFAULT_LAYOUTS = {
+    "x86_64": [
+        *((name, 64) for name in ("rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp")),
+        *((f"r{number}", 64) for number in range(8, 16)),
+        ("rip", 64),
+        ("eflags", 32),
+    ],
+    "aarch64": [*((f"x{number}", 64) for number in range(31)), ("sp", 64), ("pc", 64)],
+}
+
+
+class GdbRemote(AddressSpace):
+    """AddressSpace of a process behind a GDB stub, usable inside ``with``."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        executable: str | None = None,
+        sysroot: str | None = None,
+        search_path: Sequence[str] = (),
+        timeout: float = DEFAULT_TIMEOUT,
+        after: float | None = None,
+        attach: int | None = None,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.timeout = timeout
+        self._executable_argument = executable
+        self._finder = FileFinder(sysroot=sysroot, search_path=search_path)
+        self._after = after
+        self._attach = attach
+        self.problems: list[str] = []
+        self._connection: Connection | None = None
+        #: The last connection, kept for its counters after it is closed.
+        self._counted: Connection | None = None
+        #: True while the stub holds the target stopped for us.
+        self._stopped = False
+        self._stop = rsp.StopReply("stopped", 0, None, {})
+        #: The process id the stub's thread ids carry (QEMU calls every process 1).
+        self._stub_pid: int | None = None
+        self._features: dict[str, str | bool] = {}
+        self._memory: _Memory | None = None
+        self._threads: list[ThreadState] = []
+        self._mappings: list[Mapping] = []
+        self._starts: list[int] = []
+        self._files: dict[str, FoundFile] = {}
+        self._inodes: dict[str, int] = {}
+        #: perf_counter() when the target was stopped for us, and when it was let go.
+        self.stopped_at: float | None = None
+        self.resumed_at: float | None = None
+
+    # -- context management ---------------------------------------------------
+
+    def __enter__(self) -> GdbRemote:
+        self._connection = self._counted = Connection(self.host, self.port, timeout=self.timeout)
+        try:
+            self._handshake()
+            self._take_stop()
+            self.arch, layout = self._describe()
+            self._memory = _Memory(self._connection, self._block_size(), self._binary_reads())
+            self._threads = self._read_threads(layout)
+            self._mappings = self._find_mappings()
+            self._starts = [mapping.start for mapping in self._mappings]
+        except BaseException:
+            self._leave(failing=True)
+            raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._leave(failing=exc_info[0] is not None)
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Protocol round trips and bytes received so far (for ``--stats``)."""
+        connection = self._counted
+        if connection is None:
+            return {"round_trips": 0, "bytes_received": 0}
+        return {"round_trips": connection.round_trips, "bytes_received": connection.bytes_received}
+
+    # -- AddressSpace ---------------------------------------------------------
+
+    def threads(self) -> list[ThreadState]:
+        return self._threads
+
+    def mappings(self) -> list[Mapping]:
+        return self._mappings
+
+    def read(self, address: int, size: int) -> bytes:
+        """Code and read-only data from the local files; everything else from the stub."""
+        if size <= 0:
+            return b""
+        data = self._read_file(address, size)
+        if data is not None:
+            return data
+        if self._memory is None or not self._stopped:
+            raise MemoryReadError(address, size, "the target is no longer stopped")
+        return self._memory.read(address, size)
+
+    def mapped_image(self, mapping: Mapping) -> ElfImage | None:
+        found = self._files.get(mapping.path) if mapping.is_file else None
+        return None if found is None else found.image
+
+    def open_mapped_file(self, mapping: Mapping) -> BinaryIO | None:
+        found = self._files.get(mapping.path) if mapping.is_file else None
+        if found is None:
+            return None
+        try:
+            return open(found.path, "rb")
+        except OSError:
+            return None
+
+    # -- connecting and stopping ------------------------------------------------
+
+    def _request(self, payload: bytes, what: str = "") -> bytes:
+        assert self._connection is not None
+        return self._connection.request(payload, what=what)
+
+    def _handshake(self) -> None:
+        self._features = rsp.parse_features(self._request(_CLIENT_FEATURES, "'qSupported'"))
+        if (
+            self._features.get("QStartNoAckMode") is True
+            and self._request(b"QStartNoAckMode") == b"OK"
+        ):
+            assert self._connection is not None
+            self._connection.acknowledging = False
+        if self._attach is not None:
+            if self._request(b"!") != b"OK":
+                raise RemoteError(
+                    f"the stub at {self.where} cannot attach to processes "
+                    "(start gdbserver with --multi)"
+                )
+            reply = self._request(b"vAttach;%x" % self._attach, "'vAttach'")
+            error = rsp.error_code(reply)
+            if error is not None or not reply:
+                raise RemoteError(
+                    f"the stub at {self.where} cannot attach to process {self._attach}: "
+                    f"{error or 'not supported'}"
+                )
+
+    @property
+    def where(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def _take_stop(self) -> None:
+        """Learns why the target is stopped; with ``after``, lets it run and interrupts it."""
+        self._stop = self._stop_reply(self._request(b"?"))
+        self._stopped = True
+        self.stopped_at = time.perf_counter()
+        if self._after is None:
+            return
+        assert self._connection is not None
+        self._connection.send(self._continue_packet())
+        self._stopped = False
+        self.stopped_at = None
+        stop = self._connection.wait_stop(self._after, what="a stop")
+        if stop is None:
+            self._connection.interrupt()
+            stop = self._connection.wait_stop(self.timeout, what="the stop after ^C")
+            if stop is None:
+                raise RemoteError(
+                    f"the stub at {self.where} did not stop the target within "
+                    f"{self.timeout:g} s of the interrupt; it is left running "
+                    "(QEMU user mode before 9.0 ignores ^C while the guest runs; "
+                    "gdbserver interrupts the process group, which fails unless the "
+                    "target leads one)"
+                )
+        self._stop = self._stop_reply(stop)
+        self._stopped = True
+        self.stopped_at = time.perf_counter()
+
+    def _stop_reply(self, payload: bytes) -> rsp.StopReply:
+        try:
+            reply = rsp.parse_stop_reply(payload)
+        except FormatError as error:
+            raise RemoteError(
+                f"the stub at {self.where} sent an unreadable stop reply: {error}"
+            ) from None
+        if reply.kind == "exited":
+            raise RemoteError(f"the target behind {self.where} exited with status {reply.signal}")
+        if reply.kind == "killed":
+            raise RemoteError(
+                f"the target behind {self.where} was killed by {rsp.signal_name(reply.signal)}"
+            )
+        if reply.thread is not None and reply.thread.pid is not None:
+            self._stub_pid = reply.thread.pid
+        return reply
+
+    def _leave(self, *, failing: bool = False) -> None:
+        """Lets the target run on, with the signal it stopped with; closes the connection.
+
+        Nothing is sent on a connection that broke (a stub that stopped
+        answering would only make the error wait longer).  While another
+        error is on its way (``failing``), a failure to let go is not
+        raised over it.
+        """
+        connection = self._connection
+        if connection is None:
+            return
+        try:
+            if self._stopped and not connection.broken:
+                self._stopped = False
+                if self._foreign_signal() and self._features.get("QPassSignals") is not True:
+                    connection.send(self._continue_packet(), "'C'")
+                else:
+                    reply = connection.request(self._detach_packet(), "'D'")
+                    if reply != b"OK":
+                        connection.send(self._continue_packet(), "'c'")
+                        raise RemoteError(
+                            f"the stub at {self.where} refused to detach "
+                            f"({rsp.error_code(reply) or 'not supported'}); the target was "
+                            "continued instead and the stub still holds it"
+                        )
+                self.resumed_at = time.perf_counter()
+        except RemoteError:
+            if not failing:
+                raise
+        finally:
+            connection.close()
+            self._connection = None
+
+    def _foreign_signal(self) -> int:
+        """The signal the target stopped with, unless the stop was a debugger's own."""
+        signal = self._stop.signal
+        return 0 if signal in _OUR_SIGNALS else int(signal)
+
+    def _continue_packet(self) -> bytes:
+        """``c``, or ``C sig`` to deliver the signal the target stopped with."""
+        signal = self._foreign_signal()
+        return b"C%02x" % signal if signal else b"c"
+
+    def _detach_packet(self) -> bytes:
+        """``D``; with the multiprocess extensions ``D;pid`` (gdbserver refuses a bare ``D``)."""
+        if self._attach is not None:
+            return b"D;%x" % self._attach
+        if self._stub_pid is not None and self._features.get("multiprocess") is True:
+            return b"D;%x" % self._stub_pid
+        return b"D"
+
+    # -- registers and threads ------------------------------------------------
+
+    def _describe(self) -> tuple[Arch, list[rsp.RegisterDesc]]:
+        """The architecture and the ``g`` block layout, from the target description if any."""
+        architecture = ""
+        layout: list[rsp.RegisterDesc] = []
+        if self._features.get("qXfer:features:read") is True:
+            architecture, layout = self._target_description()
+        name = _ARCHITECTURES.get(architecture)
+        arch = arch_by_name(name) if name is not None else self._arch_from_files(architecture)
+        if not layout or not _has_registers(layout, arch):
+            layout = [
+                rsp.RegisterDesc(register, bits, number)
+                for number, (register, bits) in enumerate(_DEFAULT_LAYOUTS[arch.name])
+            ]
+        return arch, layout
+
+    def _target_description(self) -> tuple[str, list[rsp.RegisterDesc]]:
+        """Reads ``target.xml`` and its includes until the registers an unwinder needs are known.
+
+        GDB numbers registers in document order; the general registers come
+        first in every description (QEMU's aarch64 one goes on to hundreds
+        of system registers), so includes after them are not fetched.
+        """
+        architecture = ""
+        pending = ["target.xml"]
+        items: list[tuple[str, str, int, int | None]] = []
+        fetched = 0
+        while pending and fetched < _MAX_DESCRIPTIONS:
+            name = pending.pop(0)
+            document = self._xfer(b"features", name.encode("utf-8", "replace"))
+            fetched += 1
+            if document is None:
+                break
+            try:
+                description = rsp.parse_target_description(document)
+            except FormatError as error:
+                self.problems.append(f"target description {name}: {error}")
+                break
+            architecture = architecture or description.architecture
+            position = 0
+            for item in description.items:
+                if item[0] == "include":
+                    pending.insert(position, item[1])
+                    position += 1
+                else:
+                    items.append(item)
+            known = _ARCHITECTURES.get(architecture)
+            if known is not None and _has_registers(
+                rsp.number_registers(items), arch_by_name(known)
+            ):
+                break
+        return architecture, rsp.number_registers(items)
+
+    def _arch_from_files(self, architecture: str) -> Arch:
+        """The architecture of the executable, when the stub does not name a known one."""
+        path = self._executable_argument
+        if path is None and self._features.get("qXfer:exec-file:read") is True:
+            document = self._xfer(b"exec-file", b"")
+            path = document.decode("utf-8", "surrogateescape") if document else None
+        image = open_image(path) if path else None
+        if image is None:
+            what = f"an unsupported architecture ({architecture})" if architecture else "none"
+            raise RemoteError(
+                f"the stub at {self.where} names {what}; give the executable to tell "
+                "x86_64 from aarch64"
+            )
+        try:
+            return arch_by_elf_machine(image.machine)
+        except UsageError as error:
+            raise RemoteError(f"{path}: {error}") from None
+
+    def _read_threads(self, layout: list[rsp.RegisterDesc]) -> list[ThreadState]:
+        ids = self._thread_ids()
+        names = self._thread_names()
+        wanted = _register_numbers(self.arch)
+        threads = []
+        for thread in ids:
+            registers = self._registers(thread, layout, wanted)
+            if registers is None:
+                continue
+            state = "stopped"
+            if self._stop.thread is not None and thread == self._stop.thread and self._stop.signal:
+                state = f"stopped by {rsp.signal_name(self._stop.signal)}"
+            threads.append(ThreadState(thread.tid, names.get(thread, ""), registers, state))
+        if self._stub_pid is None:
+            self._stub_pid = next((thread.pid for thread in ids if thread.pid is not None), None)
+        pid = self._process_id(ids)
+        self.pid = pid
+        threads.sort(key=lambda state: (state.tid != pid, state.tid))
+        if not threads:
+            raise RemoteError(f"the stub at {self.where} gave no thread's registers")
+        return threads
+
+    def _thread_ids(self) -> list[rsp.ThreadId]:
+        ids: list[rsp.ThreadId] = []
+        reply = self._request(b"qfThreadInfo")
+        while reply and len(ids) < MAX_THREADS:
+            try:
+                found, last = rsp.parse_thread_list(reply)
+            except FormatError as error:
+                raise RemoteError(
+                    f"the stub at {self.where} sent a bad thread list: {error}"
+                ) from None
+            ids += found
+            if last or not found:
+                break
+            reply = self._request(b"qsThreadInfo")
+        if not ids:
+            stopped = self._stop.thread
+            ids = [stopped] if stopped is not None else [rsp.ThreadId(None, 0)]
+        return list(dict.fromkeys(ids))
+
+    def _thread_names(self) -> dict[rsp.ThreadId, str]:
+        if self._features.get("qXfer:threads:read") is not True:
+            return {}
+        document = self._xfer(b"threads", b"")
+        try:
+            return rsp.parse_thread_names(document) if document else {}
+        except FormatError as error:
+            self.problems.append(f"thread list: {error}")
+            return {}
+
+    def _process_id(self, ids: list[rsp.ThreadId]) -> int | None:
+        """The process id: the multiprocess pid when a thread has it as its id (its main thread).
+
+        QEMU user mode calls every process 1; its main thread's id is then the
+        lowest thread id, which is what a Linux pid is.
+        """
+        tids = {thread.tid for thread in ids}
+        for thread in ids:
+            if thread.pid is not None and thread.pid in tids:
+                return thread.pid
+        return min(tids) if tids else None
+
+    def _registers(
+        self, thread: rsp.ThreadId, layout: list[rsp.RegisterDesc], wanted: dict[str, int]
+    ) -> dict[int, int] | None:
+        if thread.tid and self._request(b"Hg" + thread.encode(), "'Hg'") != b"OK":
+            self.problems.append(f"thread {thread.tid}: the stub cannot select it")
+            return None
+        reply = self._request(b"g")
+        registers: dict[int, int] = {}
+        if reply and rsp.error_code(reply) is None:
+            try:
+                registers = rsp.decode_register_block(reply, layout, wanted)
+            except FormatError as error:
+                raise RemoteError(f"the stub at {self.where} sent bad registers: {error}") from None
+        if self.arch.pc not in registers or self.arch.sp not in registers:
+            registers.update(self._registers_one_by_one(layout, wanted, registers))
+        if self.arch.pc not in registers or self.arch.sp not in registers:
+            self.problems.append(f"thread {thread.tid}: the stub gave no pc and sp")
+            return None
+        return registers
+
+    def _registers_one_by_one(
+        self, layout: list[rsp.RegisterDesc], wanted: dict[str, int], have: dict[int, int]
+    ) -> dict[int, int]:
+        """``p`` for each register an unwinder needs that the ``g`` block lacked."""
+        registers = {}
+        for register in layout:
+            dwarf = wanted.get(register.name)
+            if dwarf is None or dwarf in have:
+                continue
+            reply = self._request(b"p%x" % register.regnum, "'p'")
+            if not reply or rsp.error_code(reply) is not None:
+                continue
+            try:
+                value = rsp.decode_register_value(reply)
+            except FormatError:
+                continue
+            if value is not None:
+                registers[dwarf] = value
+        return registers
+
+    # -- qXfer ------------------------------------------------------------------
+
+    def _xfer(self, kind: bytes, annex: bytes) -> bytes | None:
+        """A whole ``qXfer:KIND:read:ANNEX`` object, or None if the stub does not have it."""
+        chunk = max(256, self._packet_size() - 16)
+        data = bytearray()
+        while len(data) < rsp.MAX_DOCUMENT:
+            reply = self._request(
+                b"qXfer:%s:read:%s:%x,%x" % (kind, annex, len(data), chunk),
+                f"'qXfer:{kind.decode()}:read'",
+            )
+            if not reply or rsp.error_code(reply) is not None:
+                return None if not data else bytes(data)
+            try:
+                part, last = rsp.parse_xfer_chunk(reply)
+            except FormatError as error:
+                raise RemoteError(
+                    f"the stub at {self.where} sent a bad {kind.decode()}: {error}"
+                ) from None
+            data += part
+            if last or not part:
+                return bytes(data)
+        raise RemoteError(f"the stub's {kind.decode()} is larger than {rsp.MAX_DOCUMENT} bytes")
+
+    def _packet_size(self) -> int:
+        value = self._features.get("PacketSize")
+        try:
+            size = int(value, 16) if isinstance(value, str) else 0
+        except ValueError:
+            size = 0
+        return min(max(size, 400), 1 << 20) if size else 400
+
+    def _block_size(self) -> int:
+        """Bytes read per ``m``: the largest power of two whose hex reply fits a packet."""
+        limit = min(self._packet_size() // 2, _MAX_BLOCK)
+        block = 64
+        while block * 2 <= limit:
+            block *= 2
+        return block
+
+    def _binary_reads(self) -> bool:
+        return self._features.get("binary-upload") is True
+
+    # -- what is loaded where -----------------------------------------------------
+
+    def _find_mappings(self) -> list[Mapping]:
+        auxv = self._auxv()
+        mappings: list[Mapping] = []
+        executable = self._find_executable(auxv)
+        if executable is not None:
+            found, recorded, bias = executable
+            mappings += linkmap.mappings_of_image(
+                found.image, bias, recorded, self._inode(recorded)
+            )
+            mappings += self._libraries(found.image, bias, auxv)
+        vdso = auxv.get(AT_SYSINFO_EHDR)
+        if vdso:
+            mappings += self._vdso_mapping(vdso)
+        return _without_overlaps(mappings)
+
+    def _auxv(self) -> dict[int, int]:
+        if self._features.get("qXfer:auxv:read") is not True:
+            self.problems.append("the stub does not give the auxiliary vector")
+            return {}
+        document = self._xfer(b"auxv", b"")
+        return parse_auxv(document) if document else {}
+
+    def _find_executable(self, auxv: dict[int, int]) -> tuple[FoundFile, str, int] | None:
+        """The executable's file, the path the target knows it by, and its load bias."""
+        recorded = ""
+        if self._features.get("qXfer:exec-file:read") is True:
+            pid = b"%x" % self._attach if self._attach is not None else b""
+            document = self._xfer(b"exec-file", pid)
+            recorded = document.decode("utf-8", "surrogateescape") if document else ""
+        if not recorded and auxv.get(AT_EXECFN):
+            recorded = linkmap.read_c_string(self._read_memory, auxv[AT_EXECFN])
+        check = self._executable_check(auxv)
+        found: FoundFile | None
+        if self._executable_argument is not None:
+            image = open_image(self._executable_argument)
+            reason = "it is not a readable ELF file" if image is None else check(image)
+            if reason is not None:
+                raise UsageError(
+                    f"{self._executable_argument} is not the target's executable: {reason}"
+                )
+            assert image is not None
+            found = FoundFile(self._executable_argument, image)
+            recorded = recorded or os.path.abspath(self._executable_argument)
+        elif recorded:
+            found = self._find(recorded, self._build_id_at(_header_of(auxv)), check)
+        else:
+            self.problems.append("the stub names no executable; give it as EXE")
+            return None
+        if found is None:
+            return None
+        if not recorded.startswith("/"):
+            recorded = os.path.abspath(found.path)
+        self._files[recorded] = found
+        entry = auxv.get(AT_ENTRY, found.image.entry)
+        return found, recorded, entry - found.image.entry
+
+    def _executable_check(self, auxv: dict[int, int]) -> Check:
+        """The auxiliary vector fixes the executable's machine, entry point and program headers."""
+
+        def check(image: ElfImage) -> str | None:
+            if image.machine != self.arch.elf_machine:
+                return f"it is not built for {self.arch.name}"
+            entry, phnum = auxv.get(AT_ENTRY), auxv.get(AT_PHNUM)
+            if entry is None:
+                return None
+            bias = entry - image.entry
+            if image.type == 2 and bias != 0:
+                return f"its entry point is {image.entry:#x}, the target's is {entry:#x}"
+            if bias % _PAGE:
+                return f"its entry point {image.entry:#x} cannot have been loaded at {entry:#x}"
+            try:
+                count = len(image.segments)
+            except FormatError as error:
+                return str(error)
+            if phnum is not None and phnum != count:
+                return f"it has {count} program headers, the target's executable has {phnum}"
+            return None
+
+        return check
+
+    def _libraries(self, image: ElfImage, bias: int, auxv: dict[int, int]) -> list[Mapping]:
+        """Every shared object the dynamic linker loaded, from the stub's list or from memory."""
+        objects = self._svr4_libraries()
+        if objects is None:
+            head = linkmap.first_link_map(self._read_memory, image, bias)
+            objects = []
+            if head is not None:
+                objects, problems = linkmap.walk_link_map(self._read_memory, head)
+                self.problems += problems
+            elif auxv.get(AT_BASE):
+                interpreter = _interpreter(image)
+                if interpreter:
+                    objects = [linkmap.LoadedObject(interpreter, auxv[AT_BASE], 0)]
+        vdso = auxv.get(AT_SYSINFO_EHDR)
+        mappings = []
+        for loaded in objects:
+            if not loaded.name and loaded.base and loaded.base == auxv.get(AT_BASE):
+                loaded = loaded._replace(name=_interpreter(image))  # ld.so's l_name is often ""
+            if not loaded.name or loaded.base in (vdso, bias) or not loaded.name.startswith("/"):
+                continue  # the executable itself, the vDSO, or a name that is no path
+            found = self._find(
+                loaded.name, self._build_id_at(loaded.base), _dynamic_check(loaded, self.arch)
+            )
+            if found is not None:
+                self._files[loaded.name] = found
+                mappings += linkmap.mappings_of_image(
+                    found.image, loaded.base, loaded.name, self._inode(loaded.name)
+                )
+        return mappings
+
+    def _svr4_libraries(self) -> list[linkmap.LoadedObject] | None:
+        if self._features.get("qXfer:libraries-svr4:read") is not True:
+            return None
+        document = self._xfer(b"libraries-svr4", b"")
+        if document is None:
+            return None
+        try:
+            _, libraries = rsp.parse_library_list_svr4(document)
+        except FormatError as error:
+            self.problems.append(f"library list: {error}")
+            return None
+        return [linkmap.LoadedObject(lib.name, lib.l_addr, lib.l_ld) for lib in libraries]
+
+    def _vdso_mapping(self, vdso: int) -> list[Mapping]:
+        """The vDSO's extent, from the program headers of its image in memory."""
+        image = self._image_in_memory(vdso)
+        try:
+            loads = [] if image is None else image.segments_of_type(PT_LOAD)
+        except FormatError:
+            loads = []
+        if not loads:
+            self.problems.append(f"[vdso] at {vdso:#x}: no ELF image there")
+            return []
+        end = max((load.vaddr + load.memsz for load in loads), default=_PAGE)
+        end -= min((load.vaddr for load in loads), default=0)
+        size = min(end + (-end % _PAGE), 64 * _PAGE)
+        return [Mapping(vdso, vdso + size, "r-xp", 0, 0, "[vdso]")]
+
+    def _find(self, recorded: str, build_id: bytes | None, check: Check) -> FoundFile | None:
+        """The local copy of the target's file ``recorded``, checked by build-id and ``check``."""
+
+        def accept(image: ElfImage) -> str | None:
+            if build_id is not None:
+                try:
+                    theirs = image.build_id
+                except FormatError:
+                    theirs = None
+                if theirs != build_id:
+                    shown = theirs.hex() if theirs else "(none)"
+                    return f"its build-id {shown} differs from {build_id.hex()} in the target"
+            return check(image)
+
+        found, rejected = self._finder.find(recorded, build_id, accept)
+        if found is None:
+            if rejected:
+                self.problems.append(f"{recorded}: not using " + "; ".join(rejected))
+            else:
+                self.problems.append(f"{recorded}: file not found on this machine")
+        return found
+
+    def _build_id_at(self, address: int | None) -> bytes | None:
+        """The build-id in the ELF headers at ``address`` in target memory, if there are any."""
+        image = self._image_in_memory(address) if address else None
+        try:
+            return None if image is None else image.build_id
+        except FormatError:
+            return None
+
+    def _image_in_memory(self, address: int) -> ElfImage | None:
+        """The ELF headers at page ``address`` of target memory: one block, or the whole page.
+
+        The program headers and the build-id note sit in the first few hundred
+        bytes of every image the loader maps, so one block usually does.
+        """
+        if address % _PAGE:
+            return None
+        assert self._memory is not None
+        for size in dict.fromkeys((min(self._memory.block, _PAGE), _PAGE)):
+            try:
+                image = ElfImage(self._read_memory(address, size), origin="target memory")
+                image.segments  # noqa: B018 - checks the program headers are all there
+                image.build_id  # noqa: B018 - and the notes
+            except FormatError:
+                continue
+            except MemoryReadError:
+                return None
+            return image
+        return None
+
+    def _inode(self, path: str) -> int:
+        """The target's inodes are not known: a number per path keeps a file's mappings together."""
+        return self._inodes.setdefault(path, len(self._inodes) + 1)
+
+    # -- memory -----------------------------------------------------------------
+
+    def _read_memory(self, address: int, size: int) -> bytes:
+        """Target memory itself, never a local file (build-ids and the loader's lists)."""
+        assert self._memory is not None
+        return self._memory.read(address, size)
+
+    def _read_file(self, address: int, size: int) -> bytes | None:
+        """From the local file when a read-only file mapping holds all of the range."""
+        index = bisect.bisect_right(self._starts, address) - 1
+        if index < 0:
+            return None
+        mapping = self._mappings[index]
+        if address + size > mapping.end or mapping.writable or not mapping.is_file:
+            return None
+        found = self._files.get(mapping.path)
+        if found is None:
+            return None
+        offset = mapping.offset + (address - mapping.start)
+        data = bytes(found.image.data[offset : offset + size])
+        return data if len(data) == size else None
+
+
+class _Memory:
+    """Target memory read through the stub, each unit fetched at most once per stop.
+
+    A unit is a page, or less when the stub's packets cannot carry a page
+    (QEMU reads at most 2 KiB per ``m``).  A fetch asks for as many missing
+    units as one packet carries, from the one needed upwards — the way an
+    unwinder goes up a stack — and, when the stub refuses that, for the one
+    unit alone: a request that runs into an unmapped page fails as a whole
+    on some stubs.
+    """
+
+    def __init__(self, connection: Connection, block: int, binary: bool) -> None:
+        self._connection = connection
+        #: Bytes one request may ask for.
+        self.block = block
+        self.unit = min(block, _PAGE)
+        self._binary = binary
+        #: Unit address → its bytes (shorter than a unit where the stub stopped), or None.
+        self._units: dict[int, bytes | None] = {}
+
+    def read(self, address: int, size: int) -> bytes:
+        if size <= 0:
+            return b""
+        if address < 0 or size > _MAX_READ or address + size > 1 << 64:
+            raise MemoryReadError(address, size, "outside the address space")
+        unit = self.unit
+        first = address - address % unit
+        end = address + size
+        chunks = []
+        position = first
+        while position < end:
+            if position not in self._units:
+                self._fetch(position, end)
+            data = self._units[position]
+            if data is None:
+                break
+            chunks.append(data)
+            if len(data) < unit:
+                break
+            position += unit
+        joined = b"".join(chunks)
+        result = joined[address - first : address - first + size]
+        if len(result) < size:
+            raise MemoryReadError(address, size, "the stub cannot read it")
+        return result
+
+    def _fetch(self, start: int, end: int) -> None:
+        """Reads the unit at ``start`` and the missing ones after it that one packet holds."""
+        unit = self.unit
+        length = unit
+        while length < self.block and start + length not in self._units:
+            length += unit
+        data = self._request(start, length)
+        if data is None and length > unit:
+            length = unit
+            data = self._request(start, length)
+        if data is None:
+            self._units[start] = None
+            return
+        for offset in range(0, min(len(data), length), unit):
+            self._units[start + offset] = data[offset : offset + unit]
+        if not data:
+            self._units[start] = None
+
+    def _request(self, start: int, length: int) -> bytes | None:
+        command = b"x" if self._binary else b"m"
+        reply = self._connection.request(b"%s%x,%x" % (command, start, length), "'m'")
+        if not reply or rsp.error_code(reply) is not None:
+            return None
+        try:
+            if self._binary:
+                if not reply.startswith(b"b"):
+                    return None
+                data = rsp.unescape(reply[1:])
+            else:
+                data = rsp.decode_hex(reply)
+        except FormatError as error:
+            raise RemoteError(
+                f"the stub at {self._connection.where} sent unreadable memory: {error}"
+            ) from None
+        return data[:length]
+
+
+def _register_numbers(arch: Arch) -> dict[str, int]:
+    """Register name in a target description → DWARF number, for the registers unwinding uses."""
+    numbers = {name: number for number, name in arch.register_names.items() if number < 64}
+    if arch.name == "aarch64":
+        numbers.update({f"x{number}": number for number in range(31)})
+    return numbers
+
+
+def _has_registers(layout: list[rsp.RegisterDesc], arch: Arch) -> bool:
+    """True when ``layout`` places the pc, the sp and every general register of ``arch``."""
+    wanted = _register_numbers(arch)
+    numbers = {wanted[register.name] for register in layout if register.name in wanted}
+    return all(number in numbers for number in range(arch.pc + 1))
+
+
+def _header_of(auxv: dict[int, int]) -> int | None:
+    """Where the executable's ELF header is in memory: the page holding its program headers."""
+    phdr = auxv.get(AT_PHDR)
+    return None if phdr is None else phdr - phdr % _PAGE
+
+
+def _dynamic_check(loaded: linkmap.LoadedObject, arch: Arch) -> Check:
+    """A library is the loaded one if it is built for ``arch`` with its dynamic section at l_ld."""
+
+    def check(image: ElfImage) -> str | None:
+        if image.machine != arch.elf_machine:
+            return f"it is not built for {arch.name}"
+        if not loaded.dynamic:
+            return None
+        try:
+            dynamic = image.segments_of_type(PT_DYNAMIC)
+        except FormatError as error:
+            return str(error)
+        if not dynamic or dynamic[0].vaddr + loaded.base != loaded.dynamic:
+            return f"its dynamic section is not at {loaded.dynamic:#x} where the loaded one is"
+        return None
+
+    return check
+
+
+def _interpreter(image: ElfImage) -> str:
+    """The PT_INTERP path of an executable ("" for static ones)."""
+    try:
+        headers = [header for header in image.segments if header.type == 3]  # PT_INTERP
+        if not headers:
+            return ""
+        return bytes(image.segment_data(headers[0])).split(b"\0", 1)[0].decode("utf-8", "replace")
+    except FormatError:
+        return ""
+
+
+def _without_overlaps(mappings: list[Mapping]) -> list[Mapping]:
+    """Sorted by start; a mapping overlapping an earlier one is dropped (a confused stub)."""
+    result: list[Mapping] = []
+    for mapping in sorted(mappings, key=lambda m: (m.start, m.end)):
+        if result and mapping.start < result[-1].end:
+            continue
+        result.append(mapping)
+    return result
