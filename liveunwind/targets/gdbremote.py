@@ -28,9 +28,10 @@ walk runs inside the ``with``.  What the walk reads:
   ``AT_ENTRY``; libraries from ``qXfer:libraries-svr4``, else the dynamic
   linker's link_map list read from memory; the vDSO from ``AT_SYSINFO_EHDR``.
 
-The stub's own limits show through: QEMU (7.2) user mode ignores ``^C``
-while the guest runs — it stops only at a signal — and gdbserver interrupts
-an attached process by signalling its process group, which fails for a
+The stub's own limits show through: QEMU user mode ignores ``^C`` while the
+guest runs — it stops only at a signal, so with ``after`` it is given that
+long to stop by itself and no ``^C`` is sent — and gdbserver interrupts an
+attached process by signalling its process group, which fails for a
 process that does not lead one.  Either way the stop does not come and the
 target is left running, with a RemoteError saying so.
 """
@@ -236,24 +237,43 @@ class GdbRemote(AddressSpace):
         if self._after is None:
             return
         assert self._connection is not None
+        interruptible = self._honours_interrupt()
         self._connection.send(self._continue_packet())
         self._stopped = False
         self.stopped_at = None
         stop = self._connection.wait_stop(self._after, what="a stop")
+        if stop is None and not interruptible:
+            raise RemoteError(
+                f"the target behind {self.where} did not stop within {self._after:g} s and "
+                "QEMU user mode does not stop a running guest on ^C; it is left running "
+                "(stop it with a signal while liveunwind waits, e.g. kill -USR1 on the QEMU "
+                "process: the signal is passed on)"
+            )
         if stop is None:
             self._connection.interrupt()
             stop = self._connection.wait_stop(self.timeout, what="the stop after ^C")
             if stop is None:
                 raise RemoteError(
                     f"the stub at {self.where} did not stop the target within "
-                    f"{self.timeout:g} s of the interrupt; it is left running "
-                    "(QEMU user mode before 9.0 ignores ^C while the guest runs; "
-                    "gdbserver interrupts the process group, which fails unless the "
-                    "target leads one)"
+                    f"{self.timeout:g} s of the interrupt; it is left running (gdbserver "
+                    "interrupts an attached process by signalling its process group, which "
+                    "fails unless the target leads one)"
                 )
         self._stop = self._stop_reply(stop)
         self._stopped = True
         self.stopped_at = time.perf_counter()
+
+    def _honours_interrupt(self) -> bool:
+        """False for QEMU user mode, which reads nothing from gdb while the guest runs.
+
+        A ``^C`` it has not read stays in its socket and, once liveunwind has
+        hung up, makes QEMU (7.2) resend its next stop reply into the closed
+        connection and die of SIGPIPE; so it is never sent there.  QEMU
+        answers ``qqemu.sstepbits``; only its system mode has ``qqemu.PhyMemMode``.
+        """
+        if not self._request(b"qqemu.sstepbits"):
+            return True
+        return bool(self._request(b"qqemu.PhyMemMode"))
 
     def _stop_reply(self, payload: bytes) -> rsp.StopReply:
         try:

@@ -16,7 +16,8 @@
  * all_ready() (a place for a debugger's breakpoint) and blocks.  SIGUSR1 is
  * caught and ignored: the tests stop a target under QEMU 7.2, which ignores
  * ^C while the guest runs, by sending it SIGUSR1, and a debugger that lets
- * the target go passes that signal on.
+ * the target go passes that signal on.  SIGUSR2 makes it print "alive": a
+ * target that a debugger still holds stopped cannot.
  */
 #include "../tp.h"
 
@@ -103,11 +104,20 @@ TP_NOINLINE void all_ready(void) { tp_sink += 4; }
 
 static void ignore(int signo) { (void)signo; }
 
+static void say_alive(int signo)
+{
+    (void)signo;
+    if (write(STDOUT_FILENO, "alive\n", 6) < 0)
+        _exit(1);
+}
+
 int main(int argc, char **argv)
 {
     int spin = argc > 1 && strcmp(argv[1], "spin") == 0;
     struct sigaction action = {.sa_handler = ignore, .sa_flags = SA_RESTART};
     sigaction(SIGUSR1, &action, NULL);
+    action.sa_handler = say_alive;
+    sigaction(SIGUSR2, &action, NULL);
     tp_allow_tracing();
     if (pipe(pipe_fds) < 0)
         tp_die("pipe");
