@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from liveunwind.backtrace.walker import Walker, WalkOptions
+from liveunwind.backtrace.backtracer import BacktraceOptions, Backtracer
 from liveunwind.errors import UsageError
 from liveunwind.targets.gdbconnection import DEFAULT_TIMEOUT
 from liveunwind.unwinder.stepper import AUTO_UNWINDERS, DEFAULT_MAX_FRAMES
@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from liveunwind.frames import Backtrace
-    from liveunwind.targets.base import AddressSpace
 
 
 def gdb_remote(
@@ -51,7 +50,7 @@ def gdb_remote(
     from liveunwind.targets.gdbremote import GdbRemote
 
     host, port = parse_address(address)
-    options = WalkOptions(max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs))
+    options = BacktraceOptions(max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs))
     started = time.perf_counter()
     target = GdbRemote(
         host,
@@ -66,7 +65,7 @@ def gdb_remote(
     try:
         with target:
             timings = {"stop": time.perf_counter() - started}
-            backtrace = _backtrace(target, options, timings)
+            backtrace = Backtracer(options).backtrace(target, timings)
             backtrace.problems = sorted({*backtrace.problems, *target.problems})
     finally:
         if stats is not None:
@@ -75,11 +74,6 @@ def gdb_remote(
         timings["freeze"] = target.resumed_at - target.stopped_at
     timings["total"] = time.perf_counter() - started
     return backtrace
-
-
-def _backtrace(space: AddressSpace, options: WalkOptions, timings: dict[str, float]) -> Backtrace:
-    """The one call into the backtracer (Backtracer.backtrace on the architecture branch)."""
-    return Walker(options).walk(space, timings)
 
 
 def parse_address(address: str) -> tuple[str, int]:
