@@ -314,6 +314,9 @@ def test_gdbserver_multi_attaches_and_detaches(remote_program) -> None:
     """gdbserver --multi: liveunwind attaches to the pid, detaches, and the server stays up."""
     program = remote_program("remote-O0")
     with GdbServer(None) as server:
+        with pytest.raises(RemoteError, match="has no process"):
+            gdb_remote(f"127.0.0.1:{server.port}")
+        wait_listening(server.port)  # gdbserver --multi listens again after a hang-up
         backtrace = gdb_remote(f"127.0.0.1:{server.port}", attach=program.pid)
         assert_known_chains(backtrace)
         assert tracer_of(program.pid) == 0

@@ -169,9 +169,10 @@ def test_library_list_and_thread_names() -> None:
     assert libraries[1] == rsp.Library(
         "/lib/x86_64-linux-gnu/libc.so.6", 0x7F0E6DAE8200, 0x7F0E6D8FC000, 0x7F0E6DACEB60
     )
-    names = rsp.parse_thread_names(THREADS)
-    assert names[rsp.ThreadId(0xD85, 0xD87)] == "sleeper"
-    assert names[rsp.ThreadId(0xD85, 0xD88)] == "a & b A"
+    threads = rsp.parse_threads(THREADS)
+    assert list(threads) == [rsp.ThreadId(0xD85, tid) for tid in (0xD85, 0xD87, 0xD88)]
+    assert threads[rsp.ThreadId(0xD85, 0xD87)] == "sleeper"
+    assert threads[rsp.ThreadId(0xD85, 0xD88)] == "a & b A"
     with pytest.raises(FormatError):
         rsp.parse_library_list_svr4(b'<library name="x" lm="zz"/>')
 
@@ -230,7 +231,7 @@ _DECODERS = [
     rsp.parse_host_io,
     rsp.parse_target_description,
     rsp.parse_library_list_svr4,
-    rsp.parse_thread_names,
+    rsp.parse_threads,
     rsp.decode_register_value,
     lambda data: rsp.decode_register_block(
         data, [rsp.RegisterDesc("pc", 64, 0), rsp.RegisterDesc("sp", 32, 1)], {"pc": 16}
@@ -259,7 +260,7 @@ def test_fuzz_xml_documents(pieces: list[bytes]) -> None:
     for parse in (
         rsp.parse_target_description,
         rsp.parse_library_list_svr4,
-        rsp.parse_thread_names,
+        rsp.parse_threads,
     ):
         with contextlib.suppress(FormatError):
             parse(document)

@@ -515,13 +515,14 @@ def parse_library_list_svr4(document: bytes) -> tuple[int, list[Library]]:
     return main, libraries
 
 
-def parse_thread_names(document: bytes) -> dict[ThreadId, str]:
-    """``qXfer:threads:read``: the name of every thread that has one."""
-    names = {}
+def parse_threads(document: bytes) -> dict[ThreadId, str]:
+    """``qXfer:threads:read``: every thread, in the stub's order, with its name ("" if none)."""
+    threads = {}
     for name, attributes in xml_elements(document):
-        if name == "thread" and "id" in attributes and attributes.get("name"):
-            names[parse_thread_id(attributes["id"].encode("ascii", "replace"))] = attributes["name"]
-    return names
+        if name == "thread" and "id" in attributes:
+            thread = parse_thread_id(attributes["id"].encode("ascii", "replace"))
+            threads[thread] = attributes.get("name", "")
+    return threads
 
 
 def _show(data: bytes) -> str:

@@ -231,7 +231,16 @@ class GdbRemote(AddressSpace):
 
     def _take_stop(self) -> None:
         """Learns why the target is stopped; with ``after``, lets it run and interrupts it."""
-        self._stop = self._stop_reply(self._request(b"?"))
+        reply = self._request(b"?")
+        if reply.startswith(b"W") and self._attach is None:
+            # A gdbserver --multi without a process; in extended mode it outlives this
+            # connection, as it would a debugger's ``target extended-remote``.
+            self._request(b"!")
+            raise RemoteError(
+                f"the stub at {self.where} has no process; to have gdbserver --multi attach "
+                "to one, name its pid"
+            )
+        self._stop = self._stop_reply(reply)
         self._stopped = True
         self.stopped_at = time.perf_counter()
         if self._after is None:
@@ -416,18 +425,18 @@ class GdbRemote(AddressSpace):
             raise RemoteError(f"{path}: {error}") from None
 
     def _read_threads(self, layout: list[rsp.RegisterDesc]) -> list[ThreadState]:
-        ids = self._thread_ids()
-        names = self._thread_names()
+        listed = self._listed_threads()
         wanted = _register_numbers(self.arch)
         threads = []
-        for thread in ids:
+        for thread, name in listed.items():
             registers = self._registers(thread, layout, wanted)
             if registers is None:
                 continue
             state = "stopped"
             if self._stop.thread is not None and thread == self._stop.thread and self._stop.signal:
                 state = f"stopped by {rsp.signal_name(self._stop.signal)}"
-            threads.append(ThreadState(thread.tid, names.get(thread, ""), registers, state))
+            threads.append(ThreadState(thread.tid, name, registers, state))
+        ids = list(listed)
         if self._stub_pid is None:
             self._stub_pid = next((thread.pid for thread in ids if thread.pid is not None), None)
         pid = self._process_id(ids)
@@ -436,6 +445,19 @@ class GdbRemote(AddressSpace):
         if not threads:
             raise RemoteError(f"the stub at {self.where} gave no thread's registers")
         return threads
+
+    def _listed_threads(self) -> dict[rsp.ThreadId, str]:
+        """Every thread and its name: one ``qXfer:threads`` document, else ``qfThreadInfo``…"""
+        if self._features.get("qXfer:threads:read") is True:
+            document = self._xfer(b"threads", b"")
+            try:
+                threads = rsp.parse_threads(document) if document else {}
+            except FormatError as error:
+                self.problems.append(f"thread list: {error}")
+                threads = {}
+            if threads:
+                return dict(list(threads.items())[:MAX_THREADS])
+        return dict.fromkeys(self._thread_ids(), "")
 
     def _thread_ids(self) -> list[rsp.ThreadId]:
         ids: list[rsp.ThreadId] = []
@@ -455,16 +477,6 @@ class GdbRemote(AddressSpace):
             stopped = self._stop.thread
             ids = [stopped] if stopped is not None else [rsp.ThreadId(None, 0)]
         return list(dict.fromkeys(ids))
-
-    def _thread_names(self) -> dict[rsp.ThreadId, str]:
-        if self._features.get("qXfer:threads:read") is not True:
-            return {}
-        document = self._xfer(b"threads", b"")
-        try:
-            return rsp.parse_thread_names(document) if document else {}
-        except FormatError as error:
-            self.problems.append(f"thread list: {error}")
-            return {}
 
     def _process_id(self, ids: list[rsp.ThreadId]) -> int | None:
         """The process id: the multiprocess pid when a thread has it as its id (its main thread).
