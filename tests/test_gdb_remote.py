@@ -191,6 +191,21 @@ def test_qemu_aarch64_known_chains(remote_build: Path, variant: str) -> None:
     assert backtrace.problems == []
 
 
+def test_qemu_executable_given_and_checked(remote_build: Path) -> None:
+    """EXE stands in for the stub's own idea of the program, if the auxiliary vector agrees."""
+    _tool("aarch64-linux-gnu-gcc")
+    exe = remote_build / "build-aarch64" / "remote-O2"
+    with QemuStub("aarch64", exe) as stub:
+        backtrace = qemu_backtrace(stub, {}, executable=str(exe), sysroot=str(AARCH64_SYSROOT))
+        assert_known_chains(backtrace)
+    with QemuStub("aarch64", exe) as stub:
+        wrong = remote_build / "build-aarch64" / "remote-O0"
+        with pytest.raises(UsageError, match="is not the target's executable"):
+            gdb_remote(f"127.0.0.1:{stub.port}", str(wrong), sysroot=str(AARCH64_SYSROOT))
+        stub.program.wait_for_line(b"ready\n", time.monotonic() + 10)  # let go all the same
+        assert_alive(stub.program)
+
+
 def test_qemu_x86_64_known_chains(remote_build: Path) -> None:
     stats: dict[str, int] = {}
     with QemuStub("x86_64", remote_build / "build" / "remote-O2") as stub:

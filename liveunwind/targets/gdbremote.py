@@ -39,35 +39,26 @@ target is left running, with a RemoteError saying so.
 from __future__ import annotations
 
 import bisect
-import os
 import time
 
 from liveunwind.arch import Arch, arch_by_elf_machine, arch_by_name
 from liveunwind.errors import FormatError, MemoryReadError, UsageError
 from liveunwind.formats import rsp
-from liveunwind.formats.corenotes import (
-    AT_BASE,
-    AT_ENTRY,
-    AT_EXECFN,
-    AT_PHDR,
-    AT_PHNUM,
-    AT_SYSINFO_EHDR,
-    parse_auxv,
-)
-from liveunwind.formats.elf import PT_DYNAMIC, PT_LOAD, ElfImage
-from liveunwind.targets import linkmap
+from liveunwind.formats.corenotes import parse_auxv
 from liveunwind.targets.base import AddressSpace, Mapping, ThreadState
-from liveunwind.targets.filefinder import FileFinder, FoundFile, open_image
+from liveunwind.targets.filefinder import FileFinder, open_image
 from liveunwind.targets.gdbconnection import DEFAULT_TIMEOUT, Connection, RemoteError
+from liveunwind.targets.linkmap import PAGE_SIZE, LoadedObject
+from liveunwind.targets.loadedfiles import LoadedFiles
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
     from typing import BinaryIO
 
-    Check = Callable[[ElfImage], str | None]
+    from liveunwind.formats.elf import ElfImage
 
-_PAGE = linkmap.PAGE_SIZE
+_PAGE = PAGE_SIZE
 #: What this client tells the stub it understands (``xmlRegisters=i386`` makes
 #: an x86 gdbserver send a target description).
 _CLIENT_FEATURES = b"qSupported:multiprocess+;xmlRegisters=i386;qRelocInsn-;vContSupported+"
@@ -131,8 +122,8 @@ class GdbRemote(AddressSpace):
         self._threads: list[ThreadState] = []
         self._mappings: list[Mapping] = []
         self._starts: list[int] = []
-        self._files: dict[str, FoundFile] = {}
-        self._inodes: dict[str, int] = {}
+        #: The target's files, once the target is stopped.
+        self._loaded: LoadedFiles | None = None
         #: perf_counter() when the target was stopped for us, and when it was let go.
         self.stopped_at: float | None = None
         self.resumed_at: float | None = None
@@ -185,11 +176,11 @@ class GdbRemote(AddressSpace):
         return self._memory.read(address, size)
 
     def mapped_image(self, mapping: Mapping) -> ElfImage | None:
-        found = self._files.get(mapping.path) if mapping.is_file else None
+        found = self._loaded.file(mapping) if self._loaded is not None else None
         return None if found is None else found.image
 
     def open_mapped_file(self, mapping: Mapping) -> BinaryIO | None:
-        found = self._files.get(mapping.path) if mapping.is_file else None
+        found = self._loaded.file(mapping) if self._loaded is not None else None
         if found is None:
             return None
         try:
@@ -576,19 +567,20 @@ class GdbRemote(AddressSpace):
     # -- what is loaded where -----------------------------------------------------
 
     def _find_mappings(self) -> list[Mapping]:
+        """The target's files from what the stub says, else from the loader's own records."""
         auxv = self._auxv()
-        mappings: list[Mapping] = []
-        executable = self._find_executable(auxv)
-        if executable is not None:
-            found, recorded, bias = executable
-            mappings += linkmap.mappings_of_image(
-                found.image, bias, recorded, self._inode(recorded)
-            )
-            mappings += self._libraries(found.image, bias, auxv)
-        vdso = auxv.get(AT_SYSINFO_EHDR)
-        if vdso:
-            mappings += self._vdso_mapping(vdso)
-        return _without_overlaps(mappings)
+        recorded = ""
+        if self._features.get("qXfer:exec-file:read") is True:
+            pid = b"%x" % self._attach if self._attach is not None else b""
+            document = self._xfer(b"exec-file", pid)
+            recorded = document.decode("utf-8", "surrogateescape") if document else ""
+        assert self._memory is not None
+        loaded = self._loaded = LoadedFiles(
+            self.arch, self._read_memory, self._finder, header_read=self._memory.unit
+        )
+        mappings = loaded.mappings(auxv, recorded, self._executable_argument, self._svr4_libraries)
+        self.problems += loaded.problems
+        return mappings
 
     def _auxv(self) -> dict[int, int]:
         if self._features.get("qXfer:auxv:read") is not True:
@@ -597,95 +589,8 @@ class GdbRemote(AddressSpace):
         document = self._xfer(b"auxv", b"")
         return parse_auxv(document) if document else {}
 
-    def _find_executable(self, auxv: dict[int, int]) -> tuple[FoundFile, str, int] | None:
-        """The executable's file, the path the target knows it by, and its load bias."""
-        recorded = ""
-        if self._features.get("qXfer:exec-file:read") is True:
-            pid = b"%x" % self._attach if self._attach is not None else b""
-            document = self._xfer(b"exec-file", pid)
-            recorded = document.decode("utf-8", "surrogateescape") if document else ""
-        if not recorded and auxv.get(AT_EXECFN):
-            recorded = linkmap.read_c_string(self._read_memory, auxv[AT_EXECFN])
-        check = self._executable_check(auxv)
-        found: FoundFile | None
-        if self._executable_argument is not None:
-            image = open_image(self._executable_argument)
-            reason = "it is not a readable ELF file" if image is None else check(image)
-            if reason is not None:
-                raise UsageError(
-                    f"{self._executable_argument} is not the target's executable: {reason}"
-                )
-            assert image is not None
-            found = FoundFile(self._executable_argument, image)
-            recorded = recorded or os.path.abspath(self._executable_argument)
-        elif recorded:
-            found = self._find(recorded, self._build_id_at(_header_of(auxv)), check)
-        else:
-            self.problems.append("the stub names no executable; give it as EXE")
-            return None
-        if found is None:
-            return None
-        if not recorded.startswith("/"):
-            recorded = os.path.abspath(found.path)
-        self._files[recorded] = found
-        entry = auxv.get(AT_ENTRY, found.image.entry)
-        return found, recorded, entry - found.image.entry
-
-    def _executable_check(self, auxv: dict[int, int]) -> Check:
-        """The auxiliary vector fixes the executable's machine, entry point and program headers."""
-
-        def check(image: ElfImage) -> str | None:
-            if image.machine != self.arch.elf_machine:
-                return f"it is not built for {self.arch.name}"
-            entry, phnum = auxv.get(AT_ENTRY), auxv.get(AT_PHNUM)
-            if entry is None:
-                return None
-            bias = entry - image.entry
-            if image.type == 2 and bias != 0:
-                return f"its entry point is {image.entry:#x}, the target's is {entry:#x}"
-            if bias % _PAGE:
-                return f"its entry point {image.entry:#x} cannot have been loaded at {entry:#x}"
-            try:
-                count = len(image.segments)
-            except FormatError as error:
-                return str(error)
-            if phnum is not None and phnum != count:
-                return f"it has {count} program headers, the target's executable has {phnum}"
-            return None
-
-        return check
-
-    def _libraries(self, image: ElfImage, bias: int, auxv: dict[int, int]) -> list[Mapping]:
-        """Every shared object the dynamic linker loaded, from the stub's list or from memory."""
-        objects = self._svr4_libraries()
-        if objects is None:
-            head = linkmap.first_link_map(self._read_memory, image, bias)
-            objects = []
-            if head is not None:
-                objects, problems = linkmap.walk_link_map(self._read_memory, head)
-                self.problems += problems
-            elif auxv.get(AT_BASE):
-                interpreter = _interpreter(image)
-                if interpreter:
-                    objects = [linkmap.LoadedObject(interpreter, auxv[AT_BASE], 0)]
-        vdso = auxv.get(AT_SYSINFO_EHDR)
-        mappings = []
-        for loaded in objects:
-            if not loaded.name and loaded.base and loaded.base == auxv.get(AT_BASE):
-                loaded = loaded._replace(name=_interpreter(image))  # ld.so's l_name is often ""
-            if not loaded.name or loaded.base in (vdso, bias) or not loaded.name.startswith("/"):
-                continue  # the executable itself, the vDSO, or a name that is no path
-            found = self._find(
-                loaded.name, self._build_id_at(loaded.base), _dynamic_check(loaded, self.arch)
-            )
-            if found is not None:
-                self._files[loaded.name] = found
-                mappings += linkmap.mappings_of_image(
-                    found.image, loaded.base, loaded.name, self._inode(loaded.name)
-                )
-        return mappings
-
-    def _svr4_libraries(self) -> list[linkmap.LoadedObject] | None:
+    def _svr4_libraries(self) -> list[LoadedObject] | None:
+        """The loader's list as the stub reads it for us (one round trip), if it does."""
         if self._features.get("qXfer:libraries-svr4:read") is not True:
             return None
         document = self._xfer(b"libraries-svr4", b"")
@@ -696,77 +601,7 @@ class GdbRemote(AddressSpace):
         except FormatError as error:
             self.problems.append(f"library list: {error}")
             return None
-        return [linkmap.LoadedObject(lib.name, lib.l_addr, lib.l_ld) for lib in libraries]
-
-    def _vdso_mapping(self, vdso: int) -> list[Mapping]:
-        """The vDSO's extent, from the program headers of its image in memory."""
-        image = self._image_in_memory(vdso)
-        try:
-            loads = [] if image is None else image.segments_of_type(PT_LOAD)
-        except FormatError:
-            loads = []
-        if not loads:
-            self.problems.append(f"[vdso] at {vdso:#x}: no ELF image there")
-            return []
-        end = max((load.vaddr + load.memsz for load in loads), default=_PAGE)
-        end -= min((load.vaddr for load in loads), default=0)
-        size = min(end + (-end % _PAGE), 64 * _PAGE)
-        return [Mapping(vdso, vdso + size, "r-xp", 0, 0, "[vdso]")]
-
-    def _find(self, recorded: str, build_id: bytes | None, check: Check) -> FoundFile | None:
-        """The local copy of the target's file ``recorded``, checked by build-id and ``check``."""
-
-        def accept(image: ElfImage) -> str | None:
-            if build_id is not None:
-                try:
-                    theirs = image.build_id
-                except FormatError:
-                    theirs = None
-                if theirs != build_id:
-                    shown = theirs.hex() if theirs else "(none)"
-                    return f"its build-id {shown} differs from {build_id.hex()} in the target"
-            return check(image)
-
-        found, rejected = self._finder.find(recorded, build_id, accept)
-        if found is None:
-            if rejected:
-                self.problems.append(f"{recorded}: not using " + "; ".join(rejected))
-            else:
-                self.problems.append(f"{recorded}: file not found on this machine")
-        return found
-
-    def _build_id_at(self, address: int | None) -> bytes | None:
-        """The build-id in the ELF headers at ``address`` in target memory, if there are any."""
-        image = self._image_in_memory(address) if address else None
-        try:
-            return None if image is None else image.build_id
-        except FormatError:
-            return None
-
-    def _image_in_memory(self, address: int) -> ElfImage | None:
-        """The ELF headers at page ``address`` of target memory: one block, or the whole page.
-
-        The program headers and the build-id note sit in the first few hundred
-        bytes of every image the loader maps, so one block usually does.
-        """
-        if address % _PAGE:
-            return None
-        assert self._memory is not None
-        for size in dict.fromkeys((min(self._memory.block, _PAGE), _PAGE)):
-            try:
-                image = ElfImage(self._read_memory(address, size), origin="target memory")
-                image.segments  # noqa: B018 - checks the program headers are all there
-                image.build_id  # noqa: B018 - and the notes
-            except FormatError:
-                continue
-            except MemoryReadError:
-                return None
-            return image
-        return None
-
-    def _inode(self, path: str) -> int:
-        """The target's inodes are not known: a number per path keeps a file's mappings together."""
-        return self._inodes.setdefault(path, len(self._inodes) + 1)
+        return [LoadedObject(lib.name, lib.l_addr, lib.l_ld) for lib in libraries]
 
     # -- memory -----------------------------------------------------------------
 
@@ -783,7 +618,7 @@ class GdbRemote(AddressSpace):
         mapping = self._mappings[index]
         if address + size > mapping.end or mapping.writable or not mapping.is_file:
             return None
-        found = self._files.get(mapping.path)
+        found = self._loaded.file(mapping) if self._loaded is not None else None
         if found is None:
             return None
         offset = mapping.offset + (address - mapping.start)
@@ -887,49 +722,3 @@ def _has_registers(layout: list[rsp.RegisterDesc], arch: Arch) -> bool:
     wanted = _register_numbers(arch)
     numbers = {wanted[register.name] for register in layout if register.name in wanted}
     return all(number in numbers for number in range(arch.pc + 1))
-
-
-def _header_of(auxv: dict[int, int]) -> int | None:
-    """Where the executable's ELF header is in memory: the page holding its program headers."""
-    phdr = auxv.get(AT_PHDR)
-    return None if phdr is None else phdr - phdr % _PAGE
-
-
-def _dynamic_check(loaded: linkmap.LoadedObject, arch: Arch) -> Check:
-    """A library is the loaded one if it is built for ``arch`` with its dynamic section at l_ld."""
-
-    def check(image: ElfImage) -> str | None:
-        if image.machine != arch.elf_machine:
-            return f"it is not built for {arch.name}"
-        if not loaded.dynamic:
-            return None
-        try:
-            dynamic = image.segments_of_type(PT_DYNAMIC)
-        except FormatError as error:
-            return str(error)
-        if not dynamic or dynamic[0].vaddr + loaded.base != loaded.dynamic:
-            return f"its dynamic section is not at {loaded.dynamic:#x} where the loaded one is"
-        return None
-
-    return check
-
-
-def _interpreter(image: ElfImage) -> str:
-    """The PT_INTERP path of an executable ("" for static ones)."""
-    try:
-        headers = [header for header in image.segments if header.type == 3]  # PT_INTERP
-        if not headers:
-            return ""
-        return bytes(image.segment_data(headers[0])).split(b"\0", 1)[0].decode("utf-8", "replace")
-    except FormatError:
-        return ""
-
-
-def _without_overlaps(mappings: list[Mapping]) -> list[Mapping]:
-    """Sorted by start; a mapping overlapping an earlier one is dropped (a confused stub)."""
-    result: list[Mapping] = []
-    for mapping in sorted(mappings, key=lambda m: (m.start, m.end)):
-        if result and mapping.start < result[-1].end:
-            continue
-        result.append(mapping)
-    return result
