@@ -35,12 +35,14 @@ from pathlib import Path
 import pytest
 
 from liveunwind.backtrace.remote import gdb_remote, parse_address
+from liveunwind.cli.report import format_json
 from liveunwind.errors import TargetError, UsageError
 from liveunwind.frames import Backtrace
 from liveunwind.targets.gdbconnection import RemoteError
 from tests.assertions import assert_matches_gdb
 from tests.conftest import RunningProgram, start_program
 from tests.oracles import GDB_MARKER, GDB_SCRIPT, Backtraces, OracleFrame, gdb_backtraces, pcs
+from tests.test_schema import VALIDATOR
 
 ROOT = Path(__file__).resolve().parents[1]
 REMOTE = ROOT / "testprogs" / "remote"
@@ -323,6 +325,7 @@ def test_gdbserver_attach_matches_gdb(remote_program, gdb: str) -> None:
     assert_matches_gdb(backtrace, gdb_backtraces(program.pid, gdb=gdb))
     assert_alive(program)
     assert 0 < stats["round_trips"] <= MAX_ROUND_TRIPS, stats
+    VALIDATOR.validate(json.loads(format_json(backtrace)))  # the --json contract holds
 
 
 def test_gdbserver_multi_attaches_and_detaches(remote_program) -> None:
@@ -364,6 +367,25 @@ def test_gdbserver_interrupt_after(remote_build: Path) -> None:
         assert_known_chains(backtrace)
         assert_alive(program)  # SIGINT was ours: not passed on, so the program lives
     finally:
+        program.stop()
+
+
+def test_interrupted_while_waiting_still_detaches(remote_build: Path) -> None:
+    """^C to liveunwind during ``after``: the target is stopped and detached on the way out."""
+    program = GroupLeader(remote_build / "build" / "remote-O2")
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        program.wait_for_line(b"ready\n", time.monotonic() + 10)
+        with GdbServer(program.pid) as server:
+            timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+            timer.start()
+            with pytest.raises(KeyboardInterrupt):
+                gdb_remote(f"127.0.0.1:{server.port}", after=SERVE_TIMEOUT)
+            server.process.wait(timeout=10)  # detached: a gdbserver --attach exits
+        assert tracer_of(program.pid) == 0
+        assert_alive(program)
+    finally:
+        signal.signal(signal.SIGINT, previous)
         program.stop()
 
 

@@ -24,11 +24,13 @@ import pytest
 
 import liveunwind.targets.local as local
 from liveunwind.backtrace.local import local_backtrace
+from liveunwind.cli.report import format_json
 from liveunwind.errors import MemoryReadError, TargetError, UsageError
 from liveunwind.frames import Backtrace
 from liveunwind.targets.selfcapture import MACHINE_CODE, sample_thread
 from tests.oracles import gdb_backtraces, pcs
 from tests.test_gdb_remote import AARCH64_SYSROOT, remote_build  # noqa: F401
+from tests.test_schema import VALIDATOR
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The C chain as it appears in a backtrace taken inside the callback, innermost first.
@@ -38,6 +40,7 @@ SCRIPT = r"""
 import ctypes, json, sys, threading, time
 sys.path.insert(0, sys.argv[2])
 from liveunwind.backtrace.local import local_backtrace
+from liveunwind.cli.report import format_json
 import liveunwind.targets.local as local
 
 chain = ctypes.CDLL(sys.argv[1])
@@ -123,6 +126,7 @@ def test_calling_thread_inside_a_c_chain(chain_library: Path) -> None:
     inner = functions.index("chain_inner")
     assert "_CallPythonObject" in functions[:inner]
     assert "_ctypes_callproc" in functions[inner:]
+    VALIDATOR.validate(json.loads(format_json(backtrace)))  # the --json contract holds
 
 
 def test_another_thread_like_a_watchdog(chain_library: Path) -> None:

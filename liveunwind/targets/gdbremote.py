@@ -241,7 +241,17 @@ class GdbRemote(AddressSpace):
         self._connection.send(self._continue_packet())
         self._stopped = False
         self.stopped_at = None
-        stop = self._connection.wait_stop(self._after, what="a stop")
+        try:
+            stop = self._connection.wait_stop(self._after, what="a stop")
+        except KeyboardInterrupt:
+            # Stopped again, the target can be detached from on the way out.
+            if interruptible and not self._connection.broken:
+                self._connection.interrupt()
+                stop = self._connection.wait_stop(self.timeout, what="the stop after ^C")
+                if stop is not None:
+                    self._stop = self._stop_reply(stop)
+                    self._stopped = True
+            raise
         if stop is None and not interruptible:
             raise RemoteError(
                 f"the target behind {self.where} did not stop within {self._after:g} s and "
