@@ -36,9 +36,11 @@ import pytest
 
 from liveunwind.backtrace.remote import gdb_remote, parse_address
 from liveunwind.cli.report import format_json
-from liveunwind.errors import TargetError, UsageError
+from liveunwind.errors import MemoryReadError, TargetError, UsageError
+from liveunwind.formats import rsp
 from liveunwind.frames import Backtrace
-from liveunwind.targets.gdbconnection import RemoteError
+from liveunwind.targets.gdbconnection import Connection, RemoteError
+from liveunwind.targets.gdbremote import _Memory
 from tests.assertions import assert_matches_gdb
 from tests.conftest import RunningProgram, start_program
 from tests.oracles import GDB_MARKER, GDB_SCRIPT, Backtraces, OracleFrame, gdb_backtraces, pcs
@@ -487,6 +489,42 @@ def test_qemu_user_mode_gets_no_interrupt(remote_build: Path) -> None:
         stub.program.wait_for_line(b"ready\n", time.monotonic() + 10)
         assert_alive(stub.program)
         assert_alive(stub.program)
+
+
+def test_binary_reads_with_x() -> None:
+    """``x`` (GDB 16's binary read, offered as binary-upload): escaped bytes, a partial block."""
+    memory = bytes(range(256)) * 16  # every byte value, '#', '$', '}' and '*' included
+    base = 0x10000
+
+    def serve(connection: socket.socket) -> None:
+        reader = rsp.PacketReader()
+        while True:
+            data = connection.recv(4096)
+            if not data:
+                return
+            reader.feed(data)
+            while (item := reader.next()) is not None:
+                if isinstance(item, bytes):
+                    continue
+                address, length = (int(part, 16) for part in item[1][1:].split(b","))
+                offset = address - base
+                if not 0 <= offset < len(memory):
+                    reply = b"E14"
+                else:
+                    reply = b"b" + rsp.escape(memory[offset : offset + length])
+                connection.sendall(b"+$" + reply + b"#" + rsp.checksum(reply))
+
+    with ScriptedStub(serve) as stub:
+        connection = Connection("127.0.0.1", stub.port, timeout=2.0)
+        try:
+            reads = _Memory(connection, 4096, binary=True)
+            assert reads.read(base + 30, 100) == memory[30:130]
+            assert reads.read(base + 4000, 96) == memory[4000:]
+            with pytest.raises(MemoryReadError):
+                reads.read(base + 4000, 200)  # runs past the end
+            assert connection.round_trips == 2
+        finally:
+            connection.close()
 
 
 @pytest.mark.parametrize(

@@ -18,15 +18,20 @@ walk runs inside the ``with``.  What the walk reads:
 
 - registers: ``Hg`` + ``g`` per thread, laid out by the target description
   (``qXfer:features:read``), or ``p`` per register when ``g`` is refused;
-- memory: ``m`` (``x`` when the stub offers binary reads), in aligned blocks
-  as large as the stub's packets allow, each block read once per stop; code
+- memory: ``m`` (``x`` when the stub offers binary reads) by pages, each
+  read once per stop, as many per request as the stub's packets carry; code
   and read-only data are served from the local copies of the files instead
   (found with ``--sysroot``/``--search-path`` and checked against the
   build-id in target memory), so a walk costs round trips only for stacks;
-- what is loaded where: the executable from ``qXfer:exec-file`` (or the
-  auxiliary vector's ``AT_EXECFN``, or the EXE given), placed by
-  ``AT_ENTRY``; libraries from ``qXfer:libraries-svr4``, else the dynamic
-  linker's link_map list read from memory; the vDSO from ``AT_SYSINFO_EHDR``.
+- what is loaded where (:mod:`liveunwind.targets.loadedfiles`): the
+  executable from ``qXfer:exec-file`` (or the auxiliary vector's
+  ``AT_EXECFN``, or the EXE given), placed by ``AT_ENTRY``; libraries from
+  ``qXfer:libraries-svr4``, else the dynamic linker's link_map list read
+  from memory; the vDSO from ``AT_SYSINFO_EHDR``.
+
+A three-thread program costs 22 round trips through gdbserver and 29 through
+QEMU (which lists one thread per ``qsThreadInfo`` and reads 2 KiB per ``m``);
+gdb's ``thread apply all bt`` sends 186 packets for the same.
 
 The stub's own limits show through: QEMU user mode ignores ``^C`` while the
 guest runs — it stops only at a signal, so with ``after`` it is given that
