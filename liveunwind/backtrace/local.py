@@ -1,7 +1,7 @@
 """``local_backtrace()``: the native backtrace of a thread of the calling process.
 
 For a crash reporter, a hang watchdog or a test helper: the calling thread
-(``thread=None``) or another thread of this process, walked with the same
+(``thread=None``) or another thread of this process, unwound with the same
 stepper, unwind tables and symbols as a ptrace target.  The thread is
 sampled by a signal it handles itself (:mod:`liveunwind.targets.selfcapture`),
 so no ptrace is needed and it works under QEMU user mode too.

@@ -1,6 +1,6 @@
 """``gdb_remote()``: the backtrace of a process behind a GDB remote stub.
 
-The stub keeps the target stopped while the walk reads its stacks (a stub
+The stub keeps the target stopped while the backtrace reads its stacks (a stub
 reads memory only of a stopped target), then the target runs on; see
 :mod:`liveunwind.targets.gdbremote` for how it is stopped and let go.
 """

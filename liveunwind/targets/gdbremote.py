@@ -14,7 +14,7 @@ it ran that many seconds more and was interrupted with ``^C``.  Leaving the
   would drop the signal).
 
 The stub must keep the target stopped while its memory is read, so the
-walk runs inside the ``with``.  What the walk reads:
+backtrace is taken inside the ``with``.  What it reads:
 
 - registers: ``Hg`` + ``g`` per thread, laid out by the target description
   (``qXfer:features:read``), or ``p`` per register when ``g`` is refused;
@@ -22,7 +22,7 @@ walk runs inside the ``with``.  What the walk reads:
   read once per stop, as many per request as the stub's packets carry; code
   and read-only data are served from the local copies of the files instead
   (found with ``--sysroot``/``--search-path`` and checked against the
-  build-id in target memory), so a walk costs round trips only for stacks;
+  build-id in target memory), so a backtrace costs round trips only for stacks;
 - what is loaded where (:mod:`liveunwind.targets.loadedfiles`): the
   executable from ``qXfer:exec-file`` (or the auxiliary vector's
   ``AT_EXECFN``, or the EXE given), placed by ``AT_ENTRY``; libraries from

@@ -168,7 +168,7 @@ class LoadedFiles:
             head = linkmap.first_link_map(self._read, image, bias)
             objects = []
             if head is not None:
-                objects, problems = linkmap.walk_link_map(self._read, head)
+                objects, problems = linkmap.follow_link_map(self._read, head)
                 self.problems += problems
             elif auxv.get(AT_BASE):
                 interpreter = _interpreter(image)

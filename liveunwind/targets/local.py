@@ -2,7 +2,7 @@
 
 A process cannot ptrace itself, and under QEMU user mode nothing can, so a
 thread's registers and stack come from :mod:`liveunwind.targets.selfcapture`
-(the thread copies them in a signal handler) and the walk reads those
+(the thread copies them in a signal handler) and the unwinder reads those
 copies.  Everything else — code, read-only data — is read from the
 process's own memory without ever touching it directly, so a bad address
 from a corrupt stack is an error, not a segfault: ``process_vm_readv`` on
