@@ -13,15 +13,28 @@ if TYPE_CHECKING:
     from typing import Any
 
     from liveunwind.backtrace.api import attach, open_core
+    from liveunwind.backtrace.local import local_backtrace
+    from liveunwind.backtrace.remote import gdb_remote
     from liveunwind.backtrace.session import Session
     from liveunwind.frames import Backtrace, Frame, ThreadBacktrace
 
-__all__ = ["Backtrace", "Frame", "Session", "ThreadBacktrace", "attach", "open_core"]
+__all__ = [
+    "Backtrace",
+    "Frame",
+    "Session",
+    "ThreadBacktrace",
+    "attach",
+    "gdb_remote",
+    "local_backtrace",
+    "open_core",
+]
 
 _EXPORTS = {
     "attach": "liveunwind.backtrace.api",
     "open_core": "liveunwind.backtrace.api",
     "Session": "liveunwind.backtrace.session",
+    "local_backtrace": "liveunwind.backtrace.local",
+    "gdb_remote": "liveunwind.backtrace.remote",
     "Backtrace": "liveunwind.frames",
     "Frame": "liveunwind.frames",
     "ThreadBacktrace": "liveunwind.frames",

@@ -23,10 +23,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -544,3 +546,55 @@ def test_parse_address(text: str, expected: tuple[str, int]) -> None:
 def test_parse_address_rejects(text: str) -> None:
     with pytest.raises(UsageError):
         parse_address(text)
+
+
+# -- the command --------------------------------------------------------------------------
+
+
+def command(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "liveunwind", "gdb-remote", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_command_silent_stub_exits_2_with_one_line_within_ten_seconds() -> None:
+    with ScriptedStub(_silent) as stub:
+        started = time.monotonic()
+        result = command(f"127.0.0.1:{stub.port}")
+        elapsed = time.monotonic() - started
+    assert result.returncode == 2 and elapsed < 10
+    assert result.stdout == "" and result.stderr.count("\n") == 1, result.stderr
+    assert "did not answer" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_command_rejects_a_timeout_of_zero() -> None:
+    result = command("127.0.0.1:1", "--timeout", "0")
+    assert result.returncode == 64 and "--timeout" in result.stderr
+
+
+def test_command_aarch64_under_qemu_json_and_stats(remote_build: Path) -> None:
+    """The command end to end: every thread's known chain, the counters, the target runs on."""
+    _tool("aarch64-linux-gnu-gcc")
+    with QemuStub("aarch64", remote_build / "build-aarch64" / "remote-O2") as stub:
+        stopper = stub.stop_when_ready()
+        result = command(
+            f"127.0.0.1:{stub.port}",
+            "--sysroot",
+            str(AARCH64_SYSROOT),
+            "--after",
+            str(SERVE_TIMEOUT),
+            "--json",
+            "--stats",
+        )
+        stopper.join(timeout=5)
+        assert result.returncode == 0, result.stderr
+        assert_alive(stub.program)
+    document = json.loads(result.stdout)
+    assert document["arch"] == "aarch64" and document["complete"]
+    names = [[frame["function"] for frame in thread["frames"]] for thread in document["threads"]]
+    assert sorted(role_of(functions(thread)) for thread in names) == sorted(CHAINS)
+    VALIDATOR.validate(document)
+    assert re.search(r"protocol: round trips \d+", result.stderr), result.stderr

@@ -42,6 +42,7 @@ def local_backtrace(
     symbols: bool = True,
     verbose: bool = False,
     debug_dirs: Sequence[str] = (),
+    lines: bool = False,
 ) -> Backtrace:
     """The backtrace of ``thread`` of this process: the caller's own by default.
 
@@ -57,7 +58,9 @@ def local_backtrace(
         sampled = _sample_caller(tid, pthread_id, timeout)
     else:
         sampled = _sample(tid, pthread_id, timeout)
-    options = BacktraceOptions(max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs))
+    options = BacktraceOptions(
+        max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs), lines
+    )
     timings = {"sample": time.perf_counter() - started}
     with _backtracer_lock:
         backtracer = _backtracers.get(options)

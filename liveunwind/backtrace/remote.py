@@ -35,6 +35,7 @@ def gdb_remote(
     symbols: bool = True,
     verbose: bool = False,
     debug_dirs: Sequence[str] = (),
+    lines: bool = False,
     stats: dict[str, int] | None = None,
 ) -> Backtrace:
     """Backtraces of every thread of the process behind the stub at ``address`` (``HOST:PORT``).
@@ -50,7 +51,9 @@ def gdb_remote(
     from liveunwind.targets.gdbremote import GdbRemote
 
     host, port = parse_address(address)
-    options = BacktraceOptions(max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs))
+    options = BacktraceOptions(
+        max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs), lines
+    )
     started = time.perf_counter()
     target = GdbRemote(
         host,

@@ -58,6 +58,13 @@ def _stack_bytes(text: str) -> int:
     return value
 
 
+def _positive_seconds(text: str) -> float:
+    value = _seconds(text)
+    if value <= 0:
+        raise ValueError("must be more than 0 seconds")
+    return value
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -184,6 +191,44 @@ def commands() -> list[Command]:
             *_walk_options(),
         ],
     )
+    remote = Command(
+        "gdb-remote",
+        "backtrace every thread of a process behind a GDB remote stub (gdbserver, qemu -g)",
+        [
+            Positional("address", "the stub: HOST:PORT, [IPv6]:PORT or :PORT"),
+            Positional(
+                "executable", "the program's file here, if the stub's path is not", optional=True
+            ),
+        ],
+        [
+            Option("--sysroot", "look for the target's files under DIR", metavar="DIR"),
+            Option(
+                "--search-path",
+                "folders to look for the executable and libraries in, by name",
+                default="",
+                metavar="DIR[:DIR...]",
+            ),
+            Option(
+                "--after",
+                "let the target run this long before interrupting it",
+                convert=_seconds,
+                metavar="SECONDS",
+            ),
+            Option(
+                "--attach",
+                "have a gdbserver --multi attach to this process",
+                convert=_pid,
+                metavar="PID",
+            ),
+            Option(
+                "--timeout",
+                "give up on a stub that does not answer within this long (default 3)",
+                convert=_positive_seconds,
+                metavar="SECONDS",
+            ),
+            *_walk_options(),
+        ],
+    )
     info = Command(
         "unwind-info",
         "print the unwind tables of a binary, or the rule at one address",
@@ -198,7 +243,7 @@ def commands() -> list[Command]:
             ),
         ],
     )
-    return [pid, core, info]
+    return [pid, core, remote, info]
 
 
 def run() -> None:
@@ -282,6 +327,8 @@ def _run(argv: Sequence[str] | None) -> int:
             lines=arguments.lines,
         )
         return _print(arguments, backtrace)
+    if arguments.command == "gdb-remote":
+        return _remote_command(arguments, unwinders)
     raise UsageError(f"unknown command {arguments.command}")
 
 
@@ -295,6 +342,36 @@ def _version() -> str:
         raise LiveUnwindError(
             "version unknown: this copy of liveunwind is not installed (pip install .)"
         ) from None
+
+
+def _remote_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> int:
+    """``liveunwind gdb-remote``: one backtrace through the stub, then the target runs on."""
+    from liveunwind.backtrace.remote import gdb_remote
+
+    counters: dict[str, int] = {}
+    # The API's default timeout unless one was given: the help text names it.
+    timeout = {} if arguments.timeout is None else {"timeout": arguments.timeout}
+    backtrace = gdb_remote(
+        arguments.address,
+        arguments.executable,
+        sysroot=arguments.sysroot,
+        search_path=[part for part in arguments.search_path.split(":") if part],
+        after=arguments.after,
+        attach=arguments.attach,
+        **timeout,
+        max_frames=arguments.max_frames,
+        unwinders=unwinders,
+        symbols=not arguments.no_symbols,
+        verbose=arguments.verbose,
+        debug_dirs=arguments.debug_dir,
+        lines=arguments.lines,
+        stats=counters,
+    )
+    status = _print(arguments, backtrace)
+    if arguments.stats:
+        traffic = ", ".join(f"{name.replace('_', ' ')} {value}" for name, value in counters.items())
+        print(f"liveunwind: stats: protocol: {traffic}", file=sys.stderr)
+    return status
 
 
 def _pid_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> int:
