@@ -12,6 +12,7 @@ import pytest
 import liveunwind
 from liveunwind.modules.rust_demangle import demangle_v0
 from liveunwind.modules.symbols import demangle
+from tests.conftest import RunningProgram
 
 RUST_PROGRAM = """
 mod inner {
@@ -100,16 +101,12 @@ def test_malformed_v0_names_come_back_unchanged(name: str) -> None:
 
 
 def test_live_rust_frames_are_demangled(rust_binaries: dict[str, Path]) -> None:
-    process = subprocess.Popen([rust_binaries["v0"]], stdout=subprocess.PIPE, text=True)
-    try:
-        assert process.stdout is not None
-        assert process.stdout.readline().strip() == "ready"
+    # "ready" is printed before the worker reaches its sleep: wait until every thread sleeps.
+    with RunningProgram(rust_binaries["v0"], []) as process:
+        process.wait_ready(busy=(), timeout=10)
         backtrace = liveunwind.attach(process.pid)
         worker = next(thread for thread in backtrace.threads if thread.name == "worker")
         assert worker.complete, worker.stop_text
         functions = [frame.function for frame in worker.frames]
         assert "main::inner::deep::<alloc::vec::Vec<u8>>" in functions
         assert "std::thread::functions::sleep" in functions
-    finally:
-        process.kill()
-        process.wait()
