@@ -5,10 +5,12 @@
 // Four goroutines spin in main.spin (through main.busy), so threads are
 // stopped in Go code at any instant; others park: in a channel receive
 // (main.receive), in time.Sleep (main.nap), on a sync.Mutex (main.lock) and
-// in a select (main.wait).  With "crash" as the argument a spinning
-// goroutine writes through a nil pointer in main.crashHere 100 ms after
-// "ready": run with GOTRACEBACK=crash the runtime then stops every thread
-// with a signal, prints every goroutine and dies of SIGABRT with a core.
+// in a select (main.wait).  Spinner 0 keeps its thread, whose id the
+// program prints ("spinner TID") before "ready".  With "crash" as the
+// argument, 100 ms after "ready" the program sends SIGQUIT to that thread:
+// run with GOTRACEBACK=crash the runtime then stops every thread with a
+// signal, prints every goroutine and dies of SIGABRT with a core, every
+// thread inside a signal handler on its signal stack.
 package main
 
 import (
@@ -17,6 +19,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -25,7 +28,7 @@ const spinners = 4
 var (
 	arrived int32
 	sink    uint64
-	crash   int32
+	spinner int32
 	mutex   sync.Mutex
 )
 
@@ -38,20 +41,16 @@ func spin(seed uint64) uint64 {
 }
 
 //go:noinline
-func crashHere(p *uint64) {
-	*p = sink
-}
-
-//go:noinline
 func busy(id int) {
+	if id == 0 {
+		runtime.LockOSThread()
+		atomic.StoreInt32(&spinner, int32(syscall.Gettid()))
+	}
 	atomic.AddInt32(&arrived, 1)
 	seed := uint64(id)
 	for {
 		seed = spin(seed)
 		atomic.StoreUint64(&sink, seed)
-		if id == 0 && atomic.LoadInt32(&crash) != 0 {
-			crashHere(nil)
-		}
 	}
 }
 
@@ -98,10 +97,14 @@ func main() {
 	for atomic.LoadInt32(&arrived) < spinners+4 {
 		time.Sleep(time.Millisecond)
 	}
+	fmt.Println("spinner", atomic.LoadInt32(&spinner))
 	fmt.Println("ready")
 	if len(os.Args) > 1 && os.Args[1] == "crash" {
 		time.Sleep(100 * time.Millisecond)
-		atomic.StoreInt32(&crash, 1)
+		tid := int(atomic.LoadInt32(&spinner))
+		if err := syscall.Tgkill(os.Getpid(), tid, syscall.SIGQUIT); err != nil {
+			panic(err)
+		}
 	}
 	<-never
 }
