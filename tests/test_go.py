@@ -26,10 +26,15 @@ from liveunwind.frames import Backtrace, ThreadBacktrace
 from liveunwind.targets.elfcore import ElfCore
 from tests.conftest import start_program
 from tests.oracles import gdb_core_backtraces, pcs
-from tests.test_gopclntab import _table_of, go_program  # noqa: F401 (a fixture)
+from tests.test_gopclntab import build_go_program, go_table
 
 #: The functions after the spinning thread's signal frame, outermost last.
 SPINNER = ["main.busy", "main.main.func1", "runtime.goexit"]
+
+
+@pytest.fixture(scope="module")
+def go_program() -> Path:
+    return build_go_program()
 
 
 def _unlimited_core() -> None:
@@ -67,7 +72,7 @@ def _describe(thread: ThreadBacktrace) -> str:
 
 def _check_known_truth(backtrace: Backtrace, code: list[tuple[int, int]], program: Path) -> None:
     """Every walk complete, every pc code, each ending where Go's traceback ends."""
-    table, _ = _table_of(program)
+    table, _ = go_table(program)
     for thread in backtrace.threads:
         assert thread.complete, _describe(thread)
         for frame in thread.frames:

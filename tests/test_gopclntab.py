@@ -36,8 +36,7 @@ X86_64 = arch_by_name("x86_64")
 AARCH64 = arch_by_name("aarch64")
 
 
-@pytest.fixture(scope="session")
-def go_program() -> Path:
+def build_go_program() -> Path:
     """testprogs/go built with the Go toolchain on PATH (skips without one)."""
     if shutil.which("go") is None or shutil.which("make") is None:
         pytest.skip("go and make are needed to build testprogs/go")
@@ -47,7 +46,12 @@ def go_program() -> Path:
     return GO / "build" / "goroutines"
 
 
-def _table_of(path: Path) -> tuple[GoPclnTab, ElfImage]:
+@pytest.fixture(scope="module")
+def go_program() -> Path:
+    return build_go_program()
+
+
+def go_table(path: Path) -> tuple[GoPclnTab, ElfImage]:
     image = ElfImage(path.read_bytes(), origin=str(path))
     data = image.contents(image.sections[".gopclntab"])
     assert data is not None
@@ -71,7 +75,7 @@ def test_functions_are_the_symbol_table_s(go_program) -> None:
     Assembly functions' symbols add ``.abi0``; the table writes the lengths
     of array types in names as ``[...]``.
     """
-    table, image = _table_of(go_program)
+    table, image = go_table(go_program)
     symbols: dict[int, set[str]] = {}
     for symbol in image.symbols():
         symbols.setdefault(symbol.value, set()).add(re.sub(r"\[\d+\]", "[...]", symbol.name))
@@ -94,7 +98,7 @@ def test_sp_deltas_are_those_of_go_s_debug_frame(go_program) -> None:
     """Each row readelf decodes from .debug_frame says CFA = rsp + delta + 8."""
     if shutil.which("readelf") is None:
         pytest.skip("readelf is not installed")
-    table, _ = _table_of(go_program)
+    table, _ = go_table(go_program)
     dump = subprocess.run(
         ["readelf", "--debug-dump=frames-interp", str(go_program)],
         capture_output=True,
@@ -126,7 +130,7 @@ def test_sp_deltas_are_those_of_go_s_debug_frame(go_program) -> None:
 
 
 def test_walks_end_where_go_s_traceback_ends(go_program) -> None:
-    table, _ = _table_of(go_program)
+    table, _ = go_table(go_program)
     for name in ("runtime.goexit", "runtime.mstart", "runtime.rt0_go"):
         function = _function_named(table, name)
         assert function.flag & FLAG_TOPFRAME, name
@@ -147,7 +151,7 @@ def test_walks_end_where_go_s_traceback_ends(go_program) -> None:
 
 def test_padding_after_a_function_has_no_rule(go_program) -> None:
     """The int3 bytes after a function's code are in its range but not in its pcsp table."""
-    table, image = _table_of(go_program)
+    table, image = go_table(go_program)
     function = _function_named(table, "runtime.cgoSigtramp")
     code = image.contents(image.sections[".text"])
     assert code is not None
