@@ -8,13 +8,14 @@
 //! bottom of a 300-deep recursion; "parked" in std::thread::park.  The main
 //! thread prints "ready" once every thread is about to block, then joins.
 
-use std::hint::black_box;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
 static ARRIVED: AtomicUsize = AtomicUsize::new(0);
+/// Written after each recursive call, so that no call becomes a jump or a loop.
+static SINK: AtomicU32 = AtomicU32::new(0);
 
 fn arrive() {
     ARRIVED.fetch_add(1, Ordering::SeqCst);
@@ -28,7 +29,9 @@ fn recurse(depth: u32) -> u32 {
             thread::sleep(Duration::from_secs(3600));
         }
     }
-    black_box(recurse(black_box(depth - 1))) + 1
+    let below = recurse(depth - 1);
+    SINK.fetch_add(below, Ordering::Relaxed);
+    below + 1
 }
 
 #[inline(never)]
@@ -41,7 +44,9 @@ fn main() {
     let (sender, receiver) = mpsc::channel::<u32>();
     let spawn = |name: &str| thread::Builder::new().name(name.to_string());
     let handle = spawn("receiver").spawn(move || receive(receiver)).unwrap();
-    spawn("deep").spawn(|| recurse(black_box(300))).unwrap();
+    spawn("deep")
+        .spawn(|| recurse(300 + SINK.load(Ordering::Relaxed)))
+        .unwrap();
     spawn("parked")
         .spawn(|| {
             arrive();
