@@ -390,12 +390,19 @@ class Stepper:
         """The module of the frame's pc and the plan of the first table with a rule there.
 
         Remembered for the fast path.  The plan is None when no table covers
-        the pc, and at the sigreturn trampoline; the frame then takes the
-        general path, which also tries the next sources whenever a plan fails.
+        the pc; the frame then takes the general path, which also tries the
+        next sources whenever a plan fails, and reads a signal frame at the
+        sigreturn trampoline.  A frame stopped at the trampoline itself (an
+        exact pc) goes there too, though a table may cover its pc (Go's
+        ``.gopclntab`` does, with an ordinary rule); a return address there
+        is looked up at pc - 1, which no table covers (glibc's and musl's
+        CFI cover the trampoline with a signal-frame rule from the byte
+        before it, Go's functions end before their padding), so checking
+        only exact pcs keeps a cold frame at one lookup.
         """
         module = self.modules.find(frame.lookup_pc)
         found: tuple[Module | None, Plan | None] = (module, None)
-        if self._at_sigreturn(frame.pc):
+        if frame.exact_pc and self._at_sigreturn(frame.pc):
             self._cache.remember_at(frame.lookup_pc, found)  # the general path reads it
             return found
         for name in self.unwinders:
