@@ -65,6 +65,10 @@ def go_core(go_program, tmp_path_factory) -> tuple[Path, int]:
     return cores[0], spinner
 
 
+def _walked(thread: ThreadBacktrace) -> list[tuple[object, ...]]:
+    return [(f.pc, f.sp, f.cfa, f.method, f.signal_frame, f.function) for f in thread.frames]
+
+
 def _describe(thread: ThreadBacktrace) -> str:
     lines = [f"#{f.index:<3} {f.pc:#x} {f.function} [{f.method.value}]" for f in thread.frames]
     return "\n".join([*lines, thread.stop_text])
@@ -110,6 +114,12 @@ def test_kernel_core_of_a_go_crash(go_core, go_program, gdb) -> None:
     after = [f.function for f in frames[handler[0] + 1 :]]
     assert after[0] in ("main.spin", "main.busy"), _describe(spinning)
     assert after[-3:] == [*SPINNER[:2], "runtime.goexit.abi0"], _describe(spinning)
+
+    # The cached fast path walks exactly like the general path (--verbose).
+    general = open_core(str(core), str(go_program), verbose=True)
+    assert [_walked(thread) for thread in general.threads] == [
+        _walked(thread) for thread in backtrace.threads
+    ]
 
     # gdb is right up to the first signal frame, whose trampoline it does not recognise.
     oracle = gdb_core_backtraces(core, go_program, gdb=gdb, max_frames=64)

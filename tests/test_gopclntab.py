@@ -13,6 +13,7 @@ import re
 import shutil
 import struct
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -323,3 +324,21 @@ def test_corrupt_records_are_format_errors() -> None:
     bad_entry = _corrupt(data, record, struct.pack("<I", 0x10))
     with pytest.raises(FormatError):
         GoPclnTab(bad_entry, X86_64).rule_for(TEXT + 8)
+
+
+def test_unwind_info_lists_go_s_functions_and_where_walks_end(go_program) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "liveunwind", "unwind-info", str(go_program)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PYTHONPATH": str(Path(__file__).resolve().parents[1]), "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].endswith(": .gopclntab, .debug_frame")
+    assert re.fullmatch(r"\.gopclntab \(Go 1\.\d+ layout\): \d+ functions", lines[2])
+    goexit = lines.index(next(line for line in lines if line.startswith("runtime.goexit  ")))
+    assert lines[goexit + 1].endswith("cfa=rsp+8 ra=u")
+    busy = lines.index(next(line for line in lines if line.startswith("main.busy  ")))
+    assert lines[busy + 1].endswith("cfa=rsp+8 ra=c-8")

@@ -62,6 +62,8 @@ from liveunwind.formats.rules import UNDEFINED, CfaRule, RegisterRule, RegKind, 
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from liveunwind.arch import Arch
 
 MAGIC_GO116 = 0xFFFFFFFA
@@ -214,6 +216,15 @@ class GoPclnTab:
         None where the function's pcsp table ends before ``pc`` (the padding
         after its code).
         """
+        for start, end, value in self._sp_rows(function):
+            if start <= pc < end:
+                return value
+            if pc < start:
+                break
+        return None
+
+    def _sp_rows(self, function: GoFunction) -> Iterator[tuple[int, int, int]]:
+        """The function's pcsp table: (first pc, end pc, SP delta) per row, in pc order."""
         data, end = self._data, len(self._data)
         position = self._pctab + function.pcsp
         if not self._pctab <= position < end:
@@ -222,13 +233,12 @@ class GoPclnTab:
         while position < end:
             delta, position = leb128.decode(data, position, end, signed=False)
             if delta == 0 and not first:
-                return None
+                return
             first = False
             value += -(delta & 1) ^ (delta >> 1)
             step, position = leb128.decode(data, position, end, signed=False)
-            at += step * self._quantum
-            if pc < at:
-                return value
+            start, at = at, at + step * self._quantum
+            yield start, at, value
         raise FormatError(f".gopclntab: pcsp table of {function.entry:#x} runs off the end")
 
     def ends_stack(self, function: GoFunction) -> bool:
@@ -252,8 +262,15 @@ class GoPclnTab:
         if function is None:
             return None
         delta = self.sp_delta(function, pc)
-        if delta is None:
-            return None
+        return None if delta is None else self._rule(function, delta, pc)
+
+    def rows(self, function: GoFunction) -> Iterator[tuple[int, UnwindRule]]:
+        """The function's rules, each with the first pc it holds at (for ``unwind-info``)."""
+        for start, _end, delta in self._sp_rows(function):
+            yield start, self._rule(function, delta, start)
+
+    def _rule(self, function: GoFunction, delta: int, pc: int) -> UnwindRule:
+        """The rule of a frame of ``function`` whose SP delta is ``delta``."""
         if delta < 0:
             raise FormatError(f".gopclntab: SP delta {delta} at {pc:#x}")
         arch = self._arch

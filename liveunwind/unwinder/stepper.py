@@ -217,23 +217,30 @@ class Stepper:
     ) -> _Step:
         """Computes the caller's registers of ``frame``; raises _Stop when nothing can.
 
-        The kernel's sigreturn trampoline, recognised by its code, comes
-        first: the tables' rule for its pc (or for the byte before it, where
-        the function before it ends) would not read the signal frame.  Then
-        sources are tried in the configured order.  A table's rule whose
+        Sources are tried in the configured order; the kernel's sigreturn
+        trampoline, recognised by its code, before them where the frame
+        stopped on it (a table may cover its pc with an ordinary rule: Go's
+        ``.gopclntab`` does), after them where the handler returned to it
+        (its pc - 1 is covered only by a signal-frame rule, glibc's, which
+        the fast path runs too).  A table's rule whose
         result is implausible (return address not code, CFA below the stack
         pointer) counts as a failure of that table, and the next source is
         tried; so does a rule that reads unreadable memory.
         """
-        signal_step = self._sigreturn(frame)
-        if signal_step is not None:
-            return signal_step
+        if frame.exact_pc:
+            signal_step = self._sigreturn(frame)
+            if signal_step is not None:
+                return signal_step
         failure: _Stop | None = None
         for name in self.unwinders:
             if name in TABLE_UNWINDERS:
                 step, failure = self._table_step(name, registers, frame, module, walk, failure)
                 if step is not None:
                     return step
+        if not frame.exact_pc:
+            signal_step = self._sigreturn(frame)
+            if signal_step is not None:
+                return signal_step
         strategies = [name for name in self.unwinders if name not in TABLE_UNWINDERS]
         if strategies and frame.exact_pc:
             step = self._leaf_step(registers, walk)
@@ -395,10 +402,10 @@ class Stepper:
         sigreturn trampoline.  A frame stopped at the trampoline itself (an
         exact pc) goes there too, though a table may cover its pc (Go's
         ``.gopclntab`` does, with an ordinary rule); a return address there
-        is looked up at pc - 1, which no table covers (glibc's and musl's
-        CFI cover the trampoline with a signal-frame rule from the byte
-        before it, Go's functions end before their padding), so checking
-        only exact pcs keeps a cold frame at one lookup.
+        is looked up at pc - 1, which only a signal-frame rule covers
+        (glibc's and musl's CFI start one byte before the trampoline; Go's
+        functions end before their padding), so only exact pcs pay for
+        reading the code.
         """
         module = self.modules.find(frame.lookup_pc)
         found: tuple[Module | None, Plan | None] = (module, None)
