@@ -62,5 +62,6 @@ AARCH64 = Arch(
     red_zone=0,
     sigreturn_code=SIGRETURN_CODE,
     signal_frame_reader=read_signal_frame,
+    link_register=30,
     strip_pointer_auth=strip_pointer_auth,
 )

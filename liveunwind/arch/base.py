@@ -30,6 +30,7 @@ class Arch:
     __slots__ = (
         "elf_machine",
         "fp",
+        "link_register",
         "name",
         "pc",
         "red_zone",
@@ -55,6 +56,7 @@ class Arch:
         red_zone: int,
         sigreturn_code: bytes,
         signal_frame_reader: Callable[[ReadMemory, int], dict[int, int]],
+        link_register: int | None = None,
         strip_pointer_auth: Callable[[int], int] = _no_pointer_auth,
         word_size: int = 8,
     ) -> None:
@@ -66,6 +68,9 @@ class Arch:
         self.fp = fp
         #: The DWARF return-address column of a typical CIE.
         self.return_address = return_address
+        #: The register a call leaves the return address in (aarch64's LR), or
+        #: None where the call pushes it onto the stack (x86_64).
+        self.link_register = link_register
         self.register_names = register_names
         #: Bytes below the stack pointer a leaf function may use without moving it.
         self.red_zone = red_zone

@@ -10,7 +10,7 @@ liveunwind's JSON output, or what ``objdump -d`` shows).
 Listing a table's entries is this command's business, not the unwinder's: the
 :class:`~liveunwind.modules.sources.UnwindTable` contract is only
 ``rule_for``, and the dump narrows to the concrete decoders (CfiTable,
-SFrameSection, CompactUnwindTable) for what each of them can show.
+SFrameSection, CompactUnwindTable, GoPclnTab) for what each of them can show.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from liveunwind.arch import Arch, arch_by_elf_machine, arch_by_name
 from liveunwind.errors import FormatError, TargetError
 from liveunwind.formats.dwarf_cfi import CfiTable, Fde
 from liveunwind.formats.elf import ElfImage
+from liveunwind.formats.gopclntab import GoPclnTab
 from liveunwind.formats.rules import UnwindRule
 from liveunwind.formats.sframe import SFrameSection
 from liveunwind.modules.sources import UnwindSource, unwind_tables
@@ -176,12 +177,30 @@ def _rule_text(rule: UnwindRule, arch: Arch) -> str:
     return rule.describe(arch.register_name, expression_text)
 
 
+def _dump_go(label: str, table: GoPclnTab, arch: Arch) -> Iterator[str]:
+    """Go's functions, each with its rules (an undefined return address ends the walk)."""
+    yield ""
+    yield f"{label} (Go {table.version} layout): {len(table)} functions"
+    try:
+        for index in range(len(table)):
+            function = table.function(index)
+            yield ""
+            yield f"{table.name(function)}  {function.entry:#x}..{function.end:#x}"
+            for address, rule in table.rows(function):
+                yield f"  {address:#x}  {_rule_text(rule, arch)}"
+    except FormatError as error:
+        yield f"corrupt {label}: {error}"
+
+
 def _dump(source: UnwindSource, image: ElfImage, arch: Arch) -> Iterator[str]:
     table = source.table
     if isinstance(table, SFrameSection):
         yield from table.format_objdump().rstrip("\n").splitlines()
         return
-    assert isinstance(table, CfiTable), "unwind_tables makes CFI and SFrame tables only"
+    if isinstance(table, GoPclnTab):
+        yield from _dump_go(source.label, table, arch)
+        return
+    assert isinstance(table, CfiTable), "unwind_tables makes Go, CFI and SFrame tables only"
     yield ""
     yield f"{source.label}:"
     try:

@@ -1,7 +1,7 @@
 """The unwind tables of an ELF image, each behind the one question the stepper asks.
 
 :func:`unwind_tables` builds an :class:`UnwindSource` for every table an image
-carries (``.eh_frame``, ``.debug_frame``, ``.sframe``); a module adds the
+carries (Go's ``.gopclntab``, ``.eh_frame``, ``.debug_frame``, ``.sframe``); a module adds the
 ``.debug_frame`` of its separate debug file (:class:`DebugFileFrames`).  Every
 table satisfies :class:`UnwindTable`: ``rule_for(pc)`` with a link-time pc,
 None where the table has no entry, FormatError where the entry is corrupt.
@@ -66,7 +66,7 @@ class DebugFileFrames:
 def unwind_tables(image: ElfImage, problems: list[str]) -> list[UnwindSource]:
     """Every unwind table an ELF image carries; a corrupt one is noted in ``problems``."""
     sources = []
-    for builder in (_eh_frame, _debug_frame, _sframe):
+    for builder in (_gopclntab, _eh_frame, _debug_frame, _sframe):
         try:
             source = builder(image)
         except FormatError as error:
@@ -79,6 +79,35 @@ def unwind_tables(image: ElfImage, problems: list[str]) -> list[UnwindSource]:
 
 def _byte_order(image: ElfImage) -> Literal["little", "big"]:
     return "little" if image.byte_order == "<" else "big"
+
+
+def _gopclntab(image: ElfImage) -> UnwindSource | None:
+    """Go's ``.gopclntab``, first of the ``cfi`` sources of a Go program.
+
+    It is Go's call-frame information, and it counts as CFI: for Go code it
+    says what Go's ``.debug_frame`` says (both come from the same SP deltas),
+    and it also knows where Go's stacks end (``runtime.goexit``, the
+    scheduler stack's switches), which ``.debug_frame`` does not, so it is
+    asked first.  It covers only Go's functions; C code linked into the
+    program keeps its ``.eh_frame``.
+    """
+    section = image.sections.get(".gopclntab")
+    if section is None:
+        return None
+    data = image.contents(section)
+    if not data:
+        return None
+    from liveunwind.arch import arch_by_elf_machine
+    from liveunwind.errors import UsageError
+    from liveunwind.formats.gopclntab import GoPclnTab
+
+    try:
+        arch = arch_by_elf_machine(image.machine)
+    except UsageError:
+        return None  # not an architecture liveunwind unwinds
+    text = image.sections.get(".text")
+    table = GoPclnTab(data, arch, text.address if text is not None else 0)
+    return UnwindSource("cfi", ".gopclntab", table)
 
 
 def _eh_frame(image: ElfImage) -> UnwindSource | None:

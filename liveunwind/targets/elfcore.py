@@ -283,7 +283,7 @@ class ElfCore(AddressSpace):
             if mapping.perms != _UNKNOWN_PERMS:
                 continue
             found = self._file_for(mapping.path)
-            flags = None if found is None else _segment_flags(found.image, mapping.offset)
+            flags = None if found is None else _segment_flags(found.image, mapping, self._mappings)
             perms = "r--p" if flags is None else _perms(flags)
             self._mappings[index] = mapping._replace(perms=perms)
 
@@ -641,15 +641,28 @@ def _perms(flags: int) -> str:
     )
 
 
-def _segment_flags(image: ElfImage, offset: int) -> int | None:
-    """Flags of the PT_LOAD that maps file offset ``offset`` (page-aligned)."""
+def _segment_flags(image: ElfImage, mapping: Mapping, mappings: list[Mapping]) -> int | None:
+    """Flags of the PT_LOAD whose link-time pages hold ``mapping`` (one of ``mappings``).
+
+    Matched by address (the mapping's start less the file's load bias), not
+    by file offset: lld packs segments back to back in the file, so the page
+    holding the start of the code is also the last page of the read-only
+    segment before it, while in memory every segment has pages of its own.
+    The load bias comes from the file's lowest-offset mapping, which holds
+    the ELF header at offset 0: only the first PT_LOAD maps that page.
+    """
     try:
         loads = image.segments_of_type(PT_LOAD)
     except FormatError:
         return None
+    same_file = [m for m in mappings if m.path == mapping.path]
+    first = min(same_file, key=lambda m: m.offset, default=mapping)
+    if not loads or loads[0].offset - loads[0].offset % _PAGE != first.offset:
+        return None
+    bias = first.start - (loads[0].vaddr - loads[0].vaddr % _PAGE)
+    address = mapping.start - bias
     for header in loads:
-        first = header.offset - header.offset % _PAGE
-        if first <= offset < header.offset + header.filesz:
+        if header.vaddr - header.vaddr % _PAGE <= address < header.vaddr + header.memsz:
             return header.flags
     return None
 

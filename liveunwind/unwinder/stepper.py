@@ -187,17 +187,20 @@ class Stepper:
             if caller_pc is None or caller_pc == 0:
                 break  # end of stack: the return address is undefined or zero
             caller_sp = caller.get(arch.sp, 0)
-            if not frame.signal_frame and (
-                (previous_cfa is not None and cfa <= previous_cfa) or caller_sp < sp
-            ):
+            if frame.signal_frame:
+                # The interrupted code may run on another stack (Go's signal handlers
+                # run on a signal stack of their own): its CFA may lie anywhere.
+                previous_cfa = None
+            elif (previous_cfa is not None and cfa <= previous_cfa) or caller_sp < sp:
                 reason, detail = StopReason.CFA_NOT_GROWING, f"cfa {cfa:#x} at pc {pc:#x}"
                 break
+            else:
+                previous_cfa = cfa
             key = (caller_pc, caller_sp)
             if key in seen:
                 reason, detail = StopReason.REPEATED_FRAME, f"pc {caller_pc:#x} sp {caller_sp:#x}"
                 break
             seen.add(key)
-            previous_cfa = cfa
             registers, exact_pc = caller, interrupted
         return ThreadBacktrace(
             tid=thread.tid,
@@ -214,20 +217,30 @@ class Stepper:
     ) -> _Step:
         """Computes the caller's registers of ``frame``; raises _Stop when nothing can.
 
-        Sources are tried in the configured order.  A table's rule whose
+        Sources are tried in the configured order; the kernel's sigreturn
+        trampoline, recognised by its code, before them where the frame
+        stopped on it (a table may cover its pc with an ordinary rule: Go's
+        ``.gopclntab`` does), after them where the handler returned to it
+        (its pc - 1 is covered only by a signal-frame rule, glibc's, which
+        the fast path runs too).  A table's rule whose
         result is implausible (return address not code, CFA below the stack
         pointer) counts as a failure of that table, and the next source is
         tried; so does a rule that reads unreadable memory.
         """
+        if frame.exact_pc:
+            signal_step = self._sigreturn(frame)
+            if signal_step is not None:
+                return signal_step
         failure: _Stop | None = None
         for name in self.unwinders:
             if name in TABLE_UNWINDERS:
                 step, failure = self._table_step(name, registers, frame, module, walk, failure)
                 if step is not None:
                     return step
-        signal_step = self._sigreturn(registers, frame)
-        if signal_step is not None:
-            return signal_step
+        if not frame.exact_pc:
+            signal_step = self._sigreturn(frame)
+            if signal_step is not None:
+                return signal_step
         strategies = [name for name in self.unwinders if name not in TABLE_UNWINDERS]
         if strategies and frame.exact_pc:
             step = self._leaf_step(registers, walk)
@@ -385,10 +398,20 @@ class Stepper:
 
         Remembered for the fast path.  The plan is None when no table covers
         the pc; the frame then takes the general path, which also tries the
-        next sources whenever a plan fails.
+        next sources whenever a plan fails, and reads a signal frame at the
+        sigreturn trampoline.  A frame stopped at the trampoline itself (an
+        exact pc) goes there too, though a table may cover its pc (Go's
+        ``.gopclntab`` does, with an ordinary rule); a return address there
+        is looked up at pc - 1, which only a signal-frame rule covers
+        (glibc's and musl's CFI start one byte before the trampoline; Go's
+        functions end before their padding), so only exact pcs pay for
+        reading the code.
         """
         module = self.modules.find(frame.lookup_pc)
         found: tuple[Module | None, Plan | None] = (module, None)
+        if frame.exact_pc and self._at_sigreturn(frame.pc):
+            self._cache.remember_at(frame.lookup_pc, found)  # the general path reads it
+            return found
         for name in self.unwinders:
             if name in TABLE_UNWINDERS:
                 plan = self._plan(name, frame, module)
@@ -440,17 +463,31 @@ class Stepper:
 
     # -- signal frames without unwind info ------------------------------------
 
-    def _sigreturn(self, registers: dict[int, int], frame: Frame) -> _Step | None:
-        """Recognises the kernel's sigreturn trampoline by its code and reads the signal frame."""
-        code = self.arch.sigreturn_code
+    def _sigreturn(self, frame: Frame) -> _Step | None:
+        """The caller of the kernel's sigreturn trampoline: the registers its signal frame saved.
+
+        The trampoline is recognised by its code (glibc's ``__restore_rt``,
+        musl's, Go's ``runtime.sigreturn`` and the aarch64 vDSO's are the
+        same instructions), not by a name or an unwind table.  Its pc is
+        where the signal handler returned to, not the return address of a
+        call: the frame is named by its pc, not pc - 1.
+        """
+        if not self._at_sigreturn(frame.pc):
+            return None
         try:
-            if self.space.read(frame.pc, len(code)) != code:
-                return None
             caller = self.arch.signal_frame_reader(self.space.read, frame.sp)
         except MemoryReadError:
             return None
-        frame.signal_frame = True
+        frame.signal_frame = frame.exact_pc = True
         return _Step(caller=caller, cfa=frame.sp, method=Method.SIGNAL, caller_interrupted=True)
+
+    def _at_sigreturn(self, pc: int) -> bool:
+        """Whether the code at ``pc`` is the sigreturn trampoline."""
+        code = self.arch.sigreturn_code
+        try:
+            return self.space.read(pc, len(code)) == code
+        except MemoryReadError:
+            return False
 
 
 def _note(walk: _Walk, text: str) -> None:
