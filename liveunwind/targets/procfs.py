@@ -1,13 +1,20 @@
-"""Reading /proc: mappings, thread lists and the facts that explain attach failures."""
+"""Reading /proc: mappings, thread lists and the facts that explain attach failures.
+
+The files named here (``stat``, ``status``, ``wchan``, ``maps``) are kernel
+files at paths liveunwind builds itself, read with
+:func:`~liveunwind.targets.files.read_kernel_file`; the one file a process
+chooses, its perf map, is resolved inside its own root with
+:func:`~liveunwind.targets.files.open_in_root`.
+"""
 
 from __future__ import annotations
 
 import os
-import stat
 from collections import namedtuple
 
 from liveunwind.errors import NoSuchProcessError
 from liveunwind.targets.base import Mapping
+from liveunwind.targets.files import FileError, open_in_root, read_kernel_file
 
 #: ``PF_KTHREAD`` in the flags field of /proc/PID/stat.
 _PF_KTHREAD = 0x00200000
@@ -67,8 +74,7 @@ def state_word(letter: str) -> str:
 
 def read_stat(path: str) -> TaskStat:
     """Parses a ``stat`` file; the name may contain spaces and parentheses."""
-    with open(path, "rb") as stream:
-        raw = stream.read().decode("utf-8", "replace")
+    raw = read_kernel_file(path, 4096).decode("utf-8", "replace")
     head, _, tail = raw.rpartition(")")
     name = head.partition("(")[2]
     fields = tail.split()
@@ -91,16 +97,43 @@ def list_tids(pid: int) -> list[int]:
         raise NoSuchProcessError(f"process {pid} has exited") from None
 
 
-def tracer_of(pid: int) -> int:
-    """The pid of the process tracing ``pid``, or 0."""
+def status_field(path: str, name: str) -> str:
+    """One field of a ``status`` file (``TracerPid``, ``NSpid``…), or "" if absent or unreadable."""
+    prefix = name + ":"
     try:
-        with open(f"/proc/{pid}/status") as stream:
-            for line in stream:
-                if line.startswith("TracerPid:"):
-                    return int(line.split()[1])
+        text = read_kernel_file(path, 65536).decode("utf-8", "replace")
     except OSError:
-        pass
-    return 0
+        return ""
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            return line[len(prefix) :].strip()
+    return ""
+
+
+def tracer_of(pid: int, tid: int | None = None) -> int:
+    """The thread tracing thread ``tid`` of ``pid`` (its main thread by default), or 0."""
+    path = f"/proc/{pid}/status" if tid is None else f"/proc/{pid}/task/{tid}/status"
+    try:
+        return int(status_field(path, "TracerPid") or 0)
+    except ValueError:
+        return 0
+
+
+def process_of(tid: int) -> int:
+    """The process (thread group) that thread ``tid`` belongs to, or 0 if it is gone."""
+    try:
+        return int(status_field(f"/proc/{tid}/status", "Tgid") or 0)
+    except ValueError:
+        return 0
+
+
+def wchan(pid: int, tid: int) -> str:
+    """The kernel function thread ``tid`` sleeps in (``wait_for_vfork_done``), or ""."""
+    try:
+        text = read_kernel_file(f"/proc/{pid}/task/{tid}/wchan", 256).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "" if text.strip() == "0" else text.strip()
 
 
 #: Largest perf map read; JIT runtimes append forever, so cap what we parse.
@@ -111,22 +144,20 @@ def read_perf_map(pid: int) -> str:
     """The process's ``/tmp/perf-PID.map`` as it sees it (its root, its own pid), or ``""``.
 
     Inside a pid namespace the file is named after the pid the process sees
-    itself as (the last ``NSpid`` entry), and lives under its own root.  Only a
-    regular file is read, and at most 16 MiB of it.
+    itself as (the last ``NSpid`` entry), and lives under its own root: the
+    path is resolved inside ``/proc/PID/root``, so a symlink the process
+    planted cannot lead out of it.  Only a regular file is read, at most
+    16 MiB of it.
     """
     own_pid = pid
+    namespaced = status_field(f"/proc/{pid}/status", "NSpid").split()
+    if namespaced:  # absent before Linux 4.1
+        try:
+            own_pid = int(namespaced[-1])
+        except ValueError:
+            return ""
     try:
-        with open(f"/proc/{pid}/status") as stream:
-            for line in stream:
-                if line.startswith("NSpid:"):
-                    own_pid = int(line.split()[-1])
-    except (OSError, ValueError):
-        return ""
-    path = f"/proc/{pid}/root/tmp/perf-{own_pid}.map"
-    try:
-        with open(path, "rb") as stream:
-            if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
-                return ""
-            return stream.read(_MAX_PERF_MAP).decode("utf-8", "replace")
-    except OSError:
+        with open_in_root(f"/proc/{pid}/root", f"/tmp/perf-{own_pid}.map") as perf_map:
+            return perf_map.read(_MAX_PERF_MAP).decode("utf-8", "replace")
+    except FileError:
         return ""

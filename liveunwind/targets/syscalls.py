@@ -19,12 +19,20 @@ PTRACE_SEIZE = 0x4206
 PTRACE_INTERRUPT = 0x4207
 PTRACE_EVENT_STOP = 128
 NT_PRSTATUS = 1
+#: openat2(2): the same number on x86_64 and aarch64 (the generic syscall table).
+SYS_OPENAT2 = 437
+RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_IN_ROOT = 0x10
 #: waitpid option: wait for any child, cloned threads included.
 WALL = 0x40000000
 
 
 class _IoVec(ctypes.Structure):
     _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -41,6 +49,8 @@ _process_vm_readv.argtypes = [
     ctypes.c_ulong,
 ]
 _process_vm_readv.restype = ctypes.c_ssize_t
+_syscall = _libc.syscall
+_syscall.restype = ctypes.c_long
 
 
 def ptrace(request: int, tid: int, address: int = 0, data: int = 0) -> int:
@@ -92,3 +102,23 @@ def read_remote(pid: int, ranges: list[tuple[int, int]]) -> list[bytes | None]:
         # Range ``index`` failed (or was partial): skip it and carry on after it.
         start += index + 1
     return results
+
+
+def openat2_in_root(root_fd: int, path: str, flags: int) -> int:
+    """openat2(2) with RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS: ``path`` as seen from ``root_fd``.
+
+    Absolute symlinks and ``..`` resolve inside ``root_fd``; magic links
+    (``/proc/*/fd/*``…) are refused.  Raises OSError (ENOSYS before Linux 5.6).
+    """
+    how = _OpenHow(flags, 0, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)
+    fd = _syscall(
+        ctypes.c_long(SYS_OPENAT2),
+        ctypes.c_int(root_fd),
+        ctypes.c_char_p(os.fsencode(path)),
+        ctypes.byref(how),
+        ctypes.c_size_t(ctypes.sizeof(how)),
+    )
+    if fd < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), path)
+    return int(fd)
