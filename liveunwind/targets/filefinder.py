@@ -123,7 +123,7 @@ def open_image(path: str, *, strict: bool = False) -> ElfImage | None:
     except FileError:
         return None
     try:
-        return ElfImage(data, origin=path)  # type: ignore[arg-type]  # an mmap is a buffer
+        return ElfImage(data, origin=path)
     except FormatError:
         return None
 

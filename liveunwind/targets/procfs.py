@@ -9,15 +9,40 @@ chooses, its perf map, is resolved inside its own root with
 
 from __future__ import annotations
 
+import errno
 import os
 from collections import namedtuple
 
 from liveunwind.errors import NoSuchProcessError
 from liveunwind.targets.base import Mapping
-from liveunwind.targets.files import FileError, open_in_root, read_kernel_file
+from liveunwind.targets.files import (
+    FileError,
+    RegularFile,
+    open_file,
+    open_in_root,
+    read_kernel_file,
+)
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import BinaryIO
 
 #: ``PF_KTHREAD`` in the flags field of /proc/PID/stat.
 _PF_KTHREAD = 0x00200000
+
+
+#: Most bytes of /proc/PID/maps read (a process may have up to vm.max_map_count lines).
+MAX_MAPS_TEXT = 256 << 20
+
+
+def read_maps(owner: str) -> list[Mapping]:
+    """The mappings of process ``owner`` (a pid, or "self"); OSError once it is gone.
+
+    A path that is not UTF-8 is decoded with replacement characters: it is
+    printed, and such a file is then opened through /proc/PID/map_files.
+    """
+    text = read_kernel_file(f"/proc/{owner}/maps", MAX_MAPS_TEXT)
+    return parse_maps(text.decode("utf-8", "replace"))
 
 
 def parse_maps(text: str) -> list[Mapping]:
@@ -161,3 +186,62 @@ def read_perf_map(pid: int) -> str:
             return perf_map.read(_MAX_PERF_MAP).decode("utf-8", "replace")
     except FileError:
         return ""
+
+
+def open_mapped_file(owner: str, mapping: Mapping) -> BinaryIO | None:
+    """Opens the file behind ``mapping`` of process ``owner`` (a pid, or "self") as it sees it.
+
+    The path is resolved inside the process's root (containers, chroots)
+    and used when it is the mapped file: the same (device, inode) as
+    /proc/PID/maps says.  Otherwise (deleted or replaced on disk, or a path
+    that leads elsewhere) the kernel's own handle in /proc/PID/map_files is
+    used, which needs CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE.  Without
+    those, a file of the right inode whose device number differs is
+    accepted: btrfs subvolumes and overlayfs number devices differently in
+    maps and in stat.  Only regular files are ever opened; an emptied one
+    raises FileError (it cannot be mapped, and would not be the code).
+    """
+    if not mapping.is_file:
+        return None
+    path = mapping.path.removesuffix(" (deleted)")
+    kernels_handle = f"/proc/{owner}/map_files/{mapping.start:x}-{mapping.end:x}"
+    found: RegularFile | None
+    try:
+        found = open_in_root(f"/proc/{owner}/root", path)
+    except FileError:
+        found = None
+    if found is not None and found.identity != _identity(mapping):
+        if found.status.st_ino != mapping.inode:
+            found.close()
+            found = None
+        else:
+            try:
+                kernels = open_file(kernels_handle)
+            except FileError as error:
+                if error.errno not in (errno.EPERM, errno.EACCES):
+                    found.close()
+                    found = None
+            else:
+                found.close()
+                found = kernels
+    if found is None:
+        try:
+            found = open_file(kernels_handle)
+        except FileError:
+            return None
+        if found.status.st_ino != mapping.inode:
+            found.close()
+            return None
+    if found.size == 0:
+        found.close()
+        raise FileError(path, "is empty (cut short since it was mapped)")
+    return found.stream()
+
+
+def _identity(mapping: Mapping) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of a mapped file from its maps line (``fd:01``, major:minor in hex)."""
+    major, _, minor = mapping.device.partition(":")
+    try:
+        return os.makedev(int(major, 16), int(minor, 16)), mapping.inode
+    except ValueError:
+        return None

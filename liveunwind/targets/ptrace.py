@@ -46,7 +46,7 @@ from liveunwind.errors import (
     PermissionDeniedError,
     UsageError,
 )
-from liveunwind.targets import files, procfs, syscalls
+from liveunwind.targets import procfs, syscalls
 from liveunwind.targets.base import AddressSpace, Mapping, ThreadState
 
 TYPE_CHECKING = False
@@ -75,8 +75,6 @@ _LONGEST_POLL = 2e-3
 _RELEASE_TIMEOUT = 2.0
 #: ``PF_EXITING`` in the flags field of /proc/PID/task/TID/stat.
 _PF_EXITING = 0x4
-#: Most bytes of /proc/PID/maps read (a process may have up to vm.max_map_count lines).
-_MAX_MAPS_TEXT = 256 << 20
 
 
 class PtraceProcess(AddressSpace):
@@ -165,10 +163,9 @@ class PtraceProcess(AddressSpace):
     def mappings(self) -> list[Mapping]:
         if self._mappings is None:
             try:
-                text = files.read_kernel_file(f"/proc/{self.pid}/maps", _MAX_MAPS_TEXT)
+                self._mappings = procfs.read_maps(str(self.pid))
             except (FileNotFoundError, ProcessLookupError):
                 raise NoSuchProcessError(f"process {self.pid} has exited") from None
-            self._mappings = procfs.parse_maps(text.decode("utf-8", "replace"))
         return self._mappings
 
     def read(self, address: int, size: int) -> bytes:
@@ -191,55 +188,8 @@ class PtraceProcess(AddressSpace):
         return joined[offset : offset + size]
 
     def open_mapped_file(self, mapping: Mapping) -> BinaryIO | None:
-        """Opens the file behind ``mapping`` as the target sees it.
-
-        The path is resolved inside the target's root (containers, chroots)
-        and used when it is the mapped file: the same (device, inode) as
-        /proc/PID/maps says.  Otherwise (deleted or replaced on disk, or a
-        path that leads elsewhere) the kernel's own handle in
-        /proc/PID/map_files is used, which needs CAP_SYS_ADMIN or
-        CAP_CHECKPOINT_RESTORE.  Without those, a file of the right inode
-        whose device number differs is accepted: btrfs subvolumes and
-        overlayfs number devices differently in maps and in stat.  Only
-        regular files are ever opened; an emptied one raises FileError.
-        """
-        if not mapping.is_file:
-            return None
-        path = mapping.path.removesuffix(" (deleted)")
-        try:
-            found: files.RegularFile | None = files.open_in_root(f"/proc/{self.pid}/root", path)
-        except files.FileError:
-            found = None
-        if found is not None and found.identity != _identity(mapping):
-            if found.status.st_ino != mapping.inode:
-                found.close()
-                found = None
-            else:
-                try:
-                    kernels = files.open_file(
-                        f"/proc/{self.pid}/map_files/{mapping.start:x}-{mapping.end:x}"
-                    )
-                except files.FileError as error:
-                    if error.errno not in (errno.EPERM, errno.EACCES):
-                        found.close()
-                        found = None
-                else:
-                    found.close()
-                    found = kernels
-        if found is None:
-            try:
-                found = files.open_file(
-                    f"/proc/{self.pid}/map_files/{mapping.start:x}-{mapping.end:x}"
-                )
-            except files.FileError:
-                return None
-            if found.status.st_ino != mapping.inode:
-                found.close()
-                return None
-        if found.size == 0:
-            found.close()
-            raise files.FileError(path, "is empty (cut short since it was mapped)")
-        return found.stream()
+        """Opens the file behind ``mapping`` as the target sees it (see procfs.open_mapped_file)."""
+        return procfs.open_mapped_file(str(self.pid), mapping)
 
     # -- attaching (on the tracer thread) -------------------------------------
 
@@ -623,15 +573,6 @@ def _decode_registers(arch: Arch, raw: bytes, pid: int) -> dict[int, int]:
     if len(raw) < aarch64.USER_REGS_SIZE:
         raise NotTraceableError(f"process {pid} is a 32-bit process; only 64-bit is supported")
     return aarch64.registers_from_user_regs(raw)
-
-
-def _identity(mapping: Mapping) -> tuple[int, int] | None:
-    """(st_dev, st_ino) of a mapped file from its maps line (``fd:01``, major:minor in hex)."""
-    major, _, minor = mapping.device.partition(":")
-    try:
-        return os.makedev(int(major, 16), int(minor, 16)), mapping.inode
-    except ValueError:
-        return None
 
 
 def _is_exiting(pid: int, tid: int) -> bool:
