@@ -351,3 +351,17 @@ def test_a_stack_copy_is_held_once(run_program) -> None:
     thread = snapshot.threads()[0]
     sp = thread.registers[snapshot.arch.sp]
     assert isinstance(snapshot.read(sp, 16), bytes)
+
+
+def test_peekdata_is_asked_of_the_tracer_thread(run_program) -> None:
+    """The last fallback for memory is PTRACE_PEEKDATA, which only the tracer thread may make."""
+    program = run_program("threads-O2")
+    with PtraceProcess(program.pid) as process:
+        thread = process.threads()[0]
+        sp = thread.registers[process.arch.sp]
+        expected = process.read(sp, 64)
+        process._pages = {}
+        process._vm_readv_works = False  # as under an LSM that refuses process_vm_readv
+        process._memory_fd = -1  # and /proc/PID/mem
+        assert process.read(sp, 64) == expected
+    assert_untraced(program.pid)
