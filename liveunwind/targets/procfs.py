@@ -153,7 +153,7 @@ def process_of(tid: int) -> int:
 
 
 def wchan(pid: int, tid: int) -> str:
-    """The kernel function thread ``tid`` sleeps in (``wait_for_vfork_done``), or ""."""
+    """The kernel function thread ``tid`` sleeps in (``kernel_clone`` inside vfork()), or ""."""
     try:
         text = read_kernel_file(f"/proc/{pid}/task/{tid}/wchan", 256).decode("utf-8", "replace")
     except OSError:
