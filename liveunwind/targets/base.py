@@ -58,7 +58,7 @@ class Mapping(
 class ThreadState:
     """A thread as seen when the target was stopped."""
 
-    __slots__ = ("name", "pending_signal", "registers", "state", "tid")
+    __slots__ = ("name", "pending_signal", "registers", "state", "stopped", "tid")
 
     def __init__(
         self,
@@ -67,6 +67,7 @@ class ThreadState:
         registers: dict[int, int],
         state: str = "",
         pending_signal: int = 0,
+        stopped: bool = True,
     ) -> None:
         self.tid = tid
         self.name = name
@@ -76,6 +77,9 @@ class ThreadState:
         self.state = state
         #: Signal pending delivery when we stopped it, re-injected on detach.
         self.pending_signal = pending_signal
+        #: False for a live thread that did not stop in time: it has no
+        #: registers, and ``state`` says where the kernel held it.
+        self.stopped = stopped
 
     def __repr__(self) -> str:
         return f"<ThreadState {self.tid} {self.name!r} {self.state}>"

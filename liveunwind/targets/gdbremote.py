@@ -52,6 +52,7 @@ from liveunwind.formats import rsp
 from liveunwind.formats.corenotes import parse_auxv
 from liveunwind.targets.base import AddressSpace, Mapping, ThreadState
 from liveunwind.targets.filefinder import FileFinder, open_image
+from liveunwind.targets.files import FileError, open_file
 from liveunwind.targets.gdbconnection import DEFAULT_TIMEOUT, Connection, RemoteError
 from liveunwind.targets.linkmap import PAGE_SIZE, LoadedObject
 from liveunwind.targets.loadedfiles import LoadedFiles
@@ -189,8 +190,8 @@ class GdbRemote(AddressSpace):
         if found is None:
             return None
         try:
-            return open(found.path, "rb")
-        except OSError:
+            return open_file(found.path).stream()
+        except FileError:
             return None
 
     # -- connecting and stopping ------------------------------------------------

@@ -19,7 +19,6 @@ import ctypes
 import errno
 import itertools
 import os
-import stat
 import struct
 import threading
 
@@ -29,6 +28,7 @@ from liveunwind.formats.elf import PT_LOAD
 from liveunwind.targets import procfs, syscalls
 from liveunwind.targets.base import AddressSpace, Mapping, ThreadState
 from liveunwind.targets.filefinder import open_image
+from liveunwind.targets.files import read_kernel_file
 from liveunwind.targets.selfcapture import ThreadSample, pthread_stack, sample_thread
 
 TYPE_CHECKING = False
@@ -60,8 +60,7 @@ def sample(tid: int, pthread_id: int | None, *, timeout: float) -> ThreadSample:
 
 
 def read_own_maps() -> list[Mapping]:
-    with open("/proc/self/maps") as stream:
-        return procfs.parse_maps(stream.read())
+    return procfs.read_maps("self")
 
 
 class LocalProcess(AddressSpace):
@@ -116,21 +115,7 @@ class LocalProcess(AddressSpace):
 
     def open_mapped_file(self, mapping: Mapping) -> BinaryIO | None:
         """The mapped file itself when it is still the one mapped, else the kernel's handle."""
-        if not mapping.is_file:
-            return None
-        for path in (
-            mapping.path.removesuffix(" (deleted)"),
-            f"/proc/self/map_files/{mapping.start:x}-{mapping.end:x}",
-        ):
-            try:
-                stream = open(path, "rb")  # noqa: SIM115 - handed to the caller
-            except OSError:
-                continue
-            info = os.fstat(stream.fileno())
-            if stat.S_ISREG(info.st_mode) and info.st_ino == mapping.inode:
-                return stream
-            stream.close()
-        return None
+        return procfs.open_mapped_file("self", mapping)
 
     def _copy_holding(self, address: int, size: int) -> ThreadSample | None:
         last = self._last
@@ -271,7 +256,7 @@ def _mapping_at(mappings: list[Mapping], address: int) -> Mapping | None:
 
 def _thread_name(tid: int) -> str:
     try:
-        with open(f"/proc/self/task/{tid}/comm") as stream:
-            return stream.read().rstrip("\n")
+        name = read_kernel_file(f"/proc/self/task/{tid}/comm", 64)
     except OSError:
         return ""
+    return name.decode("utf-8", "replace").rstrip("\n")

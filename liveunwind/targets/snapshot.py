@@ -26,13 +26,20 @@ from liveunwind.targets.base import AddressSpace
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import mmap
     from typing import BinaryIO
 
     from liveunwind.targets.base import Mapping, ThreadState
     from liveunwind.targets.ptrace import PtraceProcess
 
+    #: A copied piece of memory: bytes, or the buffer a stack was copied into.
+    Block = bytes | bytearray | mmap.mmap
+
 #: Default cap on the bytes copied per thread stack.
 DEFAULT_STACK_CAP = 16 << 20
+#: Default cap on the bytes copied for all stacks together: a process with
+#: many threads parked deep in big stacks would otherwise cost gigabytes.
+DEFAULT_TOTAL_CAP = 256 << 20
 _unpack_word = struct.Struct("<Q").unpack_from
 
 
@@ -46,7 +53,8 @@ class Snapshot(AddressSpace):
         live: PtraceProcess,
         threads: list[ThreadState],
         mappings: list[Mapping],
-        stacks: list[tuple[int, bytes]],
+        stacks: list[tuple[int, Block]],
+        problems: list[str] | None = None,
     ) -> None:
         self.pid = live.pid
         self.arch = live.arch
@@ -54,30 +62,53 @@ class Snapshot(AddressSpace):
         self._threads = threads
         self._mappings = mappings
         self._copies = _Copies(stacks)
+        #: What the copy left out (stacks cut by the caps), one sentence each.
+        self.problems: list[str] = problems if problems is not None else []
 
     @classmethod
-    def capture(cls, live: PtraceProcess, *, stack_cap: int = DEFAULT_STACK_CAP) -> Snapshot:
-        """Copies registers, mappings and every thread's live stack with one batch of reads."""
+    def capture(
+        cls,
+        live: PtraceProcess,
+        *,
+        stack_cap: int = DEFAULT_STACK_CAP,
+        total_cap: int = DEFAULT_TOTAL_CAP,
+    ) -> Snapshot:
+        """Copies registers, mappings and every thread's live stack with one batch of reads.
+
+        Each thread's copy starts just below its stack pointer (the red
+        zone) and holds at most ``stack_cap`` bytes; when the copies would
+        add up to more than ``total_cap``, every thread gets an equal share
+        of it (a thread that needs less leaves the rest to the others).
+        What was cut is said in :attr:`problems`; beyond its copy a stack is
+        read from the running process.
+        """
         threads = live.threads()
         mappings = live.mappings()
         starts = [mapping.start for mapping in mappings]
-        ranges = []
+        wanted = []
         for thread in threads:
-            sp = thread.registers.get(live.arch.sp, 0)
+            sp = thread.registers.get(live.arch.sp)
+            if sp is None:
+                continue  # a thread that did not stop has no registers
             index = bisect.bisect_right(starts, sp) - 1
             if index < 0 or sp >= mappings[index].end:
                 continue
             mapping = mappings[index]
             start = max(mapping.start, sp - live.arch.red_zone)
-            end = min(mapping.end, sp + stack_cap)
-            ranges.append((start, end - start))
-        ranges = _merge(ranges)
-        stacks = [
+            wanted.append((thread.tid, start, mapping.end - start))
+        sizes = _share(total_cap, [min(live_size, stack_cap) for _, _, live_size in wanted])
+        problems = [
+            _cut(tid, size, live_size, stack_cap, total_cap)
+            for (tid, _, live_size), size in zip(wanted, sizes)
+            if size < live_size
+        ]
+        ranges = _merge([(start, size) for (_, start, _), size in zip(wanted, sizes) if size > 0])
+        stacks: list[tuple[int, Block]] = [
             (start, data)
-            for (start, _), data in zip(ranges, syscalls.read_remote(live.pid, ranges))
+            for (start, _), data in zip(ranges, syscalls.copy_remote(live.pid, ranges))
             if data is not None
         ]
-        return cls(live, threads, mappings, stacks)
+        return cls(live, threads, mappings, stacks, problems)
 
     def threads(self) -> list[ThreadState]:
         return self._threads
@@ -126,12 +157,12 @@ class _Copies:
 
     __slots__ = ("_blocks", "_last", "_pieces", "_starts")
 
-    def __init__(self, pieces: list[tuple[int, bytes]]) -> None:
+    def __init__(self, pieces: list[tuple[int, Block]]) -> None:
         self._pieces = pieces
-        self._blocks: list[tuple[int, bytes]] = []
+        self._blocks: list[tuple[int, Block]] = []
         self._starts: list[int] = []
         #: The block the last word came from: the stepper reads one stack at a time.
-        self._last: tuple[int, bytes] = (0, b"")
+        self._last: tuple[int, Block] = (0, b"")
 
     def add(self, start: int, data: bytes) -> None:
         if data:
@@ -149,7 +180,8 @@ class _Copies:
         start, data = block
         offset = address - start
         if offset + size <= len(data):
-            return data[offset : offset + size]
+            piece = data[offset : offset + size]
+            return piece if type(piece) is bytes else bytes(piece)
         if offset < len(data):
             raise MemoryReadError(address, size, "beyond the copied part")
         return None
@@ -169,7 +201,7 @@ class _Copies:
             self._last = block
         return _unpack_word(data, offset)[0]
 
-    def _block_at(self, address: int) -> tuple[int, bytes] | None:
+    def _block_at(self, address: int) -> tuple[int, Block] | None:
         """The block starting at or below ``address`` (which may end before it)."""
         if self._pieces:
             self._merge_pieces()
@@ -178,7 +210,7 @@ class _Copies:
 
     def _merge_pieces(self) -> None:
         pieces = sorted([*self._blocks, *self._pieces], key=lambda piece: piece[0])
-        runs: list[list[tuple[int, bytes]]] = []
+        runs: list[list[tuple[int, Block]]] = []
         end = 0
         for start, data in pieces:
             if runs and start <= end:
@@ -192,7 +224,7 @@ class _Copies:
         self._pieces = []
 
 
-def _join(run: list[tuple[int, bytes]]) -> tuple[int, bytes]:
+def _join(run: list[tuple[int, Block]]) -> tuple[int, Block]:
     """One block from pieces sorted by start, each overlapping or touching the ones before."""
     if len(run) == 1:
         return run[0]
@@ -213,3 +245,33 @@ def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
         else:
             merged.append([start, end])
     return [(start, end - start) for start, end in merged]
+
+
+def _share(budget: int, sizes: list[int]) -> list[int]:
+    """Sizes cut so they add up to at most ``budget``: equal shares, unused parts passed on."""
+    if sum(sizes) <= budget:
+        return sizes
+    shares = [0] * len(sizes)
+    left, count = max(budget, 0), len(sizes)
+    for index in sorted(range(len(sizes)), key=sizes.__getitem__):
+        shares[index] = min(sizes[index], left // count)
+        left -= shares[index]
+        count -= 1
+    return shares
+
+
+def _cut(tid: int, copied: int, live_size: int, stack_cap: int, total_cap: int) -> str:
+    """Says what the copy of one thread's stack left out, and which cap cut it."""
+    cap = (
+        f"the cap of {_size(stack_cap)} per thread"
+        if copied == stack_cap
+        else f"the cap of {_size(total_cap)} for all threads together"
+    )
+    return (
+        f"thread {tid}: copied {_size(copied)} of its {_size(live_size)} live stack "
+        f"({cap}); the rest was read from the process after it ran again"
+    )
+
+
+def _size(count: int) -> str:
+    return f"{count / (1 << 20):.1f} MiB" if count >= 1 << 20 else f"{count >> 10} KiB"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import mmap
 import os
 
 PTRACE_DETACH = 17
@@ -19,12 +20,22 @@ PTRACE_SEIZE = 0x4206
 PTRACE_INTERRUPT = 0x4207
 PTRACE_EVENT_STOP = 128
 NT_PRSTATUS = 1
+#: openat2(2): the same number on x86_64 and aarch64 (the generic syscall table).
+SYS_OPENAT2 = 437
+RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_IN_ROOT = 0x10
 #: waitpid option: wait for any child, cloned threads included.
 WALL = 0x40000000
+#: Size from which :func:`copy_remote` copies into a mapping of its own.
+MAP_AT = 1 << 20
 
 
 class _IoVec(ctypes.Structure):
     _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -41,6 +52,8 @@ _process_vm_readv.argtypes = [
     ctypes.c_ulong,
 ]
 _process_vm_readv.restype = ctypes.c_ssize_t
+_syscall = _libc.syscall
+_syscall.restype = ctypes.c_long
 
 
 def ptrace(request: int, tid: int, address: int = 0, data: int = 0) -> int:
@@ -92,3 +105,59 @@ def read_remote(pid: int, ranges: list[tuple[int, int]]) -> list[bytes | None]:
         # Range ``index`` failed (or was partial): skip it and carry on after it.
         start += index + 1
     return results
+
+
+def copy_remote(pid: int, ranges: list[tuple[int, int]]) -> list[bytearray | mmap.mmap | None]:
+    """Like :func:`read_remote`, but the kernel writes straight into the buffers returned.
+
+    One copy of the memory in liveunwind, never two (a ctypes buffer plus
+    the bytes made of it).  Ranges (of at least one byte) of
+    :data:`MAP_AT` or more go into an anonymous mapping of their own, which
+    costs a system call but is not zero-filled first and is handed back to
+    the system as a whole; smaller ones into a bytearray.
+    """
+    results: list[bytearray | mmap.mmap | None] = [None] * len(ranges)
+    start = 0
+    while start < len(ranges):
+        batch = ranges[start : start + 1024]  # IOV_MAX
+        buffers = [bytearray(size) if size < MAP_AT else mmap.mmap(-1, size) for _, size in batch]
+        anchors = [(ctypes.c_char * len(buffer)).from_buffer(buffer) for buffer in buffers]
+        local = (_IoVec * len(batch))(
+            *(_IoVec(ctypes.addressof(anchor), len(anchor)) for anchor in anchors)
+        )
+        remote = (_IoVec * len(batch))(*(_IoVec(address, size) for address, size in batch))
+        done = _process_vm_readv(pid, local, len(batch), remote, len(batch), 0)
+        del anchors, local  # the buffers may be resized or closed from here on
+        if done < 0:
+            code = ctypes.get_errno()
+            if code in (errno.EFAULT, errno.EIO):
+                done = 0
+            else:
+                raise OSError(code, os.strerror(code))
+        index = 0
+        while index < len(batch) and done >= batch[index][1]:
+            results[start + index] = buffers[index]
+            done -= batch[index][1]
+            index += 1
+        start += index + 1
+    return results
+
+
+def openat2_in_root(root_fd: int, path: str, flags: int) -> int:
+    """openat2(2) with RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS: ``path`` as seen from ``root_fd``.
+
+    Absolute symlinks and ``..`` resolve inside ``root_fd``; magic links
+    (``/proc/*/fd/*``…) are refused.  Raises OSError (ENOSYS before Linux 5.6).
+    """
+    how = _OpenHow(flags, 0, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)
+    fd = _syscall(
+        ctypes.c_long(SYS_OPENAT2),
+        ctypes.c_int(root_fd),
+        ctypes.c_char_p(os.fsencode(path)),
+        ctypes.byref(how),
+        ctypes.c_size_t(ctypes.sizeof(how)),
+    )
+    if fd < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), path)
+    return int(fd)
