@@ -177,7 +177,7 @@ def commands() -> list[Command]:
         "core",
         "backtrace every thread recorded in a core file",
         [
-            Positional("core", "the core file (.gz and .xz are read as they are)"),
+            Positional("core", "the core file (.gz, .xz and .zst are read as they are)"),
             Positional("executable", "the program that dumped it", optional=True),
         ],
         [

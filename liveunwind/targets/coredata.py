@@ -1,9 +1,10 @@
-"""Random access to the bytes of a core file: plain, gzip or xz.
+"""Random access to the bytes of a core file: plain, gzip, xz or zstd.
 
 A core is read at scattered offsets (headers, notes, then whatever pages the
 walk touches), so every kind of core is served through ``read_at``.  A plain
-file is read with ``pread``.  A compressed core is never unpacked to disk:
-gzip and xz streams can only be decompressed front to back, so it is read
+file is read with ``pread``.  A compressed core (systemd-coredump writes
+zstd) is never unpacked to disk: gzip, xz and zstd streams can only be
+decompressed front to back, so it is read
 forward once and the decompressed bytes are kept in 1 MiB blocks in a cache
 bounded by :data:`CACHE_BUDGET`.  A core that decompresses to less than the
 budget is decompressed at most once and costs its decompressed size in
@@ -25,6 +26,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from liveunwind.errors import CoreFileError
+from liveunwind.formats import zstd
 from liveunwind.targets.files import FileError, RegularFile, open_file
 
 TYPE_CHECKING = False
@@ -101,7 +103,7 @@ class CompressedCoreData:
         self._raw: BinaryIO | None = None
         self._budget_blocks = max(1, budget // BLOCK_SIZE)
         self._blocks: OrderedDict[int, bytes] = OrderedDict()
-        self._stream: BufferedIOBase | None = None
+        self._stream: BufferedIOBase | BinaryIO | None = None
         #: Index of the next block the open stream will produce.
         self._next_block = 0
         #: Number of blocks in the data, once the end has been seen.
@@ -178,6 +180,9 @@ class CompressedCoreData:
 
             self._stream = gzip.GzipFile(fileobj=self._raw, mode="rb")
             self._stream_errors = (EOFError, OSError, zlib.error)
+        elif self.kind == "zstd":
+            self._stream = zstd.reader(self._raw)
+            self._stream_errors = zstd.stream_errors()
         else:
             import lzma
 
@@ -199,7 +204,7 @@ class CompressedCoreData:
 
 
 def open_core_data(path: str) -> CoreData:
-    """Opens a core as plain, gzip or xz data, told apart by their magic bytes."""
+    """Opens a core as plain, gzip, xz or zstd data, told apart by their magic bytes."""
     try:
         file = open_file(path)
     except FileError as error:
@@ -209,7 +214,8 @@ def open_core_data(path: str) -> CoreData:
     except FileError as error:
         file.close()
         raise CoreFileError(f"cannot read core {path}: {error.reason}") from None
-    if magic.startswith(_GZIP_MAGIC) or magic == _XZ_MAGIC:
-        kind = "gzip" if magic.startswith(_GZIP_MAGIC) else "xz"
+    kinds = {_GZIP_MAGIC: "gzip", _XZ_MAGIC: "xz", zstd.MAGIC: "zstd"}
+    kind = next((kind for start, kind in kinds.items() if magic.startswith(start)), None)
+    if kind is not None:
         return CompressedCoreData(path, kind, file=file)
     return PlainCoreData(path, file)
