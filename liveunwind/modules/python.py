@@ -1,0 +1,650 @@
+"""The CPython interpreter of a target, and each thread's chain of Python frames.
+
+:func:`find_interpreter` looks through the modules whose name says Python
+(``python3.11``, ``libpython3.12.so.1.0``, ``python3.14d``) for the symbol
+``_PyRuntime`` — in ``.dynsym`` (CPython exports it even from a stripped
+executable), ``.symtab``, or the module's separate debug file — reads the
+version the binary was built as (``Py_Version``, from the file), and chooses
+the layout: the built-in one for 3.11 and 3.12, the one the interpreter
+publishes in ``_Py_DebugOffsets`` for 3.13 and later.  A version without a
+layout, or a published record that disagrees with the binary, is refused
+with a note saying so: an unknown layout would only print garbage.
+
+Reading the frames is split in two so that a live process need only be
+stopped for the first half:
+
+1. :func:`collect` follows pointers — interpreters, thread states, frame
+   chains, and the code objects, names and line tables the frames refer
+   to — through a ``read(address, size)`` it is handed.  For a live process
+   that is the snapshot's ``read_frozen`` while the process is stopped (see
+   :func:`capture`): everything read is then kept in the snapshot.
+2. :func:`describe` turns what was collected into ``PythonFrame`` records
+   (function, file, line) without reading anything; its line-table decoding
+   is the CPU-bound part, done after the process runs again.
+
+Every structure read is checked before it is believed: a thread state must
+point back at its interpreter, a code object's type must be ``PyCode_Type``,
+a name's ``PyUnicode_Type``; every list and chain is bounded and cycles are
+cut.  A frame that fails its check is left out and noted, never shown wrong.
+"""
+
+from __future__ import annotations
+
+from liveunwind.arch.base import WORD_MASK
+from liveunwind.errors import FormatError, LiveUnwindError, MemoryReadError
+from liveunwind.formats import cpython
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+    from liveunwind.formats.elf import ElfImage
+    from liveunwind.modules.module import Module
+    from liveunwind.targets.base import AddressSpace
+
+    Read = Callable[[int, int], bytes]
+
+#: Interpreters followed from ``_PyRuntime`` (subinterpreters are rare; a loop is cut sooner).
+MAX_INTERPRETERS = 256
+#: Thread states followed per interpreter.
+MAX_THREADS = 16384
+#: Python frames followed per thread (the default recursion limit is 1000).
+MAX_FRAMES = 50000
+#: Eval calls (``_PyCFrame`` records, 3.11) followed per thread.
+MAX_EVAL_CALLS = MAX_FRAMES
+
+
+class PythonFrame:
+    """One Python frame: the function (its qualified name), the file, and the line it is at."""
+
+    __slots__ = ("file", "function", "line")
+
+    def __init__(self, function: str, file: str, line: int | None) -> None:
+        self.function = function
+        self.file = file
+        #: None where the code has no line for the instruction (CPython's -1).
+        self.line = line
+
+    def __repr__(self) -> str:
+        return f"<PythonFrame {self.function} {self.file}:{self.line}>"
+
+    def as_dict(self) -> dict[str, object]:
+        return {"function": self.function, "file": self.file, "line": self.line}
+
+
+class PythonRun:
+    """The Python frames one call of the eval loop runs, innermost first.
+
+    ``anchor`` is an address inside that C call's stack frame, which places
+    the run in the native stack: the entry frame the eval call keeps on its
+    C stack (3.12+), or its ``_PyCFrame`` (3.11).  None when it is not known.
+    """
+
+    __slots__ = ("anchor", "frames")
+
+    def __init__(self, anchor: int | None, frames: list[PythonFrame]) -> None:
+        self.anchor = anchor
+        self.frames = frames
+
+
+class PythonThread:
+    """One thread's Python stack: its runs of frames, innermost run first."""
+
+    __slots__ = ("native_id", "runs", "thread_state")
+
+    def __init__(self, native_id: int, thread_state: int, runs: list[PythonRun]) -> None:
+        #: The kernel's id of the thread (``PyThreadState.native_thread_id``).
+        self.native_id = native_id
+        self.thread_state = thread_state
+        self.runs = runs
+
+    @property
+    def frames(self) -> list[PythonFrame]:
+        """Every Python frame of the thread, innermost first."""
+        return [frame for run in self.runs for frame in run.frames]
+
+    def __repr__(self) -> str:
+        return f"<PythonThread {self.native_id} {len(self.frames)} frames>"
+
+
+# -- finding the interpreter ---------------------------------------------------------
+
+
+class Interpreter:
+    """A CPython runtime in a target: where ``_PyRuntime`` is, its version and layout.
+
+    Also keeps what it learned about code objects (name, file, line table),
+    keyed by address, so that a later backtrace of the same process reads
+    only the code objects' headers again (see :func:`collect`).
+    """
+
+    def __init__(
+        self,
+        module: str,
+        runtime: int,
+        version: int,
+        layout: cpython.Layout,
+        types: dict[str, int],
+    ) -> None:
+        #: Name of the module that holds the runtime (``libpython3.12.so.1.0``).
+        self.module = module
+        #: Address of ``_PyRuntime``.
+        self.runtime = runtime
+        #: ``PY_VERSION_HEX`` of the binary.
+        self.version = version
+        self.layout = layout
+        #: Addresses of ``PyCode_Type``, ``PyUnicode_Type`` and ``PyBytes_Type``, where found.
+        self.types = types
+        self.codes = CodeCache()
+
+    @property
+    def version_text(self) -> str:
+        return cpython.version_text(self.version)
+
+    def __repr__(self) -> str:
+        return f"<Interpreter CPython {self.version_text} in {self.module} at {self.runtime:#x}>"
+
+
+def is_python_module(module: Module) -> bool:
+    """Whether the module's file name says it is a Python interpreter or its library."""
+    return "python" in module.name.lower() and not module.is_vdso
+
+
+def find_interpreter(
+    space: AddressSpace, modules: Iterable[Module], problems: list[str]
+) -> Interpreter | None:
+    """The CPython runtime among ``modules``, or None (why, if it matters, goes to ``problems``).
+
+    Only modules named like Python are searched: looking through every
+    module's symbols would cost a non-Python process far more than it can
+    gain.  The first module that defines ``_PyRuntime`` decides.
+    """
+    for module in modules:
+        if not is_python_module(module):
+            continue
+        images = _images_of(module)
+        for image in images:
+            symbol = image.find_symbol("_PyRuntime")
+            if symbol is None:
+                continue
+            try:
+                return _interpreter(space, module, images, symbol.value, problems)
+            except (FormatError, MemoryReadError) as error:
+                problems.append(f"python: {module.name}: {error}")
+                return None
+    return None
+
+
+def _images_of(module: Module) -> list[ElfImage]:
+    """The module's ELF image and, if it has one, its separate debug file's."""
+    from liveunwind.formats.elf import ElfImage
+    from liveunwind.modules.modulemap import ElfModule
+
+    image = module.image
+    if not isinstance(image, ElfImage):
+        return []
+    images = [image]
+    if isinstance(module, ElfModule):
+        debug = module.debug_file
+        if debug is not None:
+            images.append(debug.image)
+    return images
+
+
+def _interpreter(
+    space: AddressSpace, module: Module, images: list[ElfImage], runtime: int, problems: list[str]
+) -> Interpreter:
+    """Builds the Interpreter of ``module``, whose ``_PyRuntime`` is at link-time ``runtime``."""
+    bias = module.load_bias
+    version = _py_version(images)
+    if version is None:
+        raise FormatError(
+            "no Py_Version: CPython older than 3.11 (not supported) or not CPython at all"
+        )
+    minor = cpython.minor_version(version)
+    runtime_address = (runtime + bias) & WORD_MASK
+    if minor < (3, 11):
+        raise FormatError(f"CPython {cpython.version_text(version)}: only 3.11 and later")
+    layout = cpython.BUILT_IN_LAYOUTS.get(minor)
+    if layout is None:
+        size = cpython.debug_offsets_size(minor)
+        if size is None:
+            raise FormatError(
+                f"CPython {cpython.version_text(version)}: no layout known for this version"
+            )
+        layout = cpython.layout_from_debug_offsets(
+            _static_bytes(space, images, runtime, bias, size), version
+        )
+    types = {}
+    for name in ("PyCode_Type", "PyUnicode_Type", "PyBytes_Type"):
+        address = _symbol_address(images, name)
+        if address is None:
+            problems.append(
+                f"python: {module.name}: no {name} symbol; objects are not type-checked"
+            )
+        else:
+            types[name] = (address + bias) & WORD_MASK
+    return Interpreter(module.name, runtime_address, version, layout, types)
+
+
+def _py_version(images: list[ElfImage]) -> int | None:
+    """``Py_Version`` (``PY_VERSION_HEX``, 3.11+), read from the file's read-only data."""
+    for image in images:
+        symbol = image.find_symbol("Py_Version")
+        if symbol is None:
+            continue
+        offset = image.offset_for_vaddr(symbol.value, 4)
+        if offset is not None:
+            return int.from_bytes(image.slice(offset, 4), "little")
+    return None
+
+
+def _symbol_address(images: list[ElfImage], name: str) -> int | None:
+    for image in images:
+        symbol = image.find_symbol(name)
+        if symbol is not None:
+            return symbol.value
+    return None
+
+
+def _static_bytes(
+    space: AddressSpace, images: list[ElfImage], address: int, bias: int, size: int
+) -> bytes:
+    """``size`` bytes of initialized data at link-time ``address``: from memory, else the file.
+
+    ``_Py_DebugOffsets`` never changes after the binary is loaded; a core
+    may leave out pages that were never written, where the file has them.
+    """
+    try:
+        return space.read((address + bias) & WORD_MASK, size)
+    except MemoryReadError:
+        for image in images:
+            offset = image.offset_for_vaddr(address, size)
+            if offset is not None:
+                return bytes(image.slice(offset, size))
+        raise
+
+
+# -- collecting (while the target is stopped) -----------------------------------------
+
+
+class RawCode:
+    """What was read of one code object: the fields, and the bytes of its names and line table."""
+
+    __slots__ = ("fields", "file", "linetable", "qualname", "start")
+
+    def __init__(
+        self,
+        fields: cpython.CodeFields,
+        start: int,
+        qualname: tuple[cpython.StringShape, bytes] | None,
+        file: tuple[cpython.StringShape, bytes] | None,
+        linetable: bytes | None,
+    ) -> None:
+        self.fields = fields
+        #: Address of the code's first instruction (``co_code_adaptive``).
+        self.start = start
+        self.qualname = qualname
+        self.file = file
+        self.linetable = linetable
+
+
+class CodeInfo:
+    """A code object, decoded: its name, file and line table."""
+
+    __slots__ = ("file", "firstlineno", "firsttraceable", "function", "linetable", "start")
+
+    def __init__(self, raw: RawCode) -> None:
+        self.function = _text(raw.qualname, "<unknown>")
+        self.file = _text(raw.file, "<unknown>")
+        self.linetable = raw.linetable
+        self.firstlineno = raw.fields.firstlineno
+        self.firsttraceable = raw.fields.firsttraceable
+        self.start = raw.start
+
+    def line_at(self, instr: int) -> int | None:
+        """The line of the instruction at ``instr``; None where there is none or no table."""
+        if self.linetable is None:
+            return None
+        offset = instr - self.start
+        if not -(1 << 32) < offset < 1 << 32:
+            return None  # not inside this code: a corrupt or stale frame
+        try:
+            return cpython.line_for_offset(self.linetable, self.firstlineno, offset)
+        except FormatError:
+            return None
+
+
+def _text(string: tuple[cpython.StringShape, bytes] | None, missing: str) -> str:
+    return missing if string is None else string[0].decode(string[1])
+
+
+class CodeCache:
+    """Code objects read so far, by address, with the fields that identify them.
+
+    Owned by the :class:`Interpreter`; an entry is used again only when the
+    code object at that address still has the same type, names, line-table
+    pointer and first line (so a code object freed and replaced is read
+    anew); the cache is emptied when it reaches :data:`MAX_ENTRIES`.
+    """
+
+    MAX_ENTRIES = 20000
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[tuple[int, ...], RawCode]] = {}
+
+    def get(self, address: int, fields: cpython.CodeFields) -> RawCode | None:
+        entry = self._entries.get(address)
+        if entry is not None and entry[0] == _identity(fields):
+            return entry[1]
+        return None
+
+    def put(self, address: int, raw: RawCode) -> None:
+        if len(self._entries) >= self.MAX_ENTRIES:
+            self._entries.clear()
+        self._entries[address] = (_identity(raw.fields), raw)
+
+
+def _identity(fields: cpython.CodeFields) -> tuple[int, ...]:
+    return (
+        fields.type,
+        fields.filename,
+        fields.name,
+        fields.qualname,
+        fields.linetable,
+        fields.firstlineno,
+    )
+
+
+class RawFrame:
+    """One frame as read: its code object's address and where it is in the code."""
+
+    __slots__ = ("code", "generator", "instr")
+
+    def __init__(self, code: int, instr: int, generator: bool) -> None:
+        self.code = code
+        self.instr = instr
+        self.generator = generator
+
+
+class RawThread:
+    """One thread state as read: its native id and its frames in runs (anchor, frames)."""
+
+    __slots__ = ("native_id", "runs", "thread_state")
+
+    def __init__(self, native_id: int, thread_state: int) -> None:
+        self.native_id = native_id
+        self.thread_state = thread_state
+        self.runs: list[tuple[int | None, list[RawFrame]]] = []
+
+
+class Collected:
+    """Everything :func:`collect` read: threads, the code objects they run, and what went wrong."""
+
+    __slots__ = ("codes", "interpreter", "problems", "threads")
+
+    def __init__(self, interpreter: Interpreter) -> None:
+        self.interpreter = interpreter
+        self.threads: list[RawThread] = []
+        #: Code object address → what was read of it (None: unreadable or not a code object).
+        self.codes: dict[int, RawCode | None] = {}
+        self.problems: list[str] = []
+
+
+def capture(space: AddressSpace, interpreter: Interpreter) -> Collected:
+    """While a live target is stopped: reads its Python stacks into the snapshot.
+
+    Reads through ``space.read_frozen``, so a snapshot keeps every byte read
+    and :func:`describe` (after the process runs again) needs nothing more;
+    on a core or a stopped process ``read_frozen`` is plain ``read``.
+    """
+    return collect(space.read_frozen, interpreter)
+
+
+def collect(read: Read, interpreter: Interpreter) -> Collected:
+    """Follows the interpreter's pointers through ``read``: threads, frames, code objects."""
+    collected = Collected(interpreter)
+    layout = interpreter.layout
+    try:
+        head = cpython.word(read(interpreter.runtime + layout.runtime_interpreters_head, 8), 0)
+    except MemoryReadError as error:
+        collected.problems.append(f"python: cannot read _PyRuntime: {error}")
+        return collected
+    seen_interpreters: set[int] = set()
+    interp = head
+    while interp and interp not in seen_interpreters:
+        if len(seen_interpreters) >= MAX_INTERPRETERS:
+            collected.problems.append(f"python: more than {MAX_INTERPRETERS} interpreters")
+            break
+        seen_interpreters.add(interp)
+        try:
+            _collect_interpreter(read, collected, interp)
+            interp = cpython.word(read(interp + layout.interp_next, 8), 0)
+        except (MemoryReadError, FormatError) as error:
+            collected.problems.append(f"python: interpreter at {interp:#x}: {error}")
+            break
+    return collected
+
+
+def _collect_interpreter(read: Read, collected: Collected, interp: int) -> None:
+    layout = collected.interpreter.layout
+    tstate = cpython.word(read(interp + layout.interp_threads_head, 8), 0)
+    seen: set[int] = set()
+    while tstate and tstate not in seen:
+        if len(seen) >= MAX_THREADS:
+            collected.problems.append(f"python: more than {MAX_THREADS} thread states")
+            return
+        seen.add(tstate)
+        data = read(tstate, layout.tstate_read_size)
+        if cpython.word(data, layout.tstate_interp) != interp:
+            raise FormatError(
+                f"thread state {tstate:#x} does not point back at its interpreter: "
+                f"the {collected.interpreter.version_text} layout does not match this binary"
+            )
+        thread = RawThread(cpython.word(data, layout.tstate_native_thread_id), tstate)
+        try:
+            _collect_frames(read, collected, thread, cpython.word(data, layout.tstate_frame))
+        except (MemoryReadError, FormatError) as error:
+            collected.problems.append(
+                f"python: thread {thread.native_id}: frames cut short: {error}"
+            )
+        collected.threads.append(thread)
+        tstate = cpython.word(data, layout.tstate_next)
+
+
+def _collect_frames(read: Read, collected: Collected, thread: RawThread, pointer: int) -> None:
+    """Reads the thread's frame chain, split into the runs of each eval call.
+
+    ``pointer`` is the thread state's ``cframe`` (3.11, 3.12: its current
+    frame is inside) or ``current_frame`` (3.13+).
+    """
+    layout = collected.interpreter.layout
+    cframes: list[tuple[int, int]] = []
+    if layout.frame_is_entry is not None:
+        cframes = _cframe_chain(read, layout, pointer)
+        pointer = cframes[0][1] if cframes else 0
+    elif layout.cframe_current is not None:
+        pointer = cpython.word(read(pointer + layout.cframe_current, 8), 0)
+    size = layout.frame_read_size
+    seen: set[int] = set()
+    frames: list[RawFrame] = []
+    #: Address of each run's innermost frame (3.11 matches them to _PyCFrames).
+    firsts: list[int] = []
+    address = pointer
+    while address and address not in seen:
+        if len(seen) >= MAX_FRAMES:
+            collected.problems.append(
+                f"python: thread {thread.native_id}: over {MAX_FRAMES} frames"
+            )
+            break
+        seen.add(address)
+        fields = cpython.FrameFields(layout, read(address, size))
+        if layout.entry_owner is not None and fields.is_shim:
+            # 3.12+: the entry frame of an eval call, a local of that C call.
+            thread.runs.append((address, frames))
+            frames = []
+        else:
+            if not frames:
+                firsts.append(address)
+            _read_code(read, collected, fields.code)
+            frames.append(RawFrame(fields.code, fields.instr, fields.owner == _GENERATOR))
+            if fields.is_entry:  # 3.11: the first frame of an eval call
+                thread.runs.append((None, frames))
+                frames = []
+        address = fields.previous
+    if address and address in seen:
+        collected.problems.append(f"python: thread {thread.native_id}: frame chain loops")
+    if frames:
+        thread.runs.append((None, frames))
+    if cframes:
+        _anchor_runs(thread, firsts, cframes)
+
+
+#: FRAME_OWNED_BY_GENERATOR, the same in every version.
+_GENERATOR = 1
+
+
+def _cframe_chain(read: Read, layout: cpython.Layout, cframe: int) -> list[tuple[int, int]]:
+    """(address, current frame) of each ``_PyCFrame`` from the innermost eval call outwards."""
+    assert layout.cframe_current is not None and layout.cframe_previous is not None
+    chain: list[tuple[int, int]] = []
+    seen: set[int] = set()
+    while cframe and cframe not in seen and len(chain) < MAX_EVAL_CALLS:
+        seen.add(cframe)
+        current = cpython.word(read(cframe + layout.cframe_current, 8), 0)
+        chain.append((cframe, current))
+        cframe = cpython.word(read(cframe + layout.cframe_previous, 8), 0)
+    return chain
+
+
+def _anchor_runs(thread: RawThread, firsts: list[int], cframes: list[tuple[int, int]]) -> None:
+    """3.11: each run's anchor is the ``_PyCFrame`` of the eval call running it.
+
+    Each eval call has one ``_PyCFrame`` on its C stack whose current frame
+    is the innermost frame of its run; the thread state's own root
+    ``_PyCFrame`` runs nothing (current frame NULL).  Runs and cframes are
+    paired in order for as long as that holds; a run left without its
+    cframe keeps no anchor.
+    """
+    calls = [(address, current) for address, current in cframes if current]
+    for index, (call, first) in enumerate(zip(calls, firsts)):
+        if call[1] != first:
+            return
+        thread.runs[index] = (call[0], thread.runs[index][1])
+
+
+def _read_code(read: Read, collected: Collected, address: int) -> None:
+    """Reads code object ``address`` (once per collect), checking its type."""
+    if address in collected.codes:
+        return
+    interpreter = collected.interpreter
+    layout = interpreter.layout
+    try:
+        fields = cpython.CodeFields(layout, read(address, layout.code_read_size))
+    except MemoryReadError as error:
+        collected.problems.append(f"python: code object {address:#x}: {error}")
+        collected.codes[address] = None
+        return
+    expected = interpreter.types.get("PyCode_Type")
+    if expected is not None and fields.type != expected:
+        collected.problems.append(f"python: {address:#x} is not a code object; frame left out")
+        collected.codes[address] = None
+        return
+    known = interpreter.codes.get(address, fields)
+    if known is not None:
+        collected.codes[address] = known
+        return
+    raw = RawCode(
+        fields,
+        address + layout.code_adaptive,
+        _read_string(read, interpreter, fields.qualname, collected.problems),
+        _read_string(read, interpreter, fields.filename, collected.problems),
+        _read_bytes(read, interpreter, fields.linetable, collected.problems),
+    )
+    interpreter.codes.put(address, raw)
+    collected.codes[address] = raw
+
+
+def _read_string(
+    read: Read, interpreter: Interpreter, address: int, problems: list[str]
+) -> tuple[cpython.StringShape, bytes] | None:
+    """The shape and character bytes of the ``str`` at ``address``, or None (noted)."""
+    layout = interpreter.layout
+    try:
+        header = read(address, cpython.header_size(layout))
+        expected = interpreter.types.get("PyUnicode_Type")
+        if expected is not None and cpython.word(header, layout.object_type) != expected:
+            raise FormatError("not a str object")
+        shape = cpython.StringShape(layout, header)
+        where = address + shape.offset if shape.inline else cpython.word(header, shape.offset)
+        return shape, read(where, shape.size) if shape.size else b""
+    except (MemoryReadError, FormatError) as error:
+        problems.append(f"python: str at {address:#x}: {error}")
+        return None
+
+
+def _read_bytes(
+    read: Read, interpreter: Interpreter, address: int, problems: list[str]
+) -> bytes | None:
+    """The contents of the ``bytes`` object at ``address`` (a line table), or None (noted)."""
+    layout = interpreter.layout
+    try:
+        header = read(address, layout.bytes_sval)
+        expected = interpreter.types.get("PyBytes_Type")
+        if expected is not None and cpython.word(header, layout.object_type) != expected:
+            raise FormatError("not a bytes object")
+        size = cpython.bytes_length(layout, header)
+        return read(address + layout.bytes_sval, size) if size else b""
+    except (MemoryReadError, FormatError) as error:
+        problems.append(f"python: line table at {address:#x}: {error}")
+        return None
+
+
+# -- describing (after the target runs again) ----------------------------------------
+
+
+def describe(collected: Collected) -> list[PythonThread]:
+    """The collected stacks as Python frames; reads nothing, so the target may run meanwhile.
+
+    Frames CPython itself does not show are left out as it leaves them out:
+    a frame not yet started (before its first traceable instruction, 3.11
+    and 3.12 only, which publish where that is) and one whose code object
+    could not be read.
+    """
+    infos: dict[int, CodeInfo] = {}
+    threads = []
+    for raw in collected.threads:
+        runs = []
+        for anchor, frames in raw.runs:
+            described = []
+            for frame in frames:
+                info = infos.get(frame.code)
+                if info is None:
+                    code = collected.codes.get(frame.code)
+                    if code is None:
+                        continue
+                    info = infos[frame.code] = CodeInfo(code)
+                if not frame.generator and frame.instr < info.start + (
+                    info.firsttraceable * cpython.CODE_UNIT
+                ):
+                    continue  # incomplete: CPython skips it too
+                described.append(PythonFrame(info.function, info.file, info.line_at(frame.instr)))
+            runs.append(PythonRun(anchor, described))
+        threads.append(PythonThread(raw.native_id, raw.thread_state, runs))
+    return threads
+
+
+def python_stacks(
+    space: AddressSpace, modules: Iterable[Module], problems: list[str]
+) -> list[PythonThread]:
+    """The Python stacks of a target that holds still (a core, a stopped process)."""
+    try:
+        interpreter = find_interpreter(space, modules, problems)
+    except LiveUnwindError as error:
+        problems.append(f"python: {error}")
+        return []
+    if interpreter is None:
+        return []
+    collected = collect(space.read_frozen, interpreter)
+    problems.extend(collected.problems)
+    return describe(collected)
