@@ -92,6 +92,7 @@ class Layout:
         "object_type",
         "runtime_interpreters_head",
         "source",
+        "tstate_datastack",
         "tstate_frame",
         "tstate_interp",
         "tstate_native_thread_id",
@@ -121,6 +122,9 @@ class Layout:
         self.tstate_next: int
         self.tstate_interp: int
         self.tstate_native_thread_id: int
+        #: ``datastack_chunk``, the chunk frames are pushed on; ``datastack_top`` follows
+        #: it in every version (3.11-3.14), where the chunk's used part ends.
+        self.tstate_datastack: int
         #: The thread state's ``cframe`` pointer (3.11, 3.12) or ``current_frame`` (3.13+).
         self.tstate_frame: int
         self.frame_code: int
@@ -149,7 +153,7 @@ class Layout:
     def tstate_read_size(self) -> int:
         """Bytes of a thread state to read: up to the last field used."""
         fields = (self.tstate_next, self.tstate_interp, self.tstate_native_thread_id)
-        return max(*fields, self.tstate_frame) + 8
+        return max(*fields, self.tstate_frame, self.tstate_datastack + 8) + 8
 
     @property
     def frame_read_size(self) -> int:
@@ -201,6 +205,7 @@ LAYOUT_3_11 = Layout(
     **_common(
         interp_threads_head=16,
         tstate_native_thread_id=160,
+        tstate_datastack=296,
         cframe_current=8,
         cframe_previous=16,
         frame_code=32,
@@ -223,6 +228,7 @@ LAYOUT_3_12 = Layout(
     **_common(
         interp_threads_head=72,
         tstate_native_thread_id=144,
+        tstate_datastack=232,
         cframe_current=0,
         cframe_previous=8,
         frame_code=0,
@@ -377,7 +383,7 @@ def layout_from_debug_offsets(data: bytes, hex_version: int) -> Layout:
     for group, names in (
         ("runtime_state", "interpreters_head"),
         ("interpreter_state", "next threads_head"),
-        ("thread_state", "next interp current_frame native_thread_id"),
+        ("thread_state", "next interp current_frame native_thread_id datastack_chunk"),
         ("interpreter_frame", "previous executable instr_ptr owner"),
         ("code_object", "filename name qualname linetable firstlineno co_code_adaptive"),
         ("pyobject", "ob_type"),
@@ -404,6 +410,7 @@ def layout_from_debug_offsets(data: bytes, hex_version: int) -> Layout:
         tstate_next=checked["thread_state.next"],
         tstate_interp=checked["thread_state.interp"],
         tstate_native_thread_id=checked["thread_state.native_thread_id"],
+        tstate_datastack=checked["thread_state.datastack_chunk"],
         tstate_frame=checked["thread_state.current_frame"],
         frame_code=checked["interpreter_frame.executable"],
         frame_previous=checked["interpreter_frame.previous"],
@@ -436,17 +443,46 @@ def word(data: bytes, offset: int) -> int:
     return int(_U64.unpack_from(data, offset)[0])
 
 
+class Record:
+    """Fields of a structure at known offsets, unpacked with one ``struct`` call.
+
+    ``fields`` are (offset, struct code) pairs; :meth:`unpack` returns their
+    values in the order given, whatever order their offsets are in.
+    """
+
+    __slots__ = ("_order", "_struct", "size")
+
+    def __init__(self, fields: list[tuple[int, str]]) -> None:
+        by_offset = sorted(range(len(fields)), key=lambda index: fields[index][0])
+        layout = "<"
+        at = 0
+        for index in by_offset:
+            offset, code = fields[index]
+            if offset < at:
+                raise FormatError(f"overlapping fields at offset {offset}")
+            layout += f"{offset - at}x{code}" if offset > at else code
+            at = offset + struct.calcsize("<" + code)
+        self._struct = struct.Struct(layout)
+        #: Bytes to read: up to the end of the last field.
+        self.size = at
+        #: Position in the unpacked tuple of each field, in the order given.
+        self._order = tuple(by_offset.index(index) for index in range(len(fields)))
+
+    def unpack(self, data: bytes) -> tuple[int, ...]:
+        values = self._struct.unpack_from(data)
+        return tuple(values[position] for position in self._order)
+
+
 class FrameFields:
-    """The fields of one ``_PyInterpreterFrame`` the walk uses."""
+    """The fields of one ``_PyInterpreterFrame`` the walk uses (see :func:`frame_record`)."""
 
     __slots__ = ("code", "instr", "is_entry", "owner", "previous")
 
-    def __init__(self, layout: Layout, data: bytes) -> None:
-        self.code = word(data, layout.frame_code) & ~layout.executable_tag_bits
-        self.previous = word(data, layout.frame_previous)
-        self.instr = word(data, layout.frame_instr)
-        self.owner = data[layout.frame_owner]
-        self.is_entry = layout.frame_is_entry is not None and data[layout.frame_is_entry] != 0
+    def __init__(self, record: Record, layout: Layout, data: bytes) -> None:
+        code, self.previous, self.instr, self.owner = record.unpack(data)
+        self.code = code & ~layout.executable_tag_bits
+        where = layout.frame_is_entry
+        self.is_entry = where is not None and data[where] != 0
 
     @property
     def is_shim(self) -> bool:
@@ -454,8 +490,20 @@ class FrameFields:
         return self.owner >= 3
 
 
+def frame_record(layout: Layout) -> Record:
+    """A frame's code object, previous frame, instruction pointer and owner."""
+    return Record(
+        [
+            (layout.frame_code, "Q"),
+            (layout.frame_previous, "Q"),
+            (layout.frame_instr, "Q"),
+            (layout.frame_owner, "B"),
+        ]
+    )
+
+
 class CodeFields:
-    """The fields of a code object a Python frame's description needs."""
+    """The fields of a code object a Python frame's description needs (see :func:`code_record`)."""
 
     __slots__ = (
         "filename",
@@ -467,15 +515,43 @@ class CodeFields:
         "type",
     )
 
-    def __init__(self, layout: Layout, data: bytes) -> None:
-        self.type = word(data, layout.object_type)
-        self.filename = word(data, layout.code_filename)
-        self.name = word(data, layout.code_name)
-        self.qualname = word(data, layout.code_qualname)
-        self.linetable = word(data, layout.code_linetable)
-        self.firstlineno = int(_I32.unpack_from(data, layout.code_firstlineno)[0])
+    def __init__(self, record: Record, layout: Layout, data: bytes) -> None:
+        (
+            self.type,
+            self.filename,
+            self.name,
+            self.qualname,
+            self.linetable,
+            self.firstlineno,
+        ) = record.unpack(data)
         where = layout.code_firsttraceable
         self.firsttraceable = 0 if where is None else int(_I32.unpack_from(data, where)[0])
+
+    @property
+    def identity(self) -> tuple[int, ...]:
+        """What tells this code object from another one later put at the same address."""
+        return (
+            self.type,
+            self.filename,
+            self.name,
+            self.qualname,
+            self.linetable,
+            self.firstlineno,
+        )
+
+
+def code_record(layout: Layout) -> Record:
+    """A code object's type, file name, name, qualified name, line table and first line."""
+    return Record(
+        [
+            (layout.object_type, "Q"),
+            (layout.code_filename, "Q"),
+            (layout.code_name, "Q"),
+            (layout.code_qualname, "Q"),
+            (layout.code_linetable, "Q"),
+            (layout.code_firstlineno, "i"),
+        ]
+    )
 
 
 # -- strings and bytes --------------------------------------------------------------

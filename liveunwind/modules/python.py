@@ -30,6 +30,8 @@ cut.  A frame that fails its check is left out and noted, never shown wrong.
 
 from __future__ import annotations
 
+import bisect
+
 from liveunwind.arch.base import WORD_MASK
 from liveunwind.errors import FormatError, LiveUnwindError, MemoryReadError
 from liveunwind.formats import cpython
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
     from liveunwind.targets.base import AddressSpace
 
     Read = Callable[[int, int], bytes]
+    ReadMany = Callable[[list[tuple[int, int]]], list[bytes | None]]
 
 #: Interpreters followed from ``_PyRuntime`` (subinterpreters are rare; a loop is cut sooner).
 MAX_INTERPRETERS = 256
@@ -162,47 +165,80 @@ def find_interpreter(
     for module in modules:
         if not is_python_module(module):
             continue
-        images = _images_of(module)
-        for image in images:
-            symbol = image.find_symbol("_PyRuntime")
-            if symbol is None:
-                continue
-            try:
-                return _interpreter(space, module, images, symbol.value, problems)
-            except (FormatError, MemoryReadError) as error:
-                problems.append(f"python: {module.name}: {error}")
-                return None
+        symbols = _Symbols(module)
+        runtime = symbols.find("_PyRuntime")
+        if runtime is None:
+            continue
+        try:
+            return _interpreter(space, module, symbols, runtime, problems)
+        except (FormatError, MemoryReadError) as error:
+            problems.append(f"python: {module.name}: {error}")
+            return None
     return None
 
 
-def _images_of(module: Module) -> list[ElfImage]:
-    """The module's ELF image and, if it has one, its separate debug file's."""
-    from liveunwind.formats.elf import ElfImage
-    from liveunwind.modules.modulemap import ElfModule
+class _Symbols:
+    """A module's symbols by name: its own tables, then its separate debug file's.
 
-    image = module.image
-    if not isinstance(image, ElfImage):
-        return []
-    images = [image]
-    if isinstance(module, ElfModule):
-        debug = module.debug_file
-        if debug is not None:
-            images.append(debug.image)
-    return images
+    CPython exports what is looked up here, so the debug file (whose opening
+    costs more than everything else) is reached only for a binary that
+    hides them.
+    """
+
+    def __init__(self, module: Module) -> None:
+        from liveunwind.formats.elf import ElfImage
+
+        image = module.image
+        self._module = module
+        self._images: list[ElfImage] = [image] if isinstance(image, ElfImage) else []
+        self._debug_looked_up = False
+
+    @property
+    def image(self) -> ElfImage:
+        """The module's own image: the one whose bytes are loaded (a debug file's may be absent)."""
+        return self._images[0]
+
+    def find(self, name: str) -> int | None:
+        """The link-time address of ``name``."""
+        for image in list(self._images):
+            symbol = image.find_symbol(name)
+            if symbol is not None:
+                return symbol.value
+        if self._add_debug_image():
+            symbol = self._images[-1].find_symbol(name)
+            if symbol is not None:
+                return symbol.value
+        return None
+
+    def _add_debug_image(self) -> bool:
+        from liveunwind.modules.modulemap import ElfModule
+
+        if self._debug_looked_up or not self._images:
+            return False
+        self._debug_looked_up = True
+        if isinstance(self._module, ElfModule):
+            debug = self._module.debug_file
+            if debug is not None:
+                self._images.append(debug.image)
+                return True
+        return False
 
 
 def _interpreter(
-    space: AddressSpace, module: Module, images: list[ElfImage], runtime: int, problems: list[str]
+    space: AddressSpace,
+    module: Module,
+    symbols: _Symbols,
+    runtime: int,
+    problems: list[str],
 ) -> Interpreter:
     """Builds the Interpreter of ``module``, whose ``_PyRuntime`` is at link-time ``runtime``."""
     bias = module.load_bias
-    version = _py_version(images)
+    version = _static_word(symbols.image, symbols.find("Py_Version"), 4)
     if version is None:
         raise FormatError(
             "no Py_Version: CPython older than 3.11 (not supported) or not CPython at all"
         )
     minor = cpython.minor_version(version)
-    runtime_address = (runtime + bias) & WORD_MASK
     if minor < (3, 11):
         raise FormatError(f"CPython {cpython.version_text(version)}: only 3.11 and later")
     layout = cpython.BUILT_IN_LAYOUTS.get(minor)
@@ -213,42 +249,28 @@ def _interpreter(
                 f"CPython {cpython.version_text(version)}: no layout known for this version"
             )
         layout = cpython.layout_from_debug_offsets(
-            _static_bytes(space, images, runtime, bias, size), version
+            _static_bytes(space, symbols.image, runtime, bias, size), version
         )
     types = {}
     for name in ("PyCode_Type", "PyUnicode_Type", "PyBytes_Type"):
-        address = _symbol_address(images, name)
-        if address is None:
-            problems.append(
-                f"python: {module.name}: no {name} symbol; objects are not type-checked"
-            )
+        found = symbols.find(name)
+        if found is None:
+            problems.append(f"python: {module.name}: no {name}; its objects are not type-checked")
         else:
-            types[name] = (address + bias) & WORD_MASK
-    return Interpreter(module.name, runtime_address, version, layout, types)
+            types[name] = (found + bias) & WORD_MASK
+    return Interpreter(module.name, (runtime + bias) & WORD_MASK, version, layout, types)
 
 
-def _py_version(images: list[ElfImage]) -> int | None:
-    """``Py_Version`` (``PY_VERSION_HEX``, 3.11+), read from the file's read-only data."""
-    for image in images:
-        symbol = image.find_symbol("Py_Version")
-        if symbol is None:
-            continue
-        offset = image.offset_for_vaddr(symbol.value, 4)
-        if offset is not None:
-            return int.from_bytes(image.slice(offset, 4), "little")
-    return None
-
-
-def _symbol_address(images: list[ElfImage], name: str) -> int | None:
-    for image in images:
-        symbol = image.find_symbol(name)
-        if symbol is not None:
-            return symbol.value
-    return None
+def _static_word(image: ElfImage, address: int | None, size: int) -> int | None:
+    """The ``size``-byte little-endian value at link-time ``address`` in the file (rodata)."""
+    if address is None:
+        return None
+    offset = image.offset_for_vaddr(address, size)
+    return None if offset is None else int.from_bytes(image.slice(offset, size), "little")
 
 
 def _static_bytes(
-    space: AddressSpace, images: list[ElfImage], address: int, bias: int, size: int
+    space: AddressSpace, image: ElfImage, address: int, bias: int, size: int
 ) -> bytes:
     """``size`` bytes of initialized data at link-time ``address``: from memory, else the file.
 
@@ -258,20 +280,96 @@ def _static_bytes(
     try:
         return space.read((address + bias) & WORD_MASK, size)
     except MemoryReadError:
-        for image in images:
-            offset = image.offset_for_vaddr(address, size)
-            if offset is not None:
-                return bytes(image.slice(offset, size))
-        raise
+        offset = image.offset_for_vaddr(address, size)
+        if offset is None:
+            raise
+        return bytes(image.slice(offset, size))
 
 
 # -- collecting (while the target is stopped) -----------------------------------------
+
+#: Bytes read past a ``str`` header in the same request, in the hope the characters fit.
+STRING_GUESS = 192
+#: Bytes of a line table read in the same request as its header (most are shorter).
+LINETABLE_GUESS = 512
+#: Largest used part of a thread's frame stack chunk fetched in one piece.
+MAX_CHUNK_PREFETCH = 1 << 20
+
+
+class Memory:
+    """The reads of one :func:`collect`: ranges fetched ahead in batches, single reads otherwise.
+
+    ``read_many(ranges)`` (one result per ``(address, size)`` range: its
+    bytes, or None where it cannot be read) lets a target fetch a whole
+    level of the walk — every thread's frame stack, every code object — in
+    one request instead of one per object.  Without it every read goes to
+    ``read`` as it comes.  A range fetched ahead serves any read inside it;
+    ranges closer than :data:`COALESCE_GAP` are fetched as one.
+    """
+
+    def __init__(self, read: Read, read_many: ReadMany | None = None) -> None:
+        self._read = read
+        self._read_many = read_many
+        self._starts: list[int] = []
+        self._blocks: list[tuple[int, bytes]] = []
+        self._last: tuple[int, bytes] = (0, b"")
+
+    def prefetch(self, ranges: list[tuple[int, int]]) -> None:
+        if self._read_many is None or not ranges:
+            return
+        wanted = _coalesce(ranges)
+        fetched = [
+            (start, data)
+            for (start, _), data in zip(wanted, self._read_many(wanted))
+            if data is not None
+        ]
+        self._blocks = sorted([*self._blocks, *fetched])
+        self._starts = [start for start, _ in self._blocks]
+
+    def read(self, address: int, size: int) -> bytes:
+        start, data = self._last
+        offset = address - start
+        if offset >= 0 and offset + size <= len(data):
+            return data[offset : offset + size]
+        index = bisect.bisect_right(self._starts, address) - 1
+        while index >= 0:  # blocks may overlap: the nearest ones below ``address`` first
+            start, data = self._blocks[index]
+            offset = address - start
+            if offset + size <= len(data):
+                self._last = self._blocks[index]
+                return data[offset : offset + size]
+            if offset >= MAX_CHUNK_PREFETCH:
+                break
+            index -= 1
+        return self._read(address, size)
+
+
+#: Ranges this close are fetched as one: fewer, larger requests cost less than many.
+COALESCE_GAP = 1024
+#: Largest range coalescing may make.
+MAX_COALESCED = 64 << 10
+
+
+def _coalesce(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``ranges`` sorted, with those that overlap or nearly touch joined (up to MAX_COALESCED)."""
+    joined: list[list[int]] = []
+    for start, size in sorted(set(ranges)):
+        end = start + size
+        if (
+            joined
+            and start - joined[-1][1] <= COALESCE_GAP
+            and end - joined[-1][0] <= MAX_COALESCED
+        ):
+            joined[-1][1] = max(joined[-1][1], end)
+        else:
+            joined.append([start, end])
+    return [(start, end - start) for start, end in joined]
 
 
 class RawCode:
     """What was read of one code object: the fields, and the bytes of its names and line table."""
 
-    __slots__ = ("fields", "file", "linetable", "qualname", "start")
+    __slots__ = ("fields", "file", "linetable", "lines", "qualname", "start")
 
     def __init__(
         self,
@@ -287,36 +385,43 @@ class RawCode:
         self.qualname = qualname
         self.file = file
         self.linetable = linetable
+        #: Lines decoded so far, by instruction address (see :meth:`line_at`).
+        self.lines: dict[int, int | None] = {}
 
+    @property
+    def function(self) -> str:
+        return _text(self.qualname)
 
-class CodeInfo:
-    """A code object, decoded: its name, file and line table."""
+    @property
+    def filename(self) -> str:
+        return _text(self.file)
 
-    __slots__ = ("file", "firstlineno", "firsttraceable", "function", "linetable", "start")
-
-    def __init__(self, raw: RawCode) -> None:
-        self.function = _text(raw.qualname, "<unknown>")
-        self.file = _text(raw.file, "<unknown>")
-        self.linetable = raw.linetable
-        self.firstlineno = raw.fields.firstlineno
-        self.firsttraceable = raw.fields.firsttraceable
-        self.start = raw.start
+    def started(self, instr: int) -> bool:
+        """Whether a frame at ``instr`` has begun (CPython hides frames that have not)."""
+        return instr >= self.start + self.fields.firsttraceable * cpython.CODE_UNIT
 
     def line_at(self, instr: int) -> int | None:
         """The line of the instruction at ``instr``; None where there is none or no table."""
-        if self.linetable is None:
-            return None
+        if instr in self.lines:
+            return self.lines[instr]
+        line = None
         offset = instr - self.start
-        if not -(1 << 32) < offset < 1 << 32:
-            return None  # not inside this code: a corrupt or stale frame
-        try:
-            return cpython.line_for_offset(self.linetable, self.firstlineno, offset)
-        except FormatError:
-            return None
+        if self.linetable is not None and -(1 << 31) < offset < 1 << 31:
+            try:
+                line = cpython.line_for_offset(self.linetable, self.fields.firstlineno, offset)
+            except FormatError:
+                line = None
+        if len(self.lines) < MAX_LINES_KEPT:
+            self.lines[instr] = line
+        return line
 
 
-def _text(string: tuple[cpython.StringShape, bytes] | None, missing: str) -> str:
-    return missing if string is None else string[0].decode(string[1])
+#: Instruction → line answers kept per code object.
+MAX_LINES_KEPT = 256
+
+
+def _text(string: tuple[cpython.StringShape, bytes] | None) -> str:
+    return "<unknown>" if string is None else string[0].decode(string[1])
 
 
 class CodeCache:
@@ -331,29 +436,18 @@ class CodeCache:
     MAX_ENTRIES = 20000
 
     def __init__(self) -> None:
-        self._entries: dict[int, tuple[tuple[int, ...], RawCode]] = {}
+        self._entries: dict[int, RawCode] = {}
 
     def get(self, address: int, fields: cpython.CodeFields) -> RawCode | None:
         entry = self._entries.get(address)
-        if entry is not None and entry[0] == _identity(fields):
-            return entry[1]
+        if entry is not None and entry.fields.identity == fields.identity:
+            return entry
         return None
 
     def put(self, address: int, raw: RawCode) -> None:
         if len(self._entries) >= self.MAX_ENTRIES:
             self._entries.clear()
-        self._entries[address] = (_identity(raw.fields), raw)
-
-
-def _identity(fields: cpython.CodeFields) -> tuple[int, ...]:
-    return (
-        fields.type,
-        fields.filename,
-        fields.name,
-        fields.qualname,
-        fields.linetable,
-        fields.firstlineno,
-    )
+        self._entries[address] = raw
 
 
 class RawFrame:
@@ -370,11 +464,18 @@ class RawFrame:
 class RawThread:
     """One thread state as read: its native id and its frames in runs (anchor, frames)."""
 
-    __slots__ = ("native_id", "runs", "thread_state")
+    __slots__ = ("datastack", "frame", "native_id", "runs", "thread_state")
 
-    def __init__(self, native_id: int, thread_state: int) -> None:
-        self.native_id = native_id
+    def __init__(self, layout: cpython.Layout, thread_state: int, data: bytes) -> None:
         self.thread_state = thread_state
+        self.native_id = cpython.word(data, layout.tstate_native_thread_id)
+        #: ``cframe`` (3.11, 3.12) or ``current_frame`` (3.13+).
+        self.frame = cpython.word(data, layout.tstate_frame)
+        #: The used part of the frame stack chunk: (start, end).
+        self.datastack = (
+            cpython.word(data, layout.tstate_datastack),
+            cpython.word(data, layout.tstate_datastack + 8),
+        )
         self.runs: list[tuple[int | None, list[RawFrame]]] = []
 
 
@@ -391,22 +492,33 @@ class Collected:
         self.problems: list[str] = []
 
 
-def capture(space: AddressSpace, interpreter: Interpreter) -> Collected:
-    """While a live target is stopped: reads its Python stacks into the snapshot.
+def capture(
+    space: AddressSpace, interpreter: Interpreter, read_many: ReadMany | None = None
+) -> Collected:
+    """While a live target is stopped: reads its Python stacks, through the snapshot.
 
-    Reads through ``space.read_frozen``, so a snapshot keeps every byte read
-    and :func:`describe` (after the process runs again) needs nothing more;
-    on a core or a stopped process ``read_frozen`` is plain ``read``.
+    Reads through ``space.read_frozen``, so a snapshot keeps every byte
+    read, and what it returns holds all that :func:`describe` (after the
+    process runs again) needs.  ``read_many`` batches the reads of a whole
+    level (see :class:`Memory`); it must read the same frozen memory.
     """
-    return collect(space.read_frozen, interpreter)
+    return collect(Memory(space.read_frozen, read_many), interpreter)
 
 
-def collect(read: Read, interpreter: Interpreter) -> Collected:
-    """Follows the interpreter's pointers through ``read``: threads, frames, code objects."""
+def collect(memory: Memory, interpreter: Interpreter) -> Collected:
+    """Follows the interpreter's pointers: thread states, frame chains, code objects.
+
+    Level by level, so that each level can be fetched in one batch: the
+    thread states (a linked list, one by one), every thread's frame stack
+    chunk, the frames (mostly inside those chunks), the code objects they
+    run, then the names and line tables of code objects not seen before.
+    """
     collected = Collected(interpreter)
     layout = interpreter.layout
     try:
-        head = cpython.word(read(interpreter.runtime + layout.runtime_interpreters_head, 8), 0)
+        head = cpython.word(
+            memory.read(interpreter.runtime + layout.runtime_interpreters_head, 8), 0
+        )
     except MemoryReadError as error:
         collected.problems.append(f"python: cannot read _PyRuntime: {error}")
         return collected
@@ -418,53 +530,64 @@ def collect(read: Read, interpreter: Interpreter) -> Collected:
             break
         seen_interpreters.add(interp)
         try:
-            _collect_interpreter(read, collected, interp)
-            interp = cpython.word(read(interp + layout.interp_next, 8), 0)
+            _collect_thread_states(memory, collected, interp)
+            interp = cpython.word(memory.read(interp + layout.interp_next, 8), 0)
         except (MemoryReadError, FormatError) as error:
             collected.problems.append(f"python: interpreter at {interp:#x}: {error}")
             break
+    memory.prefetch(
+        [
+            (start, end - start)
+            for start, end in (thread.datastack for thread in collected.threads)
+            if start and 0 < end - start <= MAX_CHUNK_PREFETCH
+        ]
+    )
+    codes: dict[int, None] = {}  # ordered set: each code object once
+    record = cpython.frame_record(layout)
+    for thread in collected.threads:
+        try:
+            _collect_frames(memory, collected, thread, record, codes)
+        except (MemoryReadError, FormatError) as error:
+            collected.problems.append(f"python: thread {thread.native_id}: cut short: {error}")
+    _collect_codes(memory, collected, list(codes))
     return collected
 
 
-def _collect_interpreter(read: Read, collected: Collected, interp: int) -> None:
+def _collect_thread_states(memory: Memory, collected: Collected, interp: int) -> None:
     layout = collected.interpreter.layout
-    tstate = cpython.word(read(interp + layout.interp_threads_head, 8), 0)
+    tstate = cpython.word(memory.read(interp + layout.interp_threads_head, 8), 0)
     seen: set[int] = set()
     while tstate and tstate not in seen:
         if len(seen) >= MAX_THREADS:
             collected.problems.append(f"python: more than {MAX_THREADS} thread states")
             return
         seen.add(tstate)
-        data = read(tstate, layout.tstate_read_size)
+        data = memory.read(tstate, layout.tstate_read_size)
         if cpython.word(data, layout.tstate_interp) != interp:
             raise FormatError(
                 f"thread state {tstate:#x} does not point back at its interpreter: "
                 f"the {collected.interpreter.version_text} layout does not match this binary"
             )
-        thread = RawThread(cpython.word(data, layout.tstate_native_thread_id), tstate)
-        try:
-            _collect_frames(read, collected, thread, cpython.word(data, layout.tstate_frame))
-        except (MemoryReadError, FormatError) as error:
-            collected.problems.append(
-                f"python: thread {thread.native_id}: frames cut short: {error}"
-            )
-        collected.threads.append(thread)
+        collected.threads.append(RawThread(layout, tstate, data))
         tstate = cpython.word(data, layout.tstate_next)
 
 
-def _collect_frames(read: Read, collected: Collected, thread: RawThread, pointer: int) -> None:
-    """Reads the thread's frame chain, split into the runs of each eval call.
-
-    ``pointer`` is the thread state's ``cframe`` (3.11, 3.12: its current
-    frame is inside) or ``current_frame`` (3.13+).
-    """
+def _collect_frames(
+    memory: Memory,
+    collected: Collected,
+    thread: RawThread,
+    record: cpython.Record,
+    codes: dict[int, None],
+) -> None:
+    """Reads the thread's frame chain, split into the runs of each eval call."""
     layout = collected.interpreter.layout
+    pointer = thread.frame
     cframes: list[tuple[int, int]] = []
     if layout.frame_is_entry is not None:
-        cframes = _cframe_chain(read, layout, pointer)
+        cframes = _cframe_chain(memory, layout, pointer)
         pointer = cframes[0][1] if cframes else 0
     elif layout.cframe_current is not None:
-        pointer = cpython.word(read(pointer + layout.cframe_current, 8), 0)
+        pointer = cpython.word(memory.read(pointer + layout.cframe_current, 8), 0)
     size = layout.frame_read_size
     seen: set[int] = set()
     frames: list[RawFrame] = []
@@ -473,12 +596,10 @@ def _collect_frames(read: Read, collected: Collected, thread: RawThread, pointer
     address = pointer
     while address and address not in seen:
         if len(seen) >= MAX_FRAMES:
-            collected.problems.append(
-                f"python: thread {thread.native_id}: over {MAX_FRAMES} frames"
-            )
+            collected.problems.append(f"python: thread {thread.native_id}: {MAX_FRAMES}+ frames")
             break
         seen.add(address)
-        fields = cpython.FrameFields(layout, read(address, size))
+        fields = cpython.FrameFields(record, layout, memory.read(address, size))
         if layout.entry_owner is not None and fields.is_shim:
             # 3.12+: the entry frame of an eval call, a local of that C call.
             thread.runs.append((address, frames))
@@ -486,7 +607,7 @@ def _collect_frames(read: Read, collected: Collected, thread: RawThread, pointer
         else:
             if not frames:
                 firsts.append(address)
-            _read_code(read, collected, fields.code)
+            codes[fields.code] = None
             frames.append(RawFrame(fields.code, fields.instr, fields.owner == _GENERATOR))
             if fields.is_entry:  # 3.11: the first frame of an eval call
                 thread.runs.append((None, frames))
@@ -504,16 +625,17 @@ def _collect_frames(read: Read, collected: Collected, thread: RawThread, pointer
 _GENERATOR = 1
 
 
-def _cframe_chain(read: Read, layout: cpython.Layout, cframe: int) -> list[tuple[int, int]]:
+def _cframe_chain(memory: Memory, layout: cpython.Layout, cframe: int) -> list[tuple[int, int]]:
     """(address, current frame) of each ``_PyCFrame`` from the innermost eval call outwards."""
     assert layout.cframe_current is not None and layout.cframe_previous is not None
+    size = max(layout.cframe_current, layout.cframe_previous) + 8
     chain: list[tuple[int, int]] = []
     seen: set[int] = set()
     while cframe and cframe not in seen and len(chain) < MAX_EVAL_CALLS:
         seen.add(cframe)
-        current = cpython.word(read(cframe + layout.cframe_current, 8), 0)
-        chain.append((cframe, current))
-        cframe = cpython.word(read(cframe + layout.cframe_previous, 8), 0)
+        data = memory.read(cframe, size)
+        chain.append((cframe, cpython.word(data, layout.cframe_current)))
+        cframe = cpython.word(data, layout.cframe_previous)
     return chain
 
 
@@ -533,68 +655,84 @@ def _anchor_runs(thread: RawThread, firsts: list[int], cframes: list[tuple[int, 
         thread.runs[index] = (call[0], thread.runs[index][1])
 
 
-def _read_code(read: Read, collected: Collected, address: int) -> None:
-    """Reads code object ``address`` (once per collect), checking its type."""
-    if address in collected.codes:
-        return
+def _collect_codes(memory: Memory, collected: Collected, addresses: list[int]) -> None:
+    """Reads the code objects (one batch), then the names and line tables of new ones."""
     interpreter = collected.interpreter
     layout = interpreter.layout
-    try:
-        fields = cpython.CodeFields(layout, read(address, layout.code_read_size))
-    except MemoryReadError as error:
-        collected.problems.append(f"python: code object {address:#x}: {error}")
-        collected.codes[address] = None
-        return
+    size = layout.code_read_size
+    record = cpython.code_record(layout)
+    memory.prefetch([(address, size) for address in addresses])
     expected = interpreter.types.get("PyCode_Type")
-    if expected is not None and fields.type != expected:
-        collected.problems.append(f"python: {address:#x} is not a code object; frame left out")
-        collected.codes[address] = None
-        return
-    known = interpreter.codes.get(address, fields)
-    if known is not None:
+    new: list[tuple[int, cpython.CodeFields]] = []
+    for address in addresses:
+        try:
+            fields = cpython.CodeFields(record, layout, memory.read(address, size))
+        except MemoryReadError as error:
+            collected.problems.append(f"python: code object {address:#x}: {error}")
+            collected.codes[address] = None
+            continue
+        if expected is not None and fields.type != expected:
+            collected.problems.append(f"python: {address:#x} is not a code object; frame left out")
+            collected.codes[address] = None
+            continue
+        known = interpreter.codes.get(address, fields)
         collected.codes[address] = known
-        return
-    raw = RawCode(
-        fields,
-        address + layout.code_adaptive,
-        _read_string(read, interpreter, fields.qualname, collected.problems),
-        _read_string(read, interpreter, fields.filename, collected.problems),
-        _read_bytes(read, interpreter, fields.linetable, collected.problems),
+        if known is None:
+            new.append((address, fields))
+    string_size = cpython.header_size(layout) + STRING_GUESS
+    memory.prefetch(
+        [
+            (pointer, string_size if kind == "str" else layout.bytes_sval + LINETABLE_GUESS)
+            for _, fields in new
+            for kind, pointer in (
+                ("str", fields.qualname),
+                ("str", fields.filename),
+                ("bytes", fields.linetable),
+            )
+        ]
     )
-    interpreter.codes.put(address, raw)
-    collected.codes[address] = raw
+    for address, fields in new:
+        raw = RawCode(
+            fields,
+            address + layout.code_adaptive,
+            _read_string(memory, interpreter, fields.qualname, collected.problems),
+            _read_string(memory, interpreter, fields.filename, collected.problems),
+            _read_bytes(memory, interpreter, fields.linetable, collected.problems),
+        )
+        interpreter.codes.put(address, raw)
+        collected.codes[address] = raw
 
 
 def _read_string(
-    read: Read, interpreter: Interpreter, address: int, problems: list[str]
+    memory: Memory, interpreter: Interpreter, address: int, problems: list[str]
 ) -> tuple[cpython.StringShape, bytes] | None:
     """The shape and character bytes of the ``str`` at ``address``, or None (noted)."""
     layout = interpreter.layout
     try:
-        header = read(address, cpython.header_size(layout))
+        header = memory.read(address, cpython.header_size(layout))
         expected = interpreter.types.get("PyUnicode_Type")
         if expected is not None and cpython.word(header, layout.object_type) != expected:
             raise FormatError("not a str object")
         shape = cpython.StringShape(layout, header)
         where = address + shape.offset if shape.inline else cpython.word(header, shape.offset)
-        return shape, read(where, shape.size) if shape.size else b""
+        return shape, memory.read(where, shape.size) if shape.size else b""
     except (MemoryReadError, FormatError) as error:
         problems.append(f"python: str at {address:#x}: {error}")
         return None
 
 
 def _read_bytes(
-    read: Read, interpreter: Interpreter, address: int, problems: list[str]
+    memory: Memory, interpreter: Interpreter, address: int, problems: list[str]
 ) -> bytes | None:
     """The contents of the ``bytes`` object at ``address`` (a line table), or None (noted)."""
     layout = interpreter.layout
     try:
-        header = read(address, layout.bytes_sval)
+        header = memory.read(address, layout.bytes_sval)
         expected = interpreter.types.get("PyBytes_Type")
         if expected is not None and cpython.word(header, layout.object_type) != expected:
             raise FormatError("not a bytes object")
         size = cpython.bytes_length(layout, header)
-        return read(address + layout.bytes_sval, size) if size else b""
+        return memory.read(address + layout.bytes_sval, size) if size else b""
     except (MemoryReadError, FormatError) as error:
         problems.append(f"python: line table at {address:#x}: {error}")
         return None
@@ -607,28 +745,22 @@ def describe(collected: Collected) -> list[PythonThread]:
     """The collected stacks as Python frames; reads nothing, so the target may run meanwhile.
 
     Frames CPython itself does not show are left out as it leaves them out:
-    a frame not yet started (before its first traceable instruction, 3.11
-    and 3.12 only, which publish where that is) and one whose code object
-    could not be read.
+    a frame not yet started (before its first traceable instruction; 3.11
+    and 3.12 only, the versions whose layout says where that is) and one
+    whose code object could not be read.
     """
-    infos: dict[int, CodeInfo] = {}
     threads = []
     for raw in collected.threads:
         runs = []
         for anchor, frames in raw.runs:
             described = []
             for frame in frames:
-                info = infos.get(frame.code)
-                if info is None:
-                    code = collected.codes.get(frame.code)
-                    if code is None:
-                        continue
-                    info = infos[frame.code] = CodeInfo(code)
-                if not frame.generator and frame.instr < info.start + (
-                    info.firsttraceable * cpython.CODE_UNIT
-                ):
-                    continue  # incomplete: CPython skips it too
-                described.append(PythonFrame(info.function, info.file, info.line_at(frame.instr)))
+                code = collected.codes.get(frame.code)
+                if code is None or not (frame.generator or code.started(frame.instr)):
+                    continue
+                described.append(
+                    PythonFrame(code.function, code.filename, code.line_at(frame.instr))
+                )
             runs.append(PythonRun(anchor, described))
         threads.append(PythonThread(raw.native_id, raw.thread_state, runs))
     return threads
@@ -645,6 +777,6 @@ def python_stacks(
         return []
     if interpreter is None:
         return []
-    collected = collect(space.read_frozen, interpreter)
+    collected = collect(Memory(space.read_frozen), interpreter)
     problems.extend(collected.problems)
     return describe(collected)
