@@ -327,8 +327,13 @@ _DEBUG_RECORDS = {
 }
 
 
+def debug_record_positions(minor: tuple[int, int]) -> dict[str, int]:
+    """``group.field`` → byte position in ``_Py_DebugOffsets`` of ``minor``; empty if unknown."""
+    known = _DEBUG_RECORDS.get(minor)
+    return {} if known is None else _positions(known[0])
+
+
 def _positions(record: tuple[tuple[str, str], ...]) -> dict[str, int]:
-    """``group.field`` → byte position in the debug-offsets record."""
     positions = {}
     at = len(DEBUG_COOKIE)
     for group, names in record:

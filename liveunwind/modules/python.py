@@ -129,7 +129,8 @@ class Interpreter:
         layout: cpython.Layout,
         types: dict[str, int],
     ) -> None:
-        #: Name of the module that holds the runtime (``libpython3.12.so.1.0``).
+        #: Path of the module that holds the runtime (``.../libpython3.12.so.1.0``), as
+        #: native frames name their module.
         self.module = module
         #: Address of ``_PyRuntime``.
         self.runtime = runtime
@@ -258,7 +259,7 @@ def _interpreter(
             problems.append(f"python: {module.name}: no {name}; its objects are not type-checked")
         else:
             types[name] = (found + bias) & WORD_MASK
-    return Interpreter(module.name, (runtime + bias) & WORD_MASK, version, layout, types)
+    return Interpreter(module.path, (runtime + bias) & WORD_MASK, version, layout, types)
 
 
 def _static_word(image: ElfImage, address: int | None, size: int) -> int | None:
@@ -550,6 +551,15 @@ def collect(memory: Memory, interpreter: Interpreter) -> Collected:
         except (MemoryReadError, FormatError) as error:
             collected.problems.append(f"python: thread {thread.native_id}: cut short: {error}")
     _collect_codes(memory, collected, list(codes))
+    mismatch = f"python: the CPython {interpreter.version_text} layout does not match this binary"
+    if not collected.threads:  # a running interpreter has at least its main thread's
+        collected.problems.append(
+            f"{mismatch}, or it is not running (yet or any more): no thread state found"
+        )
+    elif codes and not any(collected.codes.values()):
+        collected.problems.append(
+            f"{mismatch}: none of the {len(codes)} objects its frames point at is a code object"
+        )
     return collected
 
 

@@ -11,7 +11,7 @@ and their frames stay the same, then writes ``sys._current_frames()`` to
 TRUTH_FILE as JSON — native thread id → [[qualified name, file, line], ...]
 innermost first — prints "ready" and ends; with ``abort`` it calls
 os.abort() instead of ending, so the kernel writes a core of the parked
-threads.  Runs on CPython 3.11 and later.
+threads next to TRUTH_FILE.  Runs on CPython 3.11 and later.
 """
 
 import json
@@ -145,6 +145,7 @@ def report(path, abort):
     os.rename(path + ".tmp", path)
     print("ready", flush=True)
     if abort:
+        os.chdir(os.path.dirname(os.path.abspath(path)))  # the kernel writes the core here
         os.abort()
 
 
