@@ -649,6 +649,14 @@ def test_python_older_than_3_11_is_refused_with_a_note(tmp_path: Path) -> None:
         process.wait()
 
 
+def test_a_process_without_python_says_so(run_program) -> None:  # type: ignore[no-untyped-def]
+    program = run_program("threads-O2")
+    problems: list[str] = []
+    process = PtraceProcess(program.pid)
+    assert find_interpreter(process, ModuleMap(process).modules, problems) is None
+    assert problems == ["python: no CPython interpreter found"]
+
+
 def test_a_layout_that_does_not_match_shows_no_frame(parked: Parked, live: LiveResult) -> None:
     """The other version's layout: every frame is refused, none shown wrong."""
     layouts = cpython.BUILT_IN_LAYOUTS

@@ -15,9 +15,14 @@ stopped for the first half:
 
 1. :func:`collect` follows pointers — interpreters, thread states, frame
    chains, and the code objects, names and line tables the frames refer
-   to — through a ``read(address, size)`` it is handed.  For a live process
-   that is the snapshot's ``read_frozen`` while the process is stopped (see
-   :func:`capture`): everything read is then kept in the snapshot.
+   to — level by level through a :class:`Memory`, which fetches each level
+   in one batch where the target can (``read_many``) and reads one object at
+   a time where it cannot.  For a live process it reads the snapshot's
+   ``read_frozen`` while the process is stopped (:func:`capture`), and what
+   it returns holds every byte the second half needs.  Code objects already
+   read for an earlier backtrace of the process are recognised by their
+   fields and not read again (:class:`CodeCache`, kept by the
+   :class:`Interpreter`).
 2. :func:`describe` turns what was collected into ``PythonFrame`` records
    (function, file, line) without reading anything; its line-table decoding
    is the CPU-bound part, done after the process runs again.
@@ -157,24 +162,29 @@ def is_python_module(module: Module) -> bool:
 def find_interpreter(
     space: AddressSpace, modules: Iterable[Module], problems: list[str]
 ) -> Interpreter | None:
-    """The CPython runtime among ``modules``, or None (why, if it matters, goes to ``problems``).
+    """The CPython runtime among ``modules``, or None (and why, in ``problems``).
 
     Only modules named like Python are searched: looking through every
     module's symbols would cost a non-Python process far more than it can
     gain.  The first module that defines ``_PyRuntime`` decides.
     """
+    unreadable = []
     for module in modules:
         if not is_python_module(module):
             continue
-        symbols = _Symbols(module)
-        runtime = symbols.find("_PyRuntime")
-        if runtime is None:
-            continue
         try:
-            return _interpreter(space, module, symbols, runtime, problems)
+            symbols = _Symbols(module)
+            if not symbols.readable:
+                unreadable.append(module.name)
+                continue
+            runtime = symbols.find("_PyRuntime")
+            if runtime is not None:
+                return _interpreter(space, module, symbols, runtime, problems)
         except (FormatError, MemoryReadError) as error:
             problems.append(f"python: {module.name}: {error}")
             return None
+    where = f" (files not found: {', '.join(unreadable)})" if unreadable else ""
+    problems.append(f"python: no CPython interpreter found{where}")
     return None
 
 
@@ -193,6 +203,11 @@ class _Symbols:
         self._module = module
         self._images: list[ElfImage] = [image] if isinstance(image, ElfImage) else []
         self._debug_looked_up = False
+
+    @property
+    def readable(self) -> bool:
+        """Whether the module's file could be read at all."""
+        return bool(self._images)
 
     @property
     def image(self) -> ElfImage:
