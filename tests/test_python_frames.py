@@ -55,6 +55,7 @@ from liveunwind.modules.python import (
     collect,
     describe,
     find_interpreter,
+    prepare,
     python_stacks,
 )
 from liveunwind.targets.elfcore import ElfCore
@@ -411,6 +412,30 @@ def test_a_second_backtrace_reads_no_code_object_twice(parked: Parked, live: Liv
         size for _, size in reads if size == cpython.header_size(live.interpreter.layout)
     ]
     assert string_reads == []
+
+
+def test_read_ahead_the_stop_reads_only_frames(parked: Parked, live: LiveResult) -> None:
+    """prepare() reads names and line tables from the running process; the stop checks them."""
+    fresh = Interpreter(
+        live.interpreter.module,
+        live.interpreter.runtime,
+        live.interpreter.version,
+        live.interpreter.layout,
+        live.interpreter.types,
+    )
+    process = PtraceProcess(parked.pid)
+    prepare(process.read, fresh)
+    reads: list[int] = []
+    with process:
+        snapshot = Snapshot.capture(process)
+
+        def counting(address: int, size: int) -> bytes:
+            reads.append(size)
+            return snapshot.read_frozen(address, size)
+
+        collected = collect(Memory(counting), fresh)
+    assert_equal_to_truth(describe(collected), parked.truth)
+    assert cpython.header_size(fresh.layout) not in reads
 
 
 # -- cores ----------------------------------------------------------------------------

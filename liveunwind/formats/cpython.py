@@ -26,6 +26,7 @@ bytes from a target is :mod:`liveunwind.modules.python`.
 
 from __future__ import annotations
 
+import operator
 import struct
 
 from liveunwind.errors import FormatError
@@ -470,12 +471,11 @@ class Record:
         self._struct = struct.Struct(layout)
         #: Bytes to read: up to the end of the last field.
         self.size = at
-        #: Position in the unpacked tuple of each field, in the order given.
-        self._order = tuple(by_offset.index(index) for index in range(len(fields)))
+        #: Picks each field, in the order given, from the values in offset order.
+        self._order = operator.itemgetter(*(by_offset.index(index) for index in range(len(fields))))
 
     def unpack(self, data: bytes) -> tuple[int, ...]:
-        values = self._struct.unpack_from(data)
-        return tuple(values[position] for position in self._order)
+        return self._order(self._struct.unpack_from(data))
 
 
 class FrameFields:

@@ -145,6 +145,11 @@ class Interpreter:
         #: Addresses of ``PyCode_Type``, ``PyUnicode_Type`` and ``PyBytes_Type``, where found.
         self.types = types
         self.codes = CodeCache()
+        #: Thread states the last walk found, fetched in one batch to start the next one.
+        self.thread_states: list[int] = []
+        #: The frame and code-object fields, each unpacked with one call.
+        self.frame_record = cpython.frame_record(layout)
+        self.code_record = cpython.code_record(layout)
 
     @property
     def version_text(self) -> str:
@@ -521,6 +526,18 @@ def capture(
     return collect(Memory(space.read_frozen, read_many), interpreter)
 
 
+def prepare(read: Read, interpreter: Interpreter) -> None:
+    """Before the stop: reads the code objects on the stacks of the still running process.
+
+    The names and line tables of code objects never change, so reading
+    them ahead leaves the stop only the frames and the code objects'
+    headers to read — the cache recognises each code object by those (see
+    :class:`CodeCache`).  What the running process changes under this read
+    costs nothing: an object that is not what it should be is not kept.
+    """
+    collect(Memory(read), interpreter)
+
+
 def collect(memory: Memory, interpreter: Interpreter) -> Collected:
     """Follows the interpreter's pointers: thread states, frame chains, code objects.
 
@@ -531,6 +548,7 @@ def collect(memory: Memory, interpreter: Interpreter) -> Collected:
     """
     collected = Collected(interpreter)
     layout = interpreter.layout
+    memory.prefetch([(address, layout.tstate_read_size) for address in interpreter.thread_states])
     try:
         head = cpython.word(
             memory.read(interpreter.runtime + layout.runtime_interpreters_head, 8), 0
@@ -559,13 +577,14 @@ def collect(memory: Memory, interpreter: Interpreter) -> Collected:
         ]
     )
     codes: dict[int, None] = {}  # ordered set: each code object once
-    record = cpython.frame_record(layout)
+    record = interpreter.frame_record
     for thread in collected.threads:
         try:
             _collect_frames(memory, collected, thread, record, codes)
         except (MemoryReadError, FormatError) as error:
             collected.problems.append(f"python: thread {thread.native_id}: cut short: {error}")
     _collect_codes(memory, collected, list(codes))
+    interpreter.thread_states = [thread.thread_state for thread in collected.threads]
     mismatch = f"python: the CPython {interpreter.version_text} layout does not match this binary"
     if not collected.threads:  # a running interpreter has at least its main thread's
         collected.problems.append(
@@ -685,7 +704,7 @@ def _collect_codes(memory: Memory, collected: Collected, addresses: list[int]) -
     interpreter = collected.interpreter
     layout = interpreter.layout
     size = layout.code_read_size
-    record = cpython.code_record(layout)
+    record = interpreter.code_record
     memory.prefetch([(address, size) for address in addresses])
     expected = interpreter.types.get("PyCode_Type")
     new: list[tuple[int, cpython.CodeFields]] = []
