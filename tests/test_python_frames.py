@@ -770,6 +770,9 @@ class FakeMemory:
         for index, byte in enumerate(value.to_bytes(size, "little")):
             self.bytes[address + index] = byte
 
+    def read_many(self, ranges: list[tuple[int, int]]) -> list[bytes | None]:
+        return [self.read(*each) if each[0] in self.bytes else None for each in ranges]
+
     def read(self, address: int, size: int) -> bytes:
         if address not in self.bytes:
             raise MemoryReadError(address, size)
@@ -853,6 +856,17 @@ def test_objects_of_the_wrong_type_are_left_out_and_said() -> None:
     interpreter.codes = CodeCache()
     [thread] = describe(collect(Memory(memory.read), interpreter))
     assert frames_of(thread) == [("<unknown>", "<unknown>", 7)] * 2
+
+
+def test_pointers_past_the_address_space_are_refused_not_crashed_on() -> None:
+    memory = FakeMemory()
+    interpreter = _fake_interpreter(memory, thread_loop=False, frame_loop=False)
+    layout = interpreter.layout
+    memory.put(0x3000 + layout.tstate_frame, (1 << 64) - 8)  # cframe + 0 is fine, its frame not
+    memory.put((1 << 64) - 8, (1 << 64) - 4)
+    collected = collect(Memory(memory.read, FakeMemory().read_many), interpreter)
+    assert [thread.frames for thread in describe(collected)] == [[]]
+    assert any("beyond the address space" in problem for problem in collected.problems)
 
 
 def test_a_huge_string_is_refused() -> None:

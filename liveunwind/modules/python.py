@@ -338,7 +338,7 @@ class Memory:
     def prefetch(self, ranges: list[tuple[int, int]]) -> None:
         if self._read_many is None or not ranges:
             return
-        wanted = _coalesce(ranges)
+        wanted = _coalesce([(start, size) for start, size in ranges if start + size <= _END])
         fetched = [
             (start, data)
             for (start, _), data in zip(wanted, self._read_many(wanted))
@@ -352,6 +352,8 @@ class Memory:
         offset = address - start
         if offset >= 0 and offset + size <= len(data):
             return data[offset : offset + size]
+        if address + size > _END:  # a pointer plus an offset, from corrupt memory
+            raise MemoryReadError(address & WORD_MASK, size, "beyond the address space")
         index = bisect.bisect_right(self._starts, address) - 1
         while index >= 0:  # blocks may overlap: the nearest ones below ``address`` first
             start, data = self._blocks[index]
@@ -365,6 +367,8 @@ class Memory:
         return self._read(address, size)
 
 
+#: One past the last address: pointers read from the target plus offsets may pass it.
+_END = WORD_MASK + 1
 #: Ranges this close are fetched as one: fewer, larger requests cost less than many.
 COALESCE_GAP = 1024
 #: Largest range coalescing may make.
