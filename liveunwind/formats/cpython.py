@@ -456,7 +456,7 @@ class Record:
     values in the order given, whatever order their offsets are in.
     """
 
-    __slots__ = ("_order", "_struct", "size")
+    __slots__ = ("_order", "_struct")
 
     def __init__(self, fields: list[tuple[int, str]]) -> None:
         by_offset = sorted(range(len(fields)), key=lambda index: fields[index][0])
@@ -469,8 +469,6 @@ class Record:
             layout += f"{offset - at}x{code}" if offset > at else code
             at = offset + struct.calcsize("<" + code)
         self._struct = struct.Struct(layout)
-        #: Bytes to read: up to the end of the last field.
-        self.size = at
         #: Picks each field, in the order given, from the values in offset order.
         self._order = operator.itemgetter(*(by_offset.index(index) for index in range(len(fields))))
 
