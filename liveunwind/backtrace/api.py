@@ -84,10 +84,16 @@ def open_core(
 
 
 def _is_mach_o_core(path: str) -> bool:
-    """A 64-bit little-endian Mach-O file of type MH_CORE (compressed cores are ELF here)."""
+    """A 64-bit little-endian Mach-O file of type MH_CORE (compressed cores are ELF here).
+
+    Only a regular file is looked at (a FIFO would block the read, a device
+    would be opened); anything else is for ElfCore.open to refuse in its words.
+    """
+    from liveunwind.targets.files import FileError, open_file
+
     try:
-        with open(path, "rb") as stream:
-            header = stream.read(16)
-    except OSError:
-        return False  # ElfCore.open reports the problem in its words
+        with open_file(path) as file:
+            header = file.read(16)
+    except FileError:
+        return False
     return header[:4] == b"\xcf\xfa\xed\xfe" and header[12:16] == b"\x04\x00\x00\x00"

@@ -20,6 +20,7 @@ from liveunwind.errors import FormatError
 from liveunwind.modules.module import Module
 from liveunwind.modules.sources import UnwindSource
 from liveunwind.modules.symbols import SymbolMatch
+from liveunwind.targets.files import FileError, open_file
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -32,6 +33,8 @@ CPU_TYPES = {0x01000007: "x86_64", 0x0100000C: "aarch64"}
 _N_STAB = 0xE0
 _N_TYPE = 0x0E
 _N_SECT = 0x0E
+#: Largest Mach-O file opened: lief reads the whole file into memory.
+MAX_FILE_SIZE = 1 << 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,10 +62,19 @@ class MachOImage:
         import lief
 
         self.path = path
-        if not os.path.isfile(path):
-            raise FormatError(f"{path}: not a regular file")
-        lief.logging.disable()
-        fat = lief.MachO.parse(path)
+        try:
+            file = open_file(path)
+        except FileError as error:
+            raise FormatError(str(error)) from None
+        with file:
+            if file.size > MAX_FILE_SIZE:
+                raise FormatError(
+                    f"{path}: {file.size} bytes, more than the {MAX_FILE_SIZE >> 20} MiB "
+                    "a Mach-O image may have"
+                )
+            lief.logging.disable()
+            # lief opens what it is given by name: give it the very inode checked above.
+            fat = lief.MachO.parse(f"/proc/self/fd/{file.fd}")
         if fat is None or fat.size == 0:
             raise FormatError(f"{path}: not a Mach-O file")
         binary = None

@@ -27,9 +27,9 @@ from liveunwind.targets.base import AddressSpace
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import mmap
-    from typing import BinaryIO
 
     from liveunwind.targets.base import Mapping, ThreadState
+    from liveunwind.targets.files import RegularFile
     from liveunwind.targets.ptrace import PtraceProcess
 
     #: A copied piece of memory: bytes, or the buffer a stack was copied into.
@@ -142,7 +142,7 @@ class Snapshot(AddressSpace):
         value = self._copies.word(address)
         return _unpack_word(self.read(address, 8))[0] if value is None else value
 
-    def open_mapped_file(self, mapping: Mapping) -> BinaryIO | None:
+    def open_mapped_file(self, mapping: Mapping) -> RegularFile | None:
         return self._live.open_mapped_file(mapping)
 
 
