@@ -274,4 +274,6 @@ def _cut(tid: int, copied: int, live_size: int, stack_cap: int, total_cap: int) 
 
 
 def _size(count: int) -> str:
-    return f"{count / (1 << 20):.1f} MiB" if count >= 1 << 20 else f"{count >> 10} KiB"
+    if count >= 1 << 20:
+        return f"{count / (1 << 20):.1f} MiB"
+    return f"{count >> 10} KiB" if count % 1024 == 0 else f"{count / 1024:.1f} KiB"
