@@ -11,7 +11,7 @@ SYSTEM_PACKAGES := gcc g++ make binutils gdb elfutils sqlite3 python3 debootstra
 	qemu-user gdb-multiarch libunwind-dev clang-16 lld-16 llvm-16 \
 	libc6-dbg zstd debuginfod gdbserver golang-go rustc
 
-.PHONY: all system-deps venv testprogs sid-rootfs demo test lint bench clean
+.PHONY: all system-deps venv testprogs sid-rootfs demo test lint fuzz bench clean
 
 all: venv testprogs
 
@@ -59,6 +59,14 @@ lint: venv
 
 test: system-deps venv testprogs sid-rootfs lint
 	$(VPY) -m pytest -q -p no:cacheprovider tests
+
+# The fuzz campaign (tests/test_fuzz.py) for FUZZ_SECONDS per target; `make test`
+# runs it for 5 s per target.  Each finding's input and report go to FUZZ_FINDINGS.
+FUZZ_SECONDS ?= 300
+FUZZ_FINDINGS ?= /tmp/liveunwind-fuzz-findings
+fuzz: system-deps venv testprogs
+	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_FINDINGS=$(FUZZ_FINDINGS) \
+		$(VPY) -m pytest -q -p no:cacheprovider tests/test_fuzz.py
 
 # Not part of `make test`: times liveunwind against its peers (see bench/run.py)
 # and writes bench/results.json.

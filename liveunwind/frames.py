@@ -56,6 +56,10 @@ class StopReason(Enum):
     REPEATED_FRAME = "repeated frame"
     BAD_RULE = "unusable unwind rule"
     INTERRUPTED = "interrupted"
+    #: A live thread that did not stop in time (a main thread inside vfork(),
+    #: a task in uninterruptible sleep): no registers, so no frames; its kernel
+    #: state and wait channel are the detail.  The other threads were walked.
+    NOT_STOPPED = "thread did not stop"
 
 
 class SourceLocation(namedtuple("SourceLocation", "function file line")):

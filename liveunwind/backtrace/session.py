@@ -33,11 +33,18 @@ class Session:
         options: BacktraceOptions | None = None,
         snapshot: bool = True,
         stack_cap: int | None = None,
+        total_cap: int | None = None,
+        stop_timeout: float | None = None,
     ) -> None:
+        """``stack_cap`` bounds the copy of each thread's stack, ``total_cap`` all
+        copies together (see Snapshot.capture); ``stop_timeout`` is how long each
+        thread is given to stop (seconds) before it is reported as not stopped."""
         self.pid = pid
         self.threads = list(threads) if threads else None
         self.snapshot = snapshot
         self.stack_cap = stack_cap
+        self.total_cap = total_cap
+        self.stop_timeout = stop_timeout
         self._backtracer = Backtracer(options or BacktraceOptions())
 
     def backtrace(self) -> Backtrace:
@@ -47,12 +54,16 @@ class Session:
         this returns, whatever happens.
         """
         from liveunwind.targets.procfs import read_perf_map
-        from liveunwind.targets.ptrace import PtraceProcess
-        from liveunwind.targets.snapshot import DEFAULT_STACK_CAP, Snapshot
+        from liveunwind.targets.ptrace import DEFAULT_STOP_TIMEOUT, PtraceProcess
+        from liveunwind.targets.snapshot import DEFAULT_STACK_CAP, DEFAULT_TOTAL_CAP, Snapshot
 
         timings: dict[str, float] = {}
         started = time.perf_counter()
-        process = PtraceProcess(self.pid, thread_ids=self.threads)
+        process = PtraceProcess(
+            self.pid,
+            thread_ids=self.threads,
+            stop_timeout=DEFAULT_STOP_TIMEOUT if self.stop_timeout is None else self.stop_timeout,
+        )
         perf_map = read_perf_map(self.pid)
         modules = None
         jit_possible = self.snapshot and self._find_registry_roots(process, perf_map)
@@ -62,9 +73,12 @@ class Session:
             stopped = time.perf_counter()
             timings["attach"] = stopped - attaching
             if self.snapshot:
-                space: AddressSpace = Snapshot.capture(
-                    process, stack_cap=self.stack_cap or DEFAULT_STACK_CAP
+                snapshot = Snapshot.capture(
+                    process,
+                    stack_cap=self.stack_cap or DEFAULT_STACK_CAP,
+                    total_cap=self.total_cap or DEFAULT_TOTAL_CAP,
                 )
+                space: AddressSpace = snapshot
                 copied = time.perf_counter()
                 timings["copy"] = copied - stopped
                 if jit_possible:
@@ -85,6 +99,8 @@ class Session:
             backtrace = self._backtracer.backtrace(
                 space, timings, perf_map=perf_map, modules=modules
             )
+            if snapshot.problems:  # what the caps cut; a new list: the modules own theirs
+                backtrace.problems = [*snapshot.problems, *backtrace.problems]
         timings["total"] = time.perf_counter() - started
         return backtrace
 

@@ -58,6 +58,14 @@ def _stack_bytes(text: str) -> int:
     return value
 
 
+def _total_stack_bytes(text: str) -> int:
+    """``--total-stack-cap``: a byte count of at least 1."""
+    value = _count(text)
+    if value == 0:
+        raise ValueError("must be at least 1 byte (the default is 256 MiB)")
+    return value
+
+
 def _positive_seconds(text: str) -> float:
     value = _seconds(text)
     if value <= 0:
@@ -169,6 +177,21 @@ def commands() -> list[Command]:
                 "(default 16 MiB; at least 1)",
                 convert=_stack_bytes,
                 metavar="BYTES",
+            ),
+            Option(
+                "--total-stack-cap",
+                "bytes of stack to copy for all threads together, shared equally when "
+                "more is wanted; what was cut is noted (default 256 MiB; at least 1)",
+                convert=_total_stack_bytes,
+                metavar="BYTES",
+            ),
+            Option(
+                "--stop-timeout",
+                "give each thread this long to stop; one that does not is let go and "
+                "reported as not stopped, the others are walked (default 0.5)",
+                convert=_positive_seconds,
+                default=0.5,
+                metavar="SECONDS",
             ),
             *_walk_options(),
         ],
@@ -394,6 +417,8 @@ def _pid_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> int:
         options=options,
         snapshot=not arguments.no_snapshot,
         stack_cap=arguments.stack_cap,
+        total_cap=arguments.total_stack_cap,
+        stop_timeout=arguments.stop_timeout,
     )
     samples = []
     status = EXIT_COMPLETE

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from collections import Counter
 
+from liveunwind.frames import StopReason
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -51,7 +53,10 @@ def _thread_text(thread: ThreadBacktrace, symbols: bool, verbose: bool) -> str:
     if verbose:
         lines.extend(f"      ({note})" for note in thread.stop_notes)
     marker = "complete" if thread.complete else "INCOMPLETE"
-    lines.append(f"  -- {thread.stop_text} ({marker})")
+    if thread.stop_reason is StopReason.NOT_STOPPED:  # the header already says how it was held
+        lines.append(f"  -- {thread.stop_reason.value}: no registers, so no frames ({marker})")
+    else:
+        lines.append(f"  -- {thread.stop_text} ({marker})")
     return "\n".join(lines)
 
 

@@ -13,10 +13,9 @@ from collections import namedtuple
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import BinaryIO
-
     from liveunwind.arch import Arch
     from liveunwind.formats.elf import ElfImage
+    from liveunwind.targets.files import RegularFile
 
 
 class Mapping(
@@ -151,7 +150,7 @@ class AddressSpace:
         """Every thread with the registers it had when the target was stopped."""
         raise NotImplementedError
 
-    def open_mapped_file(self, mapping: Mapping) -> BinaryIO | None:
+    def open_mapped_file(self, mapping: Mapping) -> RegularFile | None:
         """The file behind a file-backed mapping, as the target sees it, or None."""
         raise NotImplementedError
 

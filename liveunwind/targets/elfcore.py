@@ -45,9 +45,8 @@ from liveunwind.targets.files import FileError, open_file
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import BinaryIO
-
     from liveunwind.targets.coredata import CoreData
+    from liveunwind.targets.files import RegularFile
 
 ET_CORE = 4
 _ELF_TYPES = {0: "an ELF file of no type", 1: "a relocatable object", 2: "an executable",
@@ -513,14 +512,14 @@ class ElfCore(AddressSpace):
         found = self._file_for(mapping.path)
         return None if found is None else found.image
 
-    def open_mapped_file(self, mapping: Mapping) -> BinaryIO | None:
+    def open_mapped_file(self, mapping: Mapping) -> RegularFile | None:
         if not mapping.is_file:
             return None
         found = self._file_for(mapping.path)
         if found is None:
             return None
         try:
-            return open_file(found.path).stream()
+            return open_file(found.path)
         except FileError:
             return None
 

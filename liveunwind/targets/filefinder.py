@@ -19,7 +19,7 @@ import os
 
 from liveunwind.errors import FormatError
 from liveunwind.formats.elf import PT_LOAD, SHT_NOBITS, ElfImage
-from liveunwind.targets.files import FileError, NotRegularFileError, open_file
+from liveunwind.targets.files import FileError, NotRegularFileError, open_elf
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -112,19 +112,12 @@ def open_image(path: str, *, strict: bool = False) -> ElfImage | None:
     it was passed over.  Such a file is never opened.
     """
     try:
-        with open_file(path) as file:
-            if file.size < 64:
-                return None
-            data = file.map()
+        return open_elf(path)
     except NotRegularFileError:
         if strict:
             raise
         return None
-    except FileError:
-        return None
-    try:
-        return ElfImage(data, origin=path)
-    except FormatError:
+    except (FileError, FormatError):
         return None
 
 

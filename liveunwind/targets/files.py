@@ -5,7 +5,8 @@ files a process maps, its perf map, the files a core's NT_FILE note names,
 the file a user gives.  Any of them can be a FIFO (``open`` blocks forever),
 a device (opening ``/dev/ptmx`` or ``/dev/watchdog`` has effects), a
 directory, or a symlink that leads out of the target's root.  So every file
-opened by path goes through :func:`open_file` or :func:`open_in_root`:
+opened by path goes through :func:`open_file` or :func:`open_in_root` (and
+every ELF file by path through :func:`open_elf`):
 
 - the path is first opened with ``O_PATH``, which reaches the inode without
   opening it (no driver ``open``, no FIFO rendezvous), and ``fstat`` must
@@ -39,10 +40,7 @@ import os
 import stat
 
 from liveunwind.errors import TargetError
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import BinaryIO
+from liveunwind.formats.elf import ElfImage
 
 #: Flags of every read-open of a file named by path.
 READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -136,11 +134,6 @@ class RegularFile:
             reason = getattr(error, "strerror", None) or str(error)
             raise FileError(self.path, f"cannot map: {reason}") from None
 
-    def stream(self) -> BinaryIO:
-        """A buffered binary stream that owns the descriptor from now on."""
-        fd, self.fd = self.fd, -1
-        return os.fdopen(fd, "rb")
-
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
@@ -203,6 +196,30 @@ def reopen(handle: int, path: str) -> RegularFile:
     finally:
         os.close(handle)
     return RegularFile(fd, path, status)
+
+
+#: Why a file looked for is simply not there: how a search usually ends, not a problem.
+ABSENT = (errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.ELOOP, errno.ENAMETOOLONG)
+
+
+def map_elf(file: RegularFile) -> ElfImage:
+    """The ELF image in ``file``, mapped; ``file`` is closed (the mapping stays).
+
+    The one place a file becomes an :class:`ElfImage`.  Raises FileError
+    (the file cannot be mapped) or FormatError (it is not ELF).
+    """
+    with file:
+        return ElfImage(file.map(), origin=file.path)
+
+
+def open_elf(path: str) -> ElfImage:
+    """The ELF image in the regular file at ``path``, mapped: the one way an ELF file is opened.
+
+    Raises FileError (NotRegularFileError for a FIFO, a device…; ``errno``
+    in :data:`ABSENT` when it is simply not there) or FormatError; callers
+    that search turn those into "not this one" or into a problem.
+    """
+    return map_elf(open_file(path))
 
 
 def read_kernel_file(path: str, limit: int = KERNEL_FILE_LIMIT) -> bytes:

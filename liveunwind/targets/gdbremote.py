@@ -60,9 +60,9 @@ from liveunwind.targets.loadedfiles import LoadedFiles
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from typing import BinaryIO
 
     from liveunwind.formats.elf import ElfImage
+    from liveunwind.targets.files import RegularFile
 
 _PAGE = PAGE_SIZE
 #: What this client tells the stub it understands (``xmlRegisters=i386`` makes
@@ -185,12 +185,12 @@ class GdbRemote(AddressSpace):
         found = self._loaded.file(mapping) if self._loaded is not None else None
         return None if found is None else found.image
 
-    def open_mapped_file(self, mapping: Mapping) -> BinaryIO | None:
+    def open_mapped_file(self, mapping: Mapping) -> RegularFile | None:
         found = self._loaded.file(mapping) if self._loaded is not None else None
         if found is None:
             return None
         try:
-            return open_file(found.path).stream()
+            return open_file(found.path)
         except FileError:
             return None
 

@@ -33,9 +33,8 @@ from liveunwind.targets.selfcapture import ThreadSample, pthread_stack, sample_t
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import BinaryIO
-
     from liveunwind.formats.elf import ElfImage
+    from liveunwind.targets.files import RegularFile
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _unpack_word = struct.Struct("<Q").unpack_from
@@ -113,7 +112,7 @@ class LocalProcess(AddressSpace):
             return int(_unpack_word(copy.stack, address - copy.stack_start)[0])
         return int(_unpack_word(self._memory.read(address, 8))[0])
 
-    def open_mapped_file(self, mapping: Mapping) -> BinaryIO | None:
+    def open_mapped_file(self, mapping: Mapping) -> RegularFile | None:
         """The mapped file itself when it is still the one mapped, else the kernel's handle."""
         return procfs.open_mapped_file("self", mapping)
 

@@ -20,12 +20,11 @@ import os
 import struct
 from bisect import bisect_right
 from dataclasses import dataclass
-from typing import BinaryIO
 
 from liveunwind.arch import Arch, arch_by_name
 from liveunwind.errors import CoreFileError, MemoryReadError
 from liveunwind.targets.base import AddressSpace, CoreImage, Mapping, ThreadState
-from liveunwind.targets.files import FileError, open_file
+from liveunwind.targets.files import FileError, RegularFile, open_file
 
 MH_MAGIC_64 = 0xFEEDFACF
 FAT_MAGIC = 0xCAFEBABE
@@ -224,11 +223,11 @@ class MachOCore(AddressSpace):
                 return fileoff + address - (vmaddr + slide)
         return 0
 
-    def open_mapped_file(self, mapping: Mapping) -> BinaryIO | None:
+    def open_mapped_file(self, mapping: Mapping) -> RegularFile | None:
         if not mapping.path:
             return None
         try:
-            return open_file(mapping.path).stream()
+            return open_file(mapping.path)
         except FileError:
             return None
 

@@ -23,10 +23,6 @@ from liveunwind.targets.files import (
     read_kernel_file,
 )
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import BinaryIO
-
 #: ``PF_KTHREAD`` in the flags field of /proc/PID/stat.
 _PF_KTHREAD = 0x00200000
 
@@ -188,7 +184,7 @@ def read_perf_map(pid: int) -> str:
         return ""
 
 
-def open_mapped_file(owner: str, mapping: Mapping) -> BinaryIO | None:
+def open_mapped_file(owner: str, mapping: Mapping) -> RegularFile | None:
     """Opens the file behind ``mapping`` of process ``owner`` (a pid, or "self") as it sees it.
 
     The path is resolved inside the process's root (containers, chroots)
@@ -235,7 +231,7 @@ def open_mapped_file(owner: str, mapping: Mapping) -> BinaryIO | None:
     if found.size == 0:
         found.close()
         raise FileError(path, "is empty (cut short since it was mapped)")
-    return found.stream()
+    return found
 
 
 def _identity(mapping: Mapping) -> tuple[int, int] | None:

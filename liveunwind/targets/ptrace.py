@@ -52,7 +52,9 @@ from liveunwind.targets.base import AddressSpace, Mapping, ThreadState
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import BinaryIO, TypeVar
+    from typing import TypeVar
+
+    from liveunwind.targets.files import RegularFile
 
     Result = TypeVar("Result")
 
@@ -187,7 +189,7 @@ class PtraceProcess(AddressSpace):
         offset = address - first
         return joined[offset : offset + size]
 
-    def open_mapped_file(self, mapping: Mapping) -> BinaryIO | None:
+    def open_mapped_file(self, mapping: Mapping) -> RegularFile | None:
         """Opens the file behind ``mapping`` as the target sees it (see procfs.open_mapped_file)."""
         return procfs.open_mapped_file(str(self.pid), mapping)
 

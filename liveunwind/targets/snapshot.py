@@ -27,9 +27,9 @@ from liveunwind.targets.base import AddressSpace
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import mmap
-    from typing import BinaryIO
 
     from liveunwind.targets.base import Mapping, ThreadState
+    from liveunwind.targets.files import RegularFile
     from liveunwind.targets.ptrace import PtraceProcess
 
     #: A copied piece of memory: bytes, or the buffer a stack was copied into.
@@ -142,7 +142,7 @@ class Snapshot(AddressSpace):
         value = self._copies.word(address)
         return _unpack_word(self.read(address, 8))[0] if value is None else value
 
-    def open_mapped_file(self, mapping: Mapping) -> BinaryIO | None:
+    def open_mapped_file(self, mapping: Mapping) -> RegularFile | None:
         return self._live.open_mapped_file(mapping)
 
 
@@ -274,4 +274,6 @@ def _cut(tid: int, copied: int, live_size: int, stack_cap: int, total_cap: int) 
 
 
 def _size(count: int) -> str:
-    return f"{count / (1 << 20):.1f} MiB" if count >= 1 << 20 else f"{count >> 10} KiB"
+    if count >= 1 << 20:
+        return f"{count / (1 << 20):.1f} MiB"
+    return f"{count >> 10} KiB" if count % 1024 == 0 else f"{count / 1024:.1f} KiB"
