@@ -4,9 +4,8 @@ Each sample is one backtrace of a warm :class:`Session` — the process is
 stopped only while its registers and live stacks are copied (about a
 millisecond), and the walk runs on the copy.  Samples are taken on a fixed
 schedule (the n-th is due at ``start + n / rate``), so a late sample does
-not push every later one back; a sample more than a whole period late gives
-up the slots it missed instead of catching up in a burst, which would crowd
-samples into one moment.  Every sample's stacks are counted per thread as
+not push every later one back (see :func:`_next_slot` for how far behind
+sampling catches up).  Every sample's stacks are counted per thread as
 they arrive, so memory grows with the number of distinct stacks, not with
 the duration.
 
@@ -34,6 +33,8 @@ if TYPE_CHECKING:
 #: Samples per second above this are refused: one sample of even a small
 #: process takes a few milliseconds, so the schedule could not be kept.
 MAX_RATE = 1000.0
+#: How far behind its schedule sampling may fall and still catch up (seconds).
+CATCH_UP = 0.1
 #: The state /proc gives a thread that is on a CPU or waiting for one.
 RUNNING = state_word("R")
 
@@ -231,23 +232,28 @@ def record(
     should_stop: Callable[[], bool] = lambda: False,
     on_sample: Callable[[Profile, float], None] | None = None,
 ) -> Profile:
-    """Samples ``session``'s process ``rate`` times a second until ``duration`` seconds passed.
+    """Samples ``session``'s process ``rate`` times a second for ``duration`` seconds.
 
-    Sampling also ends early when ``should_stop()`` turns true, on
-    KeyboardInterrupt, or when the process can no longer be sampled (it
-    exited) after the first sample: the profile of what was taken is
-    returned either way, saying why it ended.  ``on_sample(profile,
-    elapsed)`` is called after each sample.  Errors before the first sample
-    (no such process, no permission) are raised.
+    The first sample is cold — it opens the process's files and reads their
+    tables — so the clock (the schedule, the duration and the CPU times)
+    starts when it is done.  Sampling ends early when ``should_stop()``
+    turns true, on KeyboardInterrupt, or when the process can no longer be
+    sampled (it exited): the profile of what was taken is returned either
+    way, saying why it ended.  Errors of the first sample (no such process,
+    no permission) are raised.  ``on_sample(profile, elapsed)`` is called
+    after each sample.
     """
     if not 0 < rate <= MAX_RATE:
         raise ValueError(f"rate must be more than 0 and at most {MAX_RATE:g} per second")
     profile = Profile(session.pid, rate)
     period = 1.0 / rate
+    profile.add(session.backtrace())
     before = _cpu_times(session.pid)
     started = time.perf_counter()
     deadline = started + duration if duration is not None else float("inf")
-    due = started
+    due = started + period
+    if on_sample is not None:
+        on_sample(profile, 0.0)
     try:
         while True:
             if should_stop():
@@ -262,17 +268,10 @@ def record(
             try:
                 backtrace = session.backtrace()
             except LiveUnwindError as error:
-                if not profile.samples:
-                    raise
                 profile.end, profile.end_detail = END_TARGET_LOST, str(error)
                 break
             profile.add(backtrace)
-            due += period
-            late = time.perf_counter() - due
-            if late > period:
-                skipped = int(late / period)
-                due += skipped * period
-                profile.missed += skipped
+            due = _next_slot(profile, due + period, period)
             if on_sample is not None:
                 on_sample(profile, time.perf_counter() - started)
     except KeyboardInterrupt:
@@ -283,6 +282,24 @@ def record(
     profile.duration = deadline - started if profile.end == END_DURATION else ended - started
     _add_cpu(profile, before, _cpu_times(session.pid), ended - started)
     return profile
+
+
+def _next_slot(profile: Profile, due: float, period: float) -> float:
+    """When the next sample is due: ``due``, unless sampling fell too far behind.
+
+    A sample that ran late is followed at once by the next, until the
+    schedule is kept again — a short stall (liveunwind itself waiting for a
+    CPU) is made up.  More than CATCH_UP behind, the whole periods missed
+    are given up instead (counted in ``missed``): a burst of back-to-back
+    samples would stop the process again and again and crowd the samples
+    into one moment.
+    """
+    late = time.perf_counter() - due
+    if late <= CATCH_UP:
+        return due
+    skipped = int(late / period)
+    profile.missed += skipped
+    return due + skipped * period
 
 
 def _cpu_times(pid: int) -> tuple[float, dict[int, float]] | None:
