@@ -69,11 +69,12 @@ fuzz: system-deps venv testprogs
 		$(VPY) -m pytest -q -p no:cacheprovider tests/test_fuzz.py
 
 # Not part of `make test`: times liveunwind against its peers (see bench/run.py)
-# and writes bench/results.json.
+# and writes bench/results.json; bench/profile.py: `profile` against py-spy and perf.
 bench: system-deps venv
 	$(VPY) -m pip install -q pystack py-spy
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) bench/run.py
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) bench/lines.py
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) bench/profile.py
 
 clean:
 	$(MAKE) -C testprogs clean

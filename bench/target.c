@@ -1,8 +1,11 @@
 /*
- * target THREADS DEPTH HEARTBEAT_FILE — the C benchmark target.
+ * target THREADS DEPTH HEARTBEAT_FILE [busy] — the C benchmark target.
  *
  * THREADS-1 worker threads each recurse DEPTH distinct-enough frames and
- * sleep; one more thread is the heartbeat: it wakes every 100 µs and keeps
+ * sleep; with "busy", the first worker works there instead, counting chunks
+ * of arithmetic in HEARTBEAT_FILE (a uint64 at offset 8): its work rate,
+ * which bench/profile.py compares profiled and not.  One more thread is the
+ * heartbeat: it wakes every 100 µs and keeps
  * in HEARTBEAT_FILE (a double, milliseconds) the longest gap it saw between
  * two wake-ups. A tool that stops the process stops the heartbeat too, so the
  * gap measured across one tool run is how long that tool froze the process.
@@ -13,11 +16,13 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
 static volatile double *longest_gap_ms;
+static volatile unsigned long long *work_done;
 static volatile int keep_going = 1;
 static int depth;
 
@@ -43,43 +48,59 @@ static void *heartbeat(void *arg)
     return NULL;
 }
 
-__attribute__((noinline, noclone)) static int descend(int level)
+/* One chunk of work: a few microseconds of dependent arithmetic. */
+__attribute__((noinline, noclone)) static unsigned long long work_chunk(unsigned long long seed)
+{
+    for (int i = 0; i < 4096; i++)
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    return seed;
+}
+
+__attribute__((noinline, noclone)) static int descend(int level, int busy)
 {
     volatile int kept = level; /* lives across the call: every level keeps its frame */
     if (level == 0) {
+        unsigned long long seed = 1;
+        while (keep_going && busy) {
+            seed = work_chunk(seed);
+            *work_done += 1;
+        }
         while (keep_going)
             sleep(3600);
-        return 0;
+        return (int)seed;
     }
-    int below = descend(level - 1);
+    int below = descend(level - 1, busy);
     return below + kept;
 }
 
 static void *worker(void *arg)
 {
-    (void)arg;
-    descend(depth);
+    descend(depth, arg != NULL);
     return NULL;
 }
 
 int main(int argc, char **argv)
 {
-    if (argc != 4) {
-        fprintf(stderr, "usage: %s THREADS DEPTH HEARTBEAT_FILE\n", argv[0]);
+    if (argc != 4 && !(argc == 5 && strcmp(argv[4], "busy") == 0)) {
+        fprintf(stderr, "usage: %s THREADS DEPTH HEARTBEAT_FILE [busy]\n", argv[0]);
         return 2;
     }
+    int busy = argc == 5;
     int threads = atoi(argv[1]);
     depth = atoi(argv[2]);
     int fd = open(argv[3], O_RDWR | O_CREAT, 0644);
-    if (fd < 0 || ftruncate(fd, sizeof(double)) != 0)
+    if (fd < 0 || ftruncate(fd, 16) != 0)
         return 1;
-    longest_gap_ms = mmap(NULL, sizeof(double), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    longest_gap_ms = mmap(NULL, 16, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (longest_gap_ms == MAP_FAILED)
+        return 1;
+    work_done = (volatile unsigned long long *)((char *)longest_gap_ms + 8);
     pthread_t t;
     pthread_create(&t, NULL, heartbeat, NULL);
     for (int i = 0; i < threads - 2; i++)
-        pthread_create(&t, NULL, worker, NULL);
+        pthread_create(&t, NULL, worker, busy && i == 0 ? (void *)1 : NULL);
     puts("ready");
     fflush(stdout);
-    descend(depth);
+    descend(depth, 0);
     return 0;
 }

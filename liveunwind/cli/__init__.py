@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from types import SimpleNamespace
 
+    from liveunwind.backtrace.backtracer import BacktraceOptions
     from liveunwind.frames import Backtrace
 
 EXIT_COMPLETE = 0
@@ -98,6 +99,12 @@ def _address(text: str) -> int:
         return int(text, 16) if not text.isdigit() or text.startswith("0") else int(text)
     except ValueError:
         raise ValueError(f"not an address: {text!r}") from None
+
+
+def _rate(text: str) -> float:
+    from liveunwind.cli.profile import parse_rate
+
+    return parse_rate(text)
 
 
 def _tid_list(text: str) -> list[int]:
@@ -266,7 +273,41 @@ def commands() -> list[Command]:
             ),
         ],
     )
-    return [pid, core, remote, info]
+    profile = Command(
+        "profile",
+        "sample a running process: CPU per thread, hottest stacks, folded stacks, flame graph",
+        [Positional("pid", "process id", convert=_pid)],
+        [
+            Option(
+                "--duration",
+                "sample for this long (default: until Ctrl-C)",
+                convert=_positive_seconds,
+                metavar="SECONDS",
+            ),
+            Option(
+                "--rate",
+                "samples per second (default 100)",
+                convert=_rate,
+                default=100.0,
+                metavar="HZ",
+            ),
+            Option("--threads", "only these threads", convert=_tid_list, metavar="TID,..."),
+            Option("--svg", "write an interactive flame graph (SVG) to FILE", metavar="FILE"),
+            Option(
+                "--collapsed-out",
+                "write folded stacks (thread;outer;...;inner count) to FILE",
+                metavar="FILE",
+            ),
+            Option(
+                "--merge",
+                "one tower for all threads in --svg and --collapsed-out (default: one per thread)",
+                value=False,
+            ),
+            # Per-frame notes have no place in a sum of samples: every walk option but --verbose.
+            *(option for option in _walk_options() if option.name != "--verbose"),
+        ],
+    )
+    return [pid, core, remote, info, profile]
 
 
 def run() -> None:
@@ -352,6 +393,10 @@ def _run(argv: Sequence[str] | None) -> int:
         return _print(arguments, backtrace)
     if arguments.command == "gdb-remote":
         return _remote_command(arguments, unwinders)
+    if arguments.command == "profile":
+        from liveunwind.cli.profile import profile_command
+
+        return profile_command(arguments, _backtrace_options(arguments, unwinders))
     raise UsageError(f"unknown command {arguments.command}")
 
 
@@ -399,22 +444,13 @@ def _remote_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> i
 
 def _pid_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> int:
     """``liveunwind pid``: one backtrace, or ``--repeat`` of them printed as they come."""
-    from liveunwind.backtrace.backtracer import BacktraceOptions
     from liveunwind.backtrace.session import Session
     from liveunwind.cli.report import format_collapsed
 
-    options = BacktraceOptions(
-        max_frames=arguments.max_frames,
-        unwinders=unwinders,
-        symbols=not arguments.no_symbols,
-        verbose=arguments.verbose,
-        debug_dirs=tuple(arguments.debug_dir),
-        lines=arguments.lines,
-    )
     session = Session(
         arguments.pid,
         threads=arguments.threads,
-        options=options,
+        options=_backtrace_options(arguments, unwinders),
         snapshot=not arguments.no_snapshot,
         stack_cap=arguments.stack_cap,
         total_cap=arguments.total_stack_cap,
@@ -434,6 +470,24 @@ def _pid_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> int:
     if arguments.collapsed:
         sys.stdout.write(format_collapsed(samples))
     return status
+
+
+def _backtrace_options(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> BacktraceOptions:
+    """The walk options of ``pid`` and ``profile``, as a session takes them.
+
+    Python frames (``--python``, being built) join here, so that both
+    commands, and ``profile``'s folded stacks, get them from one place.
+    """
+    from liveunwind.backtrace.backtracer import BacktraceOptions
+
+    return BacktraceOptions(
+        max_frames=arguments.max_frames,
+        unwinders=unwinders,
+        symbols=not arguments.no_symbols,
+        verbose=getattr(arguments, "verbose", False),  # profile has no --verbose
+        debug_dirs=tuple(arguments.debug_dir),
+        lines=arguments.lines,
+    )
 
 
 def _stats(arguments: SimpleNamespace, backtrace: Backtrace, status: int) -> int:

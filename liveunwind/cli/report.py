@@ -163,19 +163,11 @@ def format_collapsed(backtraces: Iterable[Backtrace]) -> str:
     Identical stacks of threads with the same name are counted together,
     across every backtrace given (one per ``--repeat`` sample).
     """
+    from liveunwind.backtrace.profile import frame_name  # the profile's names, one rule
+
     counts: Counter[str] = Counter()
     for backtrace in backtraces:
         for thread in backtrace.threads:
-            names = [_collapsed_name(frame) for frame in reversed(thread.frames)]
+            names = [frame_name(frame) for frame in reversed(thread.frames)]
             counts[";".join([thread.name or str(thread.tid), *names])] += 1
     return "".join(f"{stack} {count}\n" for stack, count in sorted(counts.items()))
-
-
-def _collapsed_name(frame: Frame) -> str:
-    if frame.function:
-        name = frame.function
-    elif frame.module and frame.module_offset is not None:
-        name = f"{os.path.basename(frame.module)}+{frame.module_offset:#x}"
-    else:
-        name = f"{frame.pc:#x}"
-    return name.replace(";", ":").replace(" ", "_")

@@ -1,0 +1,335 @@
+"""A sampling profile of a live process: where each thread spends its time.
+
+Each sample is one backtrace of a warm :class:`Session` — the process is
+stopped only while its registers and live stacks are copied (about a
+millisecond), and the walk runs on the copy.  Samples are taken on a fixed
+schedule (the n-th is due at ``start + n / rate``), so a late sample does
+not push every later one back (see :func:`_next_slot` for how far behind
+sampling catches up).  Every sample's stacks are counted per thread as
+they arrive, so memory grows with the number of distinct stacks, not with
+the duration.
+
+CPU time comes from the kernel (psutil, at the start and at the end), not
+from the samples: a sample says where a thread was, the kernel how much it
+ran.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+
+from liveunwind.errors import LiveUnwindError
+from liveunwind.targets.procfs import state_word
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from liveunwind.backtrace.session import Session
+    from liveunwind.frames import Backtrace, Frame, ThreadBacktrace
+
+#: Samples per second above this are refused: one sample of even a small
+#: process takes a few milliseconds, so the schedule could not be kept.
+MAX_RATE = 1000.0
+#: How far behind its schedule sampling may fall and still catch up (seconds).
+CATCH_UP = 0.1
+#: The state /proc gives a thread that is on a CPU or waiting for one.
+RUNNING = state_word("R")
+
+#: Why sampling ended.
+END_DURATION = "duration"
+END_INTERRUPTED = "interrupted"
+END_TARGET_LOST = "target lost"
+
+
+def frame_name(frame: Frame) -> str:
+    """A frame's name in folded stacks: its function, else ``module+offset``, else its pc.
+
+    ``;`` separates frames and a space ends the stack in the folded format,
+    so neither may appear inside a name.
+    """
+    if frame.function:
+        name = frame.function
+    elif frame.module and frame.module_offset is not None:
+        name = f"{os.path.basename(frame.module)}+{frame.module_offset:#x}"
+    else:
+        name = f"{frame.pc:#x}"
+    return name.replace(";", ":").replace(" ", "_")
+
+
+def stack_of(thread: ThreadBacktrace) -> tuple[str, ...]:
+    """The thread's frames as names, outermost first.
+
+    With source lines (``--lines``) every call inlined into a frame is a
+    level of its own, under the function it was inlined into, and each name
+    carries its line: ``function (file.c:42)``.
+    """
+    names = []
+    for frame in reversed(thread.frames):
+        names.append(_located(frame_name(frame), frame.file, frame.line))
+        for place in reversed(frame.inlined):
+            function = (place.function or "??").replace(";", ":").replace(" ", "_")
+            names.append(_located(function, place.file, place.line))
+    return tuple(names)
+
+
+def _located(name: str, file: str | None, line: int | None) -> str:
+    if file is None:
+        return name
+    place = os.path.basename(file).replace(";", ":")
+    return f"{name} ({place}:{line})" if line else f"{name} ({place})"
+
+
+class ThreadProfile:
+    """One thread's samples: how many, where, and how much CPU the kernel says it used."""
+
+    __slots__ = (
+        "cpu_percent",
+        "incomplete",
+        "name",
+        "running",
+        "running_stacks",
+        "samples",
+        "stacks",
+        "tid",
+    )
+
+    def __init__(self, tid: int, name: str) -> None:
+        self.tid = tid
+        #: The thread's name when it was last sampled.
+        self.name = name
+        #: Samples that held this thread, and those in which it was running.
+        self.samples = 0
+        self.running = 0
+        #: Samples whose walk of this thread ended before the end of its stack.
+        self.incomplete = 0
+        #: Stack (outermost first) → samples; the second only of samples it was running in.
+        self.stacks: Counter[tuple[str, ...]] = Counter()
+        self.running_stacks: Counter[tuple[str, ...]] = Counter()
+        #: CPU time over the profile's wall time, from the kernel; None if the
+        #: thread ended before the profile did (its last CPU time is lost with it).
+        self.cpu_percent: float | None = None
+
+    @property
+    def label(self) -> str:
+        """The thread's root frame in folded stacks: ``name-tid`` (names repeat, tids do not)."""
+        name = (self.name or "?").replace(";", ":").replace(" ", "_")
+        return f"{name}-{self.tid}"
+
+    def top_function(self) -> tuple[str, int] | None:
+        """The function most often innermost in this thread's samples, and how often."""
+        innermost: Counter[str] = Counter()
+        for stack, count in self.stacks.items():
+            if stack:
+                innermost[stack[-1]] += count
+        return innermost.most_common(1)[0] if innermost else None
+
+
+class Profile:
+    """What sampling found: per-thread stacks and CPU, how many samples, at what rate."""
+
+    def __init__(self, pid: int, rate_asked: float) -> None:
+        self.pid = pid
+        self.rate_asked = rate_asked
+        #: Samples taken, and schedule slots given up because a sample ran late.
+        self.samples = 0
+        self.missed = 0
+        #: Seconds from the first sample's slot to the end of sampling.
+        self.duration = 0.0
+        #: Why sampling ended (END_*), and the error that ended it, if one did.
+        self.end = END_DURATION
+        self.end_detail = ""
+        self.threads: dict[int, ThreadProfile] = {}
+        #: Problems the backtraces reported (missing files, …), each once, in order.
+        self._problems: dict[str, None] = {}
+        #: The whole process's CPU time over the wall time; None if it ended first.
+        self.cpu_percent: float | None = None
+        #: Per phase of a sample (attach, copy, freeze, unwind, …): total seconds and the longest.
+        self.timings: dict[str, list[float]] = {}
+
+    @property
+    def rate(self) -> float:
+        """Samples per second achieved."""
+        return self.samples / self.duration if self.duration > 0 else 0.0
+
+    @property
+    def problems(self) -> list[str]:
+        """Problems the backtraces reported (unreadable files, …), each once."""
+        return list(self._problems)
+
+    @property
+    def incomplete(self) -> int:
+        """Thread walks, over every sample, that ended before the end of the stack."""
+        return sum(thread.incomplete for thread in self.threads.values())
+
+    def add(self, backtrace: Backtrace) -> None:
+        """Counts one sample's stacks."""
+        self.samples += 1
+        threads = self.threads
+        for walked in backtrace.threads:
+            thread = threads.get(walked.tid)
+            if thread is None:
+                thread = threads[walked.tid] = ThreadProfile(walked.tid, walked.name)
+            thread.name = walked.name
+            thread.samples += 1
+            stack = stack_of(walked)
+            thread.stacks[stack] += 1
+            if walked.state == RUNNING:
+                thread.running += 1
+                thread.running_stacks[stack] += 1
+            if not walked.complete:
+                thread.incomplete += 1
+        self._problems.update(dict.fromkeys(backtrace.problems))
+        timings = self.timings
+        for phase, seconds in backtrace.timings.items():
+            totals = timings.get(phase)
+            if totals is None:
+                timings[phase] = [seconds, seconds]
+            else:
+                totals[0] += seconds
+                totals[1] = max(totals[1], seconds)
+
+    def by_cpu(self) -> list[ThreadProfile]:
+        """The threads, the busiest first (threads whose CPU is unknown last, then by tid)."""
+        return sorted(
+            self.threads.values(),
+            key=lambda thread: (
+                -(thread.cpu_percent or 0.0),
+                thread.cpu_percent is None,
+                thread.tid,
+            ),
+        )
+
+    def folded(self, *, merge: bool = False) -> Counter[tuple[str, ...]]:
+        """Stack (outermost first) → samples, every thread its own tower under its label.
+
+        ``merge`` counts every thread's stacks together, with no thread level.
+        """
+        counts: Counter[tuple[str, ...]] = Counter()
+        for thread in self.threads.values():
+            for stack, count in thread.stacks.items():
+                counts[stack if merge else (thread.label, *stack)] += count
+        return counts
+
+    def hottest(self, limit: int) -> list[tuple[ThreadProfile, tuple[str, ...], int]]:
+        """The stacks most often on a CPU: (thread, stack, samples it was running in)."""
+        found = [
+            (thread, stack, count)
+            for thread in self.threads.values()
+            for stack, count in thread.running_stacks.items()
+        ]
+        found.sort(key=lambda entry: (-entry[2], entry[0].tid, entry[1]))
+        return found[:limit]
+
+
+def record(
+    session: Session,
+    *,
+    rate: float,
+    duration: float | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+    on_sample: Callable[[Profile, float], None] | None = None,
+) -> Profile:
+    """Samples ``session``'s process ``rate`` times a second for ``duration`` seconds.
+
+    The first sample is cold — it opens the process's files and reads their
+    tables — so the clock (the schedule, the duration and the CPU times)
+    starts when it is done.  Sampling ends early when ``should_stop()``
+    turns true, on KeyboardInterrupt, or when the process can no longer be
+    sampled (it exited): the profile of what was taken is returned either
+    way, saying why it ended.  Errors of the first sample (no such process,
+    no permission) are raised.  ``on_sample(profile, elapsed)`` is called
+    after each sample.
+    """
+    if not 0 < rate <= MAX_RATE:
+        raise ValueError(f"rate must be more than 0 and at most {MAX_RATE:g} per second")
+    profile = Profile(session.pid, rate)
+    period = 1.0 / rate
+    profile.add(session.backtrace())
+    before = _cpu_times(session.pid)
+    started = time.perf_counter()
+    deadline = started + duration if duration is not None else float("inf")
+    due = started + period
+    if on_sample is not None:
+        on_sample(profile, 0.0)
+    try:
+        while True:
+            if should_stop():
+                profile.end = END_INTERRUPTED
+                break
+            if due >= deadline:
+                break
+            now = time.perf_counter()
+            if due > now:
+                time.sleep(due - now)
+                continue  # asked to stop while asleep? checked first
+            try:
+                backtrace = session.backtrace()
+            except LiveUnwindError as error:
+                profile.end, profile.end_detail = END_TARGET_LOST, str(error)
+                break
+            profile.add(backtrace)
+            due = _next_slot(profile, due + period, period)
+            if on_sample is not None:
+                on_sample(profile, time.perf_counter() - started)
+    except KeyboardInterrupt:
+        profile.end = END_INTERRUPTED
+    ended = time.perf_counter()
+    # Ended by the clock, every slot up to the deadline was kept (the last
+    # one's period reaches it); ended early, the profile covers until now.
+    profile.duration = deadline - started if profile.end == END_DURATION else ended - started
+    _add_cpu(profile, before, _cpu_times(session.pid), ended - started)
+    return profile
+
+
+def _next_slot(profile: Profile, due: float, period: float) -> float:
+    """When the next sample is due: ``due``, unless sampling fell too far behind.
+
+    A sample that ran late is followed at once by the next, until the
+    schedule is kept again — a short stall (liveunwind itself waiting for a
+    CPU) is made up.  More than CATCH_UP behind, the whole periods missed
+    are given up instead (counted in ``missed``): a burst of back-to-back
+    samples would stop the process again and again and crowd the samples
+    into one moment.
+    """
+    late = time.perf_counter() - due
+    if late <= CATCH_UP:
+        return due
+    skipped = int(late / period)
+    profile.missed += skipped
+    return due + skipped * period
+
+
+def _cpu_times(pid: int) -> tuple[float, dict[int, float]] | None:
+    """The process's CPU seconds and each thread's (user + system), or None if it is gone."""
+    import psutil  # type: ignore[import-untyped]  # only profiles need it; it ships no types
+
+    try:
+        process = psutil.Process(pid)
+        with process.oneshot():
+            total = process.cpu_times()
+            threads = process.threads()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return None
+    return total.user + total.system, {
+        thread.id: thread.user_time + thread.system_time for thread in threads
+    }
+
+
+def _add_cpu(
+    profile: Profile,
+    before: tuple[float, dict[int, float]] | None,
+    after: tuple[float, dict[int, float]] | None,
+    wall: float,
+) -> None:
+    """Each thread's CPU percent between the two readings; a thread born since started at 0."""
+    if before is None or after is None or wall <= 0:
+        return
+    profile.cpu_percent = 100.0 * max(after[0] - before[0], 0.0) / wall
+    for thread in profile.threads.values():
+        end = after[1].get(thread.tid)
+        if end is not None:
+            start = before[1].get(thread.tid, 0.0)
+            thread.cpu_percent = 100.0 * max(end - start, 0.0) / wall

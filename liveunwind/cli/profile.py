@@ -1,0 +1,323 @@
+"""``liveunwind profile``: sample a process, then report where its threads spent their time.
+
+The report opens with the threads sorted by CPU (the kernel's count, not
+the samples'), then the stacks most often seen running.  ``--json`` prints
+the same as one document (``schemas/profile.schema.json``);
+``--collapsed-out`` and ``--svg`` write the folded stacks and the flame
+graph.  Ctrl-C (or SIGTERM, as ``timeout`` sends) ends sampling early and
+everything is still written.  While sampling, one line of progress is kept
+up to date on stderr when stderr is a terminal.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+from liveunwind.backtrace.profile import END_DURATION, MAX_RATE, record
+from liveunwind.errors import UsageError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import FrameType, SimpleNamespace
+    from typing import Any, TextIO
+
+    from liveunwind.backtrace.backtracer import BacktraceOptions
+    from liveunwind.backtrace.profile import Profile, ThreadProfile
+
+#: The shape of the ``profile --json`` document and the ``$id`` of its schema;
+#: any change of shape raises the version (the schema is closed).
+SCHEMA_VERSION = 1
+SCHEMA_ID = "urn:liveunwind:profile:1"
+#: Stacks in the text summary, and frames shown of each (innermost first).
+HOTTEST = 10
+SHOWN_FRAMES = 8
+#: Seconds between two redraws of the progress line.
+PROGRESS_EVERY = 0.2
+
+
+def parse_rate(text: str) -> float:
+    """``--rate``: samples per second, more than 0 and at most MAX_RATE."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"not a number of samples per second: {text!r}") from None
+    if not 0 < value <= MAX_RATE:
+        raise ValueError(f"must be more than 0 and at most {MAX_RATE:g}")
+    return value
+
+
+def profile_command(arguments: SimpleNamespace, options: BacktraceOptions) -> int:
+    """Samples ``arguments.pid``, writes the requested files and prints the report.
+
+    Exit status as for ``pid``: 0 if every walk of every sample reached the
+    end of its stack, 1 if some ended early.
+    """
+    from liveunwind.backtrace.session import Session
+
+    session = Session(arguments.pid, threads=arguments.threads, options=options)
+    outputs = _open_outputs(arguments.svg, arguments.collapsed_out)
+    progress = _Progress(arguments.pid, arguments.duration) if sys.stderr.isatty() else None
+    try:
+        with _StopRequest() as stop:
+            profile = record(
+                session,
+                rate=arguments.rate,
+                duration=arguments.duration,
+                should_stop=stop.requested,
+                on_sample=progress.update if progress is not None else None,
+            )
+    except BaseException:
+        for path, stream in outputs.values():
+            stream.close()
+            os.unlink(path)  # empty: nothing was sampled
+        raise
+    finally:
+        if progress is not None:
+            progress.finish()
+    if "folded" in outputs:
+        with outputs["folded"][1] as stream:
+            stream.write(format_folded(profile, merge=arguments.merge))
+    if "svg" in outputs:
+        with outputs["svg"][1] as stream:
+            stream.write(render_svg(profile, merge=arguments.merge))
+    if arguments.json:
+        sys.stdout.write(format_json(profile))
+    else:
+        written = {kind: path for kind, (path, _) in outputs.items()}
+        sys.stdout.write(format_text(profile, written))
+    if arguments.stats:
+        print(f"liveunwind: stats: {format_stats(profile)}", file=sys.stderr)
+    return 0 if not profile.incomplete else 1
+
+
+def _open_outputs(svg: str | None, folded: str | None) -> dict[str, tuple[str, TextIO]]:
+    """The output files, opened before sampling: a path that cannot be written fails at once."""
+    outputs: dict[str, tuple[str, TextIO]] = {}
+    for kind, path in (("folded", folded), ("svg", svg)):
+        if path is None:
+            continue
+        try:
+            outputs[kind] = (path, open(path, "w", encoding="utf-8"))  # noqa: SIM115 (closed when written)
+        except OSError as error:
+            for _, stream in outputs.values():
+                stream.close()
+            raise UsageError(f"cannot write {path}: {error.strerror}") from None
+    return outputs
+
+
+class _StopRequest:
+    """Inside ``with``: SIGINT and SIGTERM ask sampling to end instead of ending liveunwind."""
+
+    def __init__(self) -> None:
+        self._requested = False
+        self._previous: dict[int, Any] = {}
+
+    def requested(self) -> bool:
+        return self._requested
+
+    def _ask(self, signum: int, frame: FrameType | None) -> None:
+        self._requested = True
+
+    def __enter__(self) -> _StopRequest:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._previous[signum] = signal.signal(signum, self._ask)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+class _Progress:
+    """One line on stderr, redrawn in place: elapsed time, samples, achieved rate."""
+
+    def __init__(self, pid: int, duration: float | None) -> None:
+        self._pid = pid
+        self._of = f"/{duration:g}" if duration is not None else ""
+        self._drawn = 0.0
+        self._shown = False
+
+    def update(self, profile: Profile, elapsed: float) -> None:
+        now = time.perf_counter()
+        if now - self._drawn < PROGRESS_EVERY:
+            return
+        self._drawn = now
+        rate = profile.samples / elapsed if elapsed > 0 else 0.0
+        sys.stderr.write(
+            f"\r\x1b[Kprofiling {self._pid}: {elapsed:.1f}{self._of} s, "
+            f"{profile.samples} samples, {rate:.1f} Hz (Ctrl-C to stop)"
+        )
+        sys.stderr.flush()
+        self._shown = True
+
+    def finish(self) -> None:
+        if self._shown:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+
+
+# -- the outputs ---------------------------------------------------------------------
+
+
+def format_folded(profile: Profile, *, merge: bool = False) -> str:
+    """Folded stacks, ``thread;outer;…;inner count`` (no thread with ``merge``), sorted."""
+    counts = profile.folded(merge=merge)
+    return "".join(f"{';'.join(stack)} {count}\n" for stack, count in sorted(counts.items()))
+
+
+def render_svg(profile: Profile, *, merge: bool = False) -> str:
+    from liveunwind.cli.flamegraph import render
+
+    main = profile.threads.get(profile.pid)
+    name = f" ({main.name})" if main is not None and main.name else ""
+    towers = "all threads merged" if merge else "one tower per thread"
+    return render(
+        profile.folded(merge=merge),
+        title=f"liveunwind profile of process {profile.pid}{name}",
+        subtitle=f"{_summary(profile)}; {towers}",
+        threads=not merge,
+    )
+
+
+def _summary(profile: Profile) -> str:
+    return (
+        f"{profile.samples} samples in {profile.duration:.2f} s at {profile.rate:.1f} Hz "
+        f"({profile.rate_asked:g} Hz asked)"
+    )
+
+
+def format_text(profile: Profile, written: dict[str, str]) -> str:
+    cpu = "" if profile.cpu_percent is None else f"; CPU {profile.cpu_percent:.1f} %"
+    lines = [f"Process {profile.pid}: {_summary(profile)}{cpu}"]
+    if profile.end != END_DURATION:
+        detail = f": {profile.end_detail}" if profile.end_detail else ""
+        lines.append(f"Sampling ended early ({profile.end}{detail}).")
+    lines += ["", *_thread_table(profile.by_cpu(), profile)]
+    hottest = profile.hottest(HOTTEST)
+    lines += ["", "Hottest stacks (samples in which the thread was running):"]
+    if not hottest:
+        lines.append("  no thread was seen running")
+    for thread, stack, count in hottest:
+        share = 100.0 * count / profile.samples
+        lines.append(f"  {share:5.1f} %  {count:6}  {thread.label}  {_shown_stack(stack)}")
+    notes = _notes(profile)
+    if notes:
+        lines += ["", *notes]
+    if written:
+        lines.append("")
+        names = {"folded": "Folded stacks", "svg": "Flame graph"}
+        lines += [f"{names[kind]}: {path}" for kind, path in written.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _thread_table(threads: list[ThreadProfile], profile: Profile) -> list[str]:
+    width = min(max((len(thread.name) for thread in threads), default=4), 24)
+    width = max(width, 4)
+    tid_width = max((len(str(thread.tid)) for thread in threads), default=3)
+    tid_width = max(tid_width, 3)
+    rows = [
+        f"  {'TID':>{tid_width}}  {'NAME':<{width}}  {'CPU %':>6}  {'SAMPLES':>7}  TOP FUNCTION"
+    ]
+    for thread in threads:
+        cpu = "?" if thread.cpu_percent is None else f"{thread.cpu_percent:.1f}"
+        top = thread.top_function()
+        where = ""
+        if top is not None:
+            function, count = top
+            where = f"{_clip(function, 60)} ({100.0 * count / max(thread.samples, 1):.0f} %)"
+        rows.append(
+            f"  {thread.tid:>{tid_width}}  {_clip(thread.name, width):<{width}}  {cpu:>6}  "
+            f"{thread.samples:>7}  {where}"
+        )
+    return rows
+
+
+def _shown_stack(stack: tuple[str, ...]) -> str:
+    """Innermost first, as a backtrace reads: ``inner <- caller <- …``."""
+    shown = " <- ".join(reversed(stack[-SHOWN_FRAMES:]))
+    hidden = len(stack) - SHOWN_FRAMES
+    return shown + (f" <- … {hidden} more" if hidden > 0 else "")
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _notes(profile: Profile) -> list[str]:
+    notes = []
+    walks = sum(thread.samples for thread in profile.threads.values())
+    if profile.incomplete:
+        ended = "; ".join(
+            f"{thread.label}: {thread.incomplete}"
+            for thread in profile.by_cpu()
+            if thread.incomplete
+        )
+        notes.append(f"note: {profile.incomplete} of {walks} walks ended early ({ended})")
+    if profile.missed:
+        notes.append(
+            f"note: {profile.missed} samples were not taken: sampling fell behind the schedule"
+        )
+    notes += [f"note: {problem}" for problem in profile.problems]
+    return notes
+
+
+def to_json_document(profile: Profile) -> dict[str, Any]:
+    threads = profile.by_cpu()
+    stacks = [
+        (thread, stack, count) for thread in threads for stack, count in thread.stacks.items()
+    ]
+    stacks.sort(key=lambda entry: (-entry[2], entry[0].tid, entry[1]))
+    return {
+        "$schema": SCHEMA_ID,
+        "schema_version": SCHEMA_VERSION,
+        "pid": profile.pid,
+        "rate_asked": profile.rate_asked,
+        "rate": profile.rate,
+        "samples": profile.samples,
+        "missed": profile.missed,
+        "duration": profile.duration,
+        "end": profile.end,
+        "end_detail": profile.end_detail,
+        "cpu_percent": profile.cpu_percent,
+        "incomplete": profile.incomplete,
+        "problems": profile.problems,
+        "threads": [
+            {
+                "tid": thread.tid,
+                "name": thread.name,
+                "cpu_percent": thread.cpu_percent,
+                "samples": thread.samples,
+                "running": thread.running,
+                "incomplete": thread.incomplete,
+                "top_function": None if (top := thread.top_function()) is None else top[0],
+            }
+            for thread in threads
+        ],
+        "stacks": [
+            {
+                "tid": thread.tid,
+                "frames": list(reversed(stack)),
+                "samples": count,
+                "running": thread.running_stacks.get(stack, 0),
+            }
+            for thread, stack, count in stacks
+        ],
+    }
+
+
+def format_json(profile: Profile) -> str:
+    import json
+
+    return json.dumps(to_json_document(profile), indent=2) + "\n"
+
+
+def format_stats(profile: Profile) -> str:
+    """Per phase of a sample: the mean and the longest, in milliseconds."""
+    samples = max(profile.samples, 1)
+    return ", ".join(
+        f"{phase} {total / samples * 1000:.2f} ms (max {longest * 1000:.2f})"
+        for phase, (total, longest) in profile.timings.items()
+    )
