@@ -226,3 +226,35 @@ def test_what_the_total_stack_cap_cut_is_in_the_report(run_program) -> None:
     assert len(notes) == len(backtrace.threads)
     assert "(the cap of 8 KiB for all threads together)" in notes[0]
     assert_untraced(program.pid)
+
+
+# -- Ctrl-C -------------------------------------------------------------------------------------
+
+
+def test_ctrl_c_while_a_class_is_defined_is_an_interrupt(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Python 3.11 wraps it in a RuntimeError (a lazy import defining a class with a
+    cached_property, as ModuleMap does); it printed a traceback before."""
+    from liveunwind import cli
+
+    def interrupted_class_body(argv: object) -> int:
+        class Interrupting:
+            def __set_name__(self, owner: type, name: str) -> None:
+                raise KeyboardInterrupt
+
+        class Owner:
+            attribute = Interrupting()
+
+        return 0
+
+    monkeypatch.setattr(cli, "_run", interrupted_class_body)
+    assert cli.main([]) == cli.EXIT_INTERRUPTED
+    assert capsys.readouterr().err == "liveunwind: interrupted\n"
+
+    def other_runtime_error(argv: object) -> int:
+        raise RuntimeError("not an interrupt")
+
+    monkeypatch.setattr(cli, "_run", other_runtime_error)
+    with pytest.raises(RuntimeError, match="not an interrupt"):
+        cli.main([])

@@ -346,6 +346,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("liveunwind: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except RuntimeError as error:
+        # Python 3.11 wraps a Ctrl-C that lands while a class body binds a
+        # descriptor (a lazy import defining a class) in a RuntimeError.
+        if not isinstance(error.__cause__, KeyboardInterrupt):
+            raise
+        print("liveunwind: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         return EXIT_COMPLETE
 

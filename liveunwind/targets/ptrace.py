@@ -48,6 +48,7 @@ from liveunwind.errors import (
 )
 from liveunwind.targets import procfs, syscalls
 from liveunwind.targets.base import AddressSpace, Mapping, ThreadState
+from liveunwind.targets.files import read_kernel_file
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -603,8 +604,7 @@ def _process_name(pid: int) -> str:
 def _yama_advice() -> str:
     """The end of the permission message: check Yama only where it can be the cause."""
     try:
-        with open("/proc/sys/kernel/yama/ptrace_scope") as stream:
-            scope = stream.read().strip()
+        scope = read_kernel_file("/proc/sys/kernel/yama/ptrace_scope", 64).decode().strip()
     except OSError:
         return " (Yama is not enabled: there is no kernel.yama.ptrace_scope)"
     if scope == "0":
