@@ -4,10 +4,11 @@ Targets: bench/target.c with 9 threads 30 frames deep, and python3 running
 bench/target.py with 8 threads 20 Python frames deep, each with one thread
 working instead of sleeping ("busy") and counting its chunks of work in a
 shared file.  For every tool that applies, several times: the busy thread's
-work rate for DURATION seconds unprofiled, then while the tool samples the
-process at 100 Hz for DURATION seconds; the share of its work rate it kept
-(work per second over the whole run of the tool, start-up included), and
-the rate the tool achieved, from the tool's own output.
+work rate while the tool samples the process at 100 Hz for DURATION
+seconds (work per second over the whole run of the tool, start-up
+included) against its rate unprofiled for DURATION seconds just before and
+just after — the share it kept — and the rate the tool achieved, from the
+tool's own output.
 
 - liveunwind: ``profile --rate 100 --json --stats`` (its samples and the
   mean freeze per sample);
@@ -165,11 +166,19 @@ def tools(target: Target, work: Path, skipped: dict[str, str]) -> dict[str, Tool
 
 
 def bench_target(target: Target, work: Path, skipped: dict[str, str]) -> dict:
+    """Unprofiled and profiled runs in turn; each profiled one against the runs either side.
+
+    The machine's other work changes over minutes; comparing each profiled
+    run with the unprofiled runs just before and after it cancels most of that.
+    """
     rows: dict[str, dict[str, list]] = {}
+    before, _ = work_rate(target, None)
     for _ in range(REPETITIONS):
         for tool, (command, read) in tools(target, work, skipped).items():
-            alone, _ = work_rate(target, None)
             profiled, result = work_rate(target, command)
+            after, _ = work_rate(target, None)
+            alone = (before + after) / 2
+            before = after
             row = rows.setdefault(tool, {"kept": [], "rate": [], "freeze_ms": []})
             row["kept"].append(profiled / alone)
             measured = read(result)

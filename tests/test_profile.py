@@ -33,11 +33,12 @@ from typing import Any
 import jsonschema
 import pytest
 
+from liveunwind.backtrace import profile as profile_module
 from liveunwind.backtrace.profile import END_DURATION, Profile, record
 from liveunwind.backtrace.session import Session
 from liveunwind.cli.flamegraph import render
 from liveunwind.cli.profile import SCHEMA_ID, SCHEMA_VERSION
-from liveunwind.frames import Backtrace
+from liveunwind.frames import Backtrace, Frame, Method, StopReason, ThreadBacktrace
 from tests.conftest import RunningProgram, start_program
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -297,6 +298,20 @@ def test_boxes_too_narrow_to_see_are_left_out_but_counted() -> None:
     namespace = "{http://www.w3.org/2000/svg}"
     titles = [element.text or "" for element in root.iter(f"{namespace}title")]
     assert titles == ["all (100001 samples, 100.00%)", "big (100000 samples, 100.00%)"]
+
+
+def test_distinct_stacks_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A target whose every sample is a new stack cannot make the profile grow without end."""
+    monkeypatch.setattr(profile_module, "MAX_STACKS", 2)
+    profile = Profile(1, 100.0)
+    for pc in range(0x1000, 0x1005):
+        thread = ThreadBacktrace(
+            7, "t", [Frame(0, pc, 0x7000, Method.CONTEXT)], StopReason.END_OF_STACK
+        )
+        profile.add(Backtrace(1, [thread], "x86_64"))
+    (counted,) = profile.threads.values()
+    assert counted.stacks == {("0x1000",): 1, ("0x1001",): 1, profile_module.OVERFLOW: 3}
+    assert profile.distinct == 2 and profile.overflowed == 3
 
 
 # -- the command ------------------------------------------------------------------------

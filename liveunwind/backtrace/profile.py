@@ -35,6 +35,11 @@ if TYPE_CHECKING:
 MAX_RATE = 1000.0
 #: How far behind its schedule sampling may fall and still catch up (seconds).
 CATCH_UP = 0.1
+#: Distinct stacks kept, over all threads: every sample of a hostile or
+#: chaotic target could be a new stack, for as long as the profile runs.
+MAX_STACKS = 200_000
+#: The stack samples are counted under once MAX_STACKS are kept.
+OVERFLOW = (f"[stacks beyond the {MAX_STACKS:,} kept]",)
 #: The state /proc gives a thread that is on a CPU or waiting for one.
 RUNNING = state_word("R")
 
@@ -47,8 +52,11 @@ END_TARGET_LOST = "target lost"
 def frame_name(frame: Frame) -> str:
     """A frame's name in folded stacks: its function, else ``module+offset``, else its pc.
 
-    ``;`` separates frames and a space ends the stack in the folded format,
-    so neither may appear inside a name.
+    ``;`` separates frames, so it may not appear in a name; spaces (C++
+    names have them) become ``_``, which tools that split a line at every
+    space need.  Readers of the format take the count after the last space,
+    so the ``(file:line)`` of :func:`stack_of` keeps its space, as py-spy
+    writes it.
     """
     if frame.function:
         name = frame.function
@@ -136,7 +144,7 @@ class Profile:
         #: Samples taken, and schedule slots given up because a sample ran late.
         self.samples = 0
         self.missed = 0
-        #: Seconds from the first sample's slot to the end of sampling.
+        #: Seconds on the clock: from the end of the (cold) first sample to the end of sampling.
         self.duration = 0.0
         #: Why sampling ended (END_*), and the error that ended it, if one did.
         self.end = END_DURATION
@@ -148,6 +156,10 @@ class Profile:
         self.cpu_percent: float | None = None
         #: Per phase of a sample (attach, copy, freeze, unwind, …): total seconds and the longest.
         self.timings: dict[str, list[float]] = {}
+        #: Distinct stacks kept so far (at most MAX_STACKS; each thread's OVERFLOW
+        #: not counted), and the samples counted under OVERFLOW instead of their own.
+        self.distinct = 0
+        self.overflowed = 0
 
     @property
     def rate(self) -> float:
@@ -175,6 +187,12 @@ class Profile:
             thread.name = walked.name
             thread.samples += 1
             stack = stack_of(walked)
+            if stack not in thread.stacks:
+                if self.distinct < MAX_STACKS:
+                    self.distinct += 1
+                else:
+                    stack = OVERFLOW
+                    self.overflowed += 1
             thread.stacks[stack] += 1
             if walked.state == RUNNING:
                 thread.running += 1

@@ -256,6 +256,11 @@ def _notes(profile: Profile) -> list[str]:
             if thread.incomplete
         )
         notes.append(f"note: {profile.incomplete} of {walks} walks ended early ({ended})")
+    if profile.overflowed:
+        notes.append(
+            f"note: {profile.overflowed} samples had a stack beyond the {profile.distinct} "
+            "distinct ones kept; they are counted under one name"
+        )
     if profile.missed:
         notes.append(
             f"note: {profile.missed} samples were not taken: sampling fell behind the schedule"
