@@ -571,6 +571,7 @@ int main(void) {
     P("tstate_native_thread_id", offsetof(PyThreadState, native_thread_id));
     P("tstate_datastack", offsetof(PyThreadState, datastack_chunk));
     P("tstate_frame", offsetof(PyThreadState, cframe));
+    P("tstate_root_cframe", offsetof(PyThreadState, root_cframe));
     P("cframe_current", offsetof(_PyCFrame, current_frame));
     P("cframe_previous", offsetof(_PyCFrame, previous));
     P("frame_code", offsetof(_PyInterpreterFrame, f_code));
