@@ -127,6 +127,11 @@ def _walk_options() -> list[Option]:
             "give each frame its source file and line, and the calls inlined into it (DWARF)",
             value=False,
         ),
+        Option(
+            "--python",
+            "show the Python frames each frame of CPython's eval loop runs (CPython 3.11-3.14)",
+            value=False,
+        ),
         Option("--stats", "print time spent per phase (and the freeze) to stderr", value=False),
     ]
 
@@ -325,6 +330,7 @@ def _run(argv: Sequence[str] | None) -> int:
             verbose=arguments.verbose,
             debug_dirs=arguments.debug_dir,
             lines=arguments.lines,
+            python=arguments.python,
         )
         return _print(arguments, backtrace)
     if arguments.command == "gdb-remote":
@@ -365,6 +371,7 @@ def _remote_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> i
         verbose=arguments.verbose,
         debug_dirs=arguments.debug_dir,
         lines=arguments.lines,
+        python=arguments.python,
         stats=counters,
     )
     status = _print(arguments, backtrace)
@@ -387,6 +394,7 @@ def _pid_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> int:
         verbose=arguments.verbose,
         debug_dirs=tuple(arguments.debug_dir),
         lines=arguments.lines,
+        python=arguments.python,
     )
     session = Session(
         arguments.pid,
