@@ -619,6 +619,46 @@ def test_through_gdbserver_the_frames_are_the_same(parked: Parked) -> None:
     assert_equal_to_truth(_as_threads(backtrace), parked.truth)
 
 
+def test_a_process_in_a_pid_namespace_is_matched_by_its_own_thread_ids(tmp_path: Path) -> None:
+    """In a container CPython knows its threads by their ids there; the walk by the host's."""
+    if shutil.which("unshare") is None or not Path("/usr/bin/python3").exists():
+        pytest.skip("needs unshare and /usr/bin/python3")
+    truth_path = tmp_path / "truth.json"
+    program = ["/usr/bin/python3", str(PROGRAM), str(truth_path)]
+    launcher = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "--kill-child", *program],
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert launcher.stdout is not None
+        if launcher.stdout.readline() != b"ready\n":
+            pytest.skip(f"unshare --pid failed here: {launcher.communicate()[1]!r}")
+        children = Path(f"/proc/{launcher.pid}/task/{launcher.pid}/children").read_text()
+        (pid,) = [int(child) for child in children.split()]
+        deadline = time.monotonic() + START_TIMEOUT
+        while len(os.listdir(f"/proc/{pid}/task")) != THREADS:  # the reporter has ended
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        document = json.loads(command("pid", str(pid), "--python", "--json").stdout)
+        inside = {tid: _id_inside(pid, tid) for tid in (t["tid"] for t in document["threads"])}
+    finally:
+        launcher.kill()
+        launcher.communicate()
+    truth = {int(tid): frames for tid, frames in json.loads(truth_path.read_text()).items()}
+    assert not set(truth) & set(inside), "the ids inside and outside should differ"
+    found = document_python(document)
+    for tid, frames in found.items():
+        assert frames == [tuple(frame) for frame in truth[inside[tid]]], f"thread {tid}"
+
+
+def _id_inside(pid: int, tid: int) -> int:
+    """The id thread ``tid`` has in its own pid namespace (the last of its NSpid line)."""
+    status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+    return int(status.split("NSpid:")[1].splitlines()[0].split()[-1])
+
+
 def test_a_process_without_python_says_so_in_the_report(run_program) -> None:  # type: ignore[no-untyped-def]
     program = run_program("threads-O2")
     document = json.loads(command("pid", str(program.pid), "--python", "--json").stdout)

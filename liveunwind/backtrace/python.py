@@ -16,7 +16,8 @@ early) falls back to the eval frames by name, in order, without ever
 placing a run outside the ones around it; what still has no place is kept
 as ``unplaced`` and reported, never dropped or guessed.
 
-Threads are matched by the kernel's thread id (``native_thread_id``).
+Threads are matched by the kernel's thread id (``native_thread_id``); for a
+live process in a pid namespace (a container) by the id it has there.
 
 :class:`PythonReader` is what a :class:`~liveunwind.backtrace.backtracer.Backtracer`
 asked for Python frames keeps between backtraces: the interpreter it found
@@ -156,6 +157,9 @@ class PythonReader:
         #: The modules of the last search that found nothing, and what it said.
         self._searched: frozenset[tuple[object, ...]] | None = None
         self._search_problems: list[str] = []
+        #: The pid of a live target (set by its session): its threads may have other
+        #: ids inside its pid namespace, the ids the interpreter knows them by.
+        self.live_pid: int | None = None
         #: What a stop read, for the backtrace of that stop.
         self._captured: Collected | None = None
 
@@ -219,10 +223,36 @@ class PythonReader:
                 collected = collect(Memory(space.read_frozen, space.read_frozen_many), interpreter)
         problems = [*self._search_problems, *([] if collected is None else collected.problems)]
         if collected is not None:
-            placed = place_all(backtrace, describe(collected))
+            threads = describe(collected)
+            if self.live_pid is not None:
+                _match_namespaced_ids(self.live_pid, backtrace, threads)
+            placed = place_all(backtrace, threads)
             for thread in backtrace.threads:
                 found = placed.get(thread.tid)
                 if found is not None:
                     found.apply(thread)
         if problems:
             backtrace.problems = [*backtrace.problems, *problems]
+
+
+def _match_namespaced_ids(pid: int, backtrace: Backtrace, threads: list[PythonThread]) -> None:
+    """Gives the Python threads of a process in a pid namespace (a container) their host ids.
+
+    CPython records the id its thread has where it runs; the walk has the
+    ids this side sees.  Only when some Python thread's id is not among the
+    walked ones are the threads' ``NSpid`` lines read, and an id is changed
+    only for a process whose threads have ids of their own.
+    """
+    from liveunwind.targets.procfs import status_field
+
+    walked = {native.tid for native in backtrace.threads}
+    if all(thread.native_id in walked for thread in threads):
+        return
+    inner_to_host: dict[int, int] = {}
+    for tid in walked:
+        ids = status_field(f"/proc/{pid}/task/{tid}/status", "NSpid").split()
+        if len(ids) > 1 and ids[-1].isdigit():
+            inner_to_host[int(ids[-1])] = tid
+    if inner_to_host:
+        for thread in threads:
+            thread.native_id = inner_to_host.get(thread.native_id, thread.native_id)

@@ -39,6 +39,8 @@ class Session:
         self.snapshot = snapshot
         self.stack_cap = stack_cap
         self._backtracer = Backtracer(options or BacktraceOptions())
+        if self._backtracer.python is not None:
+            self._backtracer.python.live_pid = pid
 
     def backtrace(self) -> Backtrace:
         """Stops the process, takes what unwinding needs, lets it go, and unwinds.
