@@ -132,6 +132,8 @@ class Interpreter:
         #: (with ``_PyRuntime``'s head) to start the next one.
         self.interpreters: list[int] = []
         self.thread_states: list[int] = []
+        #: The code objects the last walk's frames ran, fetched with the next walk's frame stacks.
+        self.code_objects: list[int] = []
         #: The frame and code-object fields, each unpacked with one call.
         self.frame_record = cpython.frame_record(layout)
         self.code_record = cpython.code_record(layout)
@@ -321,9 +323,18 @@ class Memory:
         self._last: tuple[int, bytes] = (0, b"")
 
     def prefetch(self, ranges: list[tuple[int, int]]) -> None:
+        """Fetches ``ranges`` in one request, leaving out those already fetched."""
         if self._read_many is None or not ranges:
             return
-        wanted = _coalesce([(start, size) for start, size in ranges if start + size <= _END])
+        wanted = _coalesce(
+            [
+                (start, size)
+                for start, size in ranges
+                if start + size <= _END and not self._holds(start, size)
+            ]
+        )
+        if not wanted:
+            return
         fetched = [
             (start, data)
             for (start, _), data in zip(wanted, self._read_many(wanted))
@@ -331,6 +342,14 @@ class Memory:
         ]
         self._blocks = sorted([*self._blocks, *fetched])
         self._starts = [start for start, _ in self._blocks]
+
+    def _holds(self, address: int, size: int) -> bool:
+        """Whether a fetched block holds all of the range (the nearest block below it)."""
+        index = bisect.bisect_right(self._starts, address) - 1
+        if index < 0:
+            return False
+        start, data = self._blocks[index]
+        return address + size <= start + len(data)
 
     def read(self, address: int, size: int) -> bytes:
         data, offset = self.locate(address, size)
@@ -576,11 +595,15 @@ def collect(memory: Memory, interpreter: Interpreter) -> Collected:
         except (MemoryReadError, FormatError) as error:
             collected.problems.append(f"python: interpreter at {interp:#x}: {error}")
             break
+    # The frame stacks, and the code objects the last walk found: most are run again.
     memory.prefetch(
         [
-            (start, end - start)
-            for start, end in (thread.datastack for thread in collected.threads)
-            if start and 0 < end - start <= MAX_CHUNK_PREFETCH
+            *(
+                (start, end - start)
+                for start, end in (thread.datastack for thread in collected.threads)
+                if start and 0 < end - start <= MAX_CHUNK_PREFETCH
+            ),
+            *((address, layout.code_read_size) for address in interpreter.code_objects),
         ]
     )
     codes: dict[int, None] = {}  # ordered set: each code object once
@@ -592,6 +615,7 @@ def collect(memory: Memory, interpreter: Interpreter) -> Collected:
             collected.problems.append(f"python: thread {thread.native_id}: cut short: {error}")
     _collect_codes(memory, collected, list(codes))
     interpreter.interpreters = list(seen_interpreters)
+    interpreter.code_objects = list(codes)
     interpreter.thread_states = [thread.thread_state for thread in collected.threads]
     mismatch = f"python: the CPython {interpreter.version_text} layout does not match this binary"
     if not collected.threads:  # a running interpreter has at least its main thread's
