@@ -190,18 +190,16 @@ class Snapshot(AddressSpace):
         A read that starts in a copy and runs past its end raises
         MemoryReadError (it would mix two instants) unless the other holds it whole.
         """
-        failure = None
-        for copies in (self._copies, self._frozen):
-            try:
-                data = copies.get(address, size)
-            except MemoryReadError as error:
-                failure = failure or error
-                continue
-            if data is not None:
-                return data
-        if failure is not None:
-            raise failure
-        return None
+        try:
+            data = self._copies.get(address, size)
+        except MemoryReadError:
+            data = self._frozen.get(address, size)
+            if data is None:
+                raise
+            return data
+        if data is None and self._frozen:
+            data = self._frozen.get(address, size)
+        return data
 
     def open_mapped_file(self, mapping: Mapping) -> BinaryIO | None:
         return self._live.open_mapped_file(mapping)
@@ -228,6 +226,10 @@ class _Copies:
     def add(self, start: int, data: bytes) -> None:
         if data:
             self._pieces.append((start, data))
+
+    def __bool__(self) -> bool:
+        """Whether anything was copied."""
+        return bool(self._pieces or self._blocks)
 
     def get(self, address: int, size: int) -> bytes | None:
         """The copied bytes, or None where nothing was copied at ``address``.
