@@ -862,6 +862,6 @@ def python_stacks(
         return []
     if interpreter is None:
         return []
-    collected = collect(Memory(space.read_frozen), interpreter)
+    collected = collect(Memory(space.read_frozen, space.read_frozen_many), interpreter)
     problems.extend(collected.problems)
     return describe(collected)
