@@ -37,10 +37,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import jsonschema
 import pytest
 
+from liveunwind.backtrace.api import attach
 from liveunwind.backtrace.backtracer import BacktraceOptions, Backtracer
 from liveunwind.backtrace.python import PlacedPython, place, place_all
+from liveunwind.backtrace.remote import gdb_remote
+from liveunwind.backtrace.session import Session
 from liveunwind.errors import FormatError, MemoryReadError
 from liveunwind.formats import cpython
 from liveunwind.frames import Backtrace
@@ -438,6 +442,230 @@ def test_read_ahead_the_stop_reads_only_frames(parked: Parked, live: LiveResult)
     assert cpython.header_size(fresh.layout) not in reads
 
 
+# -- the command: liveunwind pid PID --python -------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = json.loads((ROOT / "liveunwind" / "cli" / "schemas" / "backtrace.schema.json").read_text())
+
+
+def command(*args: str) -> subprocess.CompletedProcess[str]:
+    """``liveunwind ARGS`` as a user runs it (this checkout), its exit checked."""
+    result = subprocess.run(
+        [sys.executable, "-m", "liveunwind", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def document_python(document: dict) -> Truth:  # type: ignore[type-arg]
+    """Each thread's Python frames in a --json document, innermost first, placed or not."""
+    found: Truth = {}
+    for thread in document["threads"]:
+        placed = [place for frame in thread["frames"] for place in frame["python"]]
+        found[thread["tid"]] = [
+            (place["function"], place["file"], place["line"])
+            for place in [*placed, *thread["python_unplaced"]]
+        ]
+    return found
+
+
+@pytest.fixture(scope="module")
+def pid_json(parked: Parked) -> dict:  # type: ignore[type-arg]
+    """``liveunwind pid PID --python --json`` of the parked program, checked against the schema."""
+    document = json.loads(command("pid", str(parked.pid), "--python", "--json").stdout)
+    jsonschema.Draft202012Validator(SCHEMA).validate(document)
+    return document  # type: ignore[no-any-return]
+
+
+def test_the_command_shows_every_thread_its_python_frames(parked: Parked, pid_json: dict) -> None:  # type: ignore[type-arg]
+    found = document_python(pid_json)
+    for tid, frames in parked.truth.items():
+        assert found[tid] == frames, f"thread {tid}"
+    assert all(not thread["python_unplaced"] for thread in pid_json["threads"])
+    assert pid_json["problems"] == []
+    modules = {
+        frame["module"]
+        for thread in pid_json["threads"]
+        for frame in thread["frames"]
+        if frame["python"]
+    }
+    assert len(modules) == 1  # every run sits on a frame of the interpreter's eval loop
+
+
+@pytest.mark.parametrize(
+    ("callback", "caller", "builtin"),
+    [
+        ("key_that_parks", "sort_with_a_callback", "sorted"),
+        ("mapped", "map_with_a_callback", "map_next"),
+        ("<module>", "run_compiled_code", "exec"),
+    ],
+)
+def test_the_command_puts_the_builtin_between_callback_and_caller(
+    parked: Parked,
+    pid_json: dict,  # type: ignore[type-arg]
+    callback: str,
+    caller: str,
+    builtin: str,
+) -> None:
+    tid = parked.thread_running(caller)
+    (thread,) = [thread for thread in pid_json["threads"] if thread["tid"] == tid]
+    frames = thread["frames"]
+
+    def running(function: str) -> int:
+        return next(
+            index
+            for index, frame in enumerate(frames)
+            if any(place["function"] == function for place in frame["python"])
+        )
+
+    inner, outer = running(callback), running(caller)
+    assert outer > inner + 1, "no native frame between the callback and its caller"
+    if _names_static_functions(parked.python):
+        between = [frame["function"] or "" for frame in frames[inner + 1 : outer]]
+        assert any(builtin in name for name in between), between
+
+
+def parse_text(text: str) -> Truth:
+    """Each thread's ``[py]`` lines in the text report, innermost first.
+
+    Checks the shape on the way: every ``[py]`` line follows a native frame's
+    line or another ``[py]`` line, in the columns of the frame's name.
+    """
+    found: Truth = {}
+    tid = 0
+    previous = ""
+    for line in text.splitlines():
+        if line.startswith("Thread "):
+            tid = int(line.split()[1])
+            found[tid] = []
+        elif line.startswith("  #"):
+            column = line.index("0x") + 20  # where the frame's name starts
+        elif "[py] " in line:
+            assert previous.startswith("  #") or "[py] " in previous, (previous, line)
+            assert line.index("[py] ") == column, line
+            function, _, where = line.split("[py] ", 1)[1].rpartition(" (")
+            file, _, number = where[:-1].rpartition(":")
+            found[tid].append((function, file, int(number)))
+        previous = line
+    return found
+
+
+def test_the_command_prints_python_frames_under_their_native_frame(parked: Parked) -> None:
+    found = parse_text(command("pid", str(parked.pid), "--python").stdout)
+    for tid, frames in parked.truth.items():
+        assert found[tid] == frames, f"thread {tid}"
+
+
+def test_without_python_no_frame_has_python_frames(parked: Parked) -> None:
+    if parked.python.name != "debian":
+        pytest.skip("one interpreter is enough")
+    document = json.loads(command("pid", str(parked.pid), "--json").stdout)
+    assert all(not found for found in document_python(document).values())
+    assert "[py]" not in command("pid", str(parked.pid)).stdout
+
+
+def test_a_session_keeps_the_interpreter_and_reads_again_in_each_stop(parked: Parked) -> None:
+    """The second backtrace finds the interpreter it kept; the frames are read anew."""
+    if parked.python.name != "debian":
+        pytest.skip("one interpreter is enough")
+    session = Session(parked.pid, options=BacktraceOptions(python=True))
+    first = session.backtrace()
+    reader = session._backtracer.python
+    assert reader is not None
+    interpreter = reader.interpreter(session._backtracer.modules)  # type: ignore[arg-type]
+    second = session.backtrace()
+    assert reader.interpreter(session._backtracer.modules) is interpreter  # type: ignore[arg-type]
+    for backtrace in (first, second):
+        assert {"python_copy", "python"} <= set(backtrace.timings)
+        assert_equal_to_truth(_as_threads(backtrace), parked.truth)
+
+
+def _as_threads(backtrace: Backtrace) -> list[PythonThread]:
+    """The Python frames a backtrace carries, as PythonThreads (one run per thread)."""
+    from liveunwind.modules.python import PythonRun
+
+    threads = []
+    for native in backtrace.threads:
+        frames = [place for frame in native.frames for place in frame.python]
+        run = PythonRun(None, [*frames, *native.python_unplaced])
+        threads.append(PythonThread(native.tid, 0, [run]))
+    return threads
+
+
+def test_without_the_snapshot_the_frames_are_the_same(parked: Parked) -> None:
+    """--no-snapshot: the process stays stopped and is read after the native walk."""
+    if parked.python.name != "debian":
+        pytest.skip("one interpreter is enough")
+    backtrace = attach(parked.pid, snapshot=False, python=True)
+    assert_equal_to_truth(_as_threads(backtrace), parked.truth)
+    assert backtrace.problems == []
+
+
+def test_through_gdbserver_the_frames_are_the_same(parked: Parked) -> None:
+    """gdb-remote --python: the interpreter read through the stub while it holds the process."""
+    if parked.python.name != "debian":
+        pytest.skip("one interpreter is enough")
+    if shutil.which("gdbserver") is None:
+        pytest.skip("gdbserver is not installed")
+    from tests.test_gdb_remote import GdbServer
+
+    with GdbServer(parked.pid) as server:
+        backtrace = gdb_remote(f"127.0.0.1:{server.port}", python=True)
+        server.process.wait(timeout=10)
+    assert_equal_to_truth(_as_threads(backtrace), parked.truth)
+
+
+def test_a_process_in_a_pid_namespace_is_matched_by_its_own_thread_ids(tmp_path: Path) -> None:
+    """In a container CPython knows its threads by their ids there; the walk by the host's."""
+    if shutil.which("unshare") is None or not Path("/usr/bin/python3").exists():
+        pytest.skip("needs unshare and /usr/bin/python3")
+    truth_path = tmp_path / "truth.json"
+    program = ["/usr/bin/python3", str(PROGRAM), str(truth_path)]
+    launcher = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "--kill-child", *program],
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert launcher.stdout is not None
+        if launcher.stdout.readline() != b"ready\n":
+            pytest.skip(f"unshare --pid failed here: {launcher.communicate()[1]!r}")
+        children = Path(f"/proc/{launcher.pid}/task/{launcher.pid}/children").read_text()
+        (pid,) = [int(child) for child in children.split()]
+        deadline = time.monotonic() + START_TIMEOUT
+        while len(os.listdir(f"/proc/{pid}/task")) != THREADS:  # the reporter has ended
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        document = json.loads(command("pid", str(pid), "--python", "--json").stdout)
+        inside = {tid: _id_inside(pid, tid) for tid in (t["tid"] for t in document["threads"])}
+    finally:
+        launcher.kill()
+        launcher.communicate()
+    truth = {int(tid): frames for tid, frames in json.loads(truth_path.read_text()).items()}
+    assert not set(truth) & set(inside), "the ids inside and outside should differ"
+    found = document_python(document)
+    for tid, frames in found.items():
+        assert frames == [tuple(frame) for frame in truth[inside[tid]]], f"thread {tid}"
+
+
+def _id_inside(pid: int, tid: int) -> int:
+    """The id thread ``tid`` has in its own pid namespace (the last of its NSpid line)."""
+    status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+    return int(status.split("NSpid:")[1].splitlines()[0].split()[-1])
+
+
+def test_a_process_without_python_says_so_in_the_report(run_program) -> None:  # type: ignore[no-untyped-def]
+    program = run_program("threads-O2")
+    document = json.loads(command("pid", str(program.pid), "--python", "--json").stdout)
+    assert "python: no CPython interpreter found" in document["problems"]
+    assert all(not found for found in document_python(document).values())
+
+
 # -- cores ----------------------------------------------------------------------------
 
 
@@ -493,6 +721,32 @@ def test_kernel_core_of_the_program_aborting(python: Python) -> None:
         assert len(threads) == THREADS + 1
         assert_equal_to_truth(threads, program.truth)
         _assert_placed(backtrace, threads, program.truth)
+    finally:
+        program.stop()
+        shutil.rmtree(python.host_path(folder), ignore_errors=True)
+
+
+@pytest.mark.parametrize("python", PYTHONS, ids=repr)
+def test_the_command_on_a_kernel_core(python: Python) -> None:
+    """``liveunwind core CORE --python``: the frames the aborting program wrote down."""
+    _available(python)
+    if not python.debug:
+        pytest.skip("the same interpreter as 'debian'")
+    pattern = Path("/proc/sys/kernel/core_pattern").read_text().strip()
+    if pattern.startswith("|") or "/" in pattern:
+        pytest.skip(f"kernel.core_pattern does not write cores to the working folder ({pattern})")
+    folder = INSIDE / f"command-{python.name}-{os.getpid()}"
+    program = Parked(python, folder, abort=True)
+    try:
+        (core,) = [p for p in python.host_path(folder).glob("core*") if p.is_file()]
+        sysroot = [] if python.root is None else ["--sysroot", str(python.root)]
+        document = json.loads(command("core", str(core), *sysroot, "--python", "--json").stdout)
+        jsonschema.Draft202012Validator(SCHEMA).validate(document)
+        found = document_python(document)
+        for tid, frames in program.truth.items():
+            assert found[tid] == frames, f"thread {tid}"
+        text = parse_text(command("core", str(core), *sysroot, "--python").stdout)
+        assert {tid: text[tid] for tid in program.truth} == program.truth
     finally:
         program.stop()
         shutil.rmtree(python.host_path(folder), ignore_errors=True)
@@ -571,6 +825,7 @@ int main(void) {
     P("tstate_native_thread_id", offsetof(PyThreadState, native_thread_id));
     P("tstate_datastack", offsetof(PyThreadState, datastack_chunk));
     P("tstate_frame", offsetof(PyThreadState, cframe));
+    P("tstate_root_cframe", offsetof(PyThreadState, root_cframe));
     P("cframe_current", offsetof(_PyCFrame, current_frame));
     P("cframe_previous", offsetof(_PyCFrame, previous));
     P("frame_code", offsetof(_PyInterpreterFrame, f_code));
@@ -875,6 +1130,122 @@ def test_a_huge_string_is_refused() -> None:
     struct.pack_into("<Q", header, layout.ascii_length, 1 << 40)
     with pytest.raises(FormatError):
         cpython.StringShape(layout, bytes(header))
+
+
+# -- what the walk asks of targets and files ------------------------------------------
+
+
+def test_read_frozen_many_fetches_what_the_stacks_lack_in_one_call(
+    run_program,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While stopped: stack ranges from the copy, the rest in one process_vm_readv, kept."""
+    from liveunwind.targets import snapshot as snapshot_module
+    from liveunwind.targets import syscalls
+
+    program = run_program("threads-O2")
+    calls: list[list[tuple[int, int]]] = []
+    real = syscalls.read_remote
+
+    def counting(pid: int, ranges: list[tuple[int, int]]) -> list[bytes | None]:
+        calls.append(list(ranges))
+        return real(pid, ranges)
+
+    monkeypatch.setattr(snapshot_module.syscalls, "read_remote", counting)
+    process = PtraceProcess(program.pid)
+    with process:
+        snapshot = Snapshot.capture(process)
+        calls.clear()
+        sp = snapshot.threads()[0].registers[snapshot.arch.sp]
+        heap = [m for m in snapshot.mappings() if m.readable and m.writable and not m.is_file]
+        data = next(m for m in snapshot.mappings() if m.is_file and m.readable)
+        ranges = [
+            (sp, 64),  # in the stack copy
+            (data.start, 16),
+            (heap[0].start + 8, 32),
+            (8, 16),  # nothing mapped there
+            (data.start, snapshot_module.MAX_FROZEN_RANGE + 1),  # too large to ask for
+            ((1 << 64) - 8, 16),  # past the end of the address space
+        ]
+        stopped = snapshot.read_frozen_many(ranges)
+        assert calls == [[ranges[1], ranges[2], ranges[3]]]
+        calls.clear()
+        assert stopped[0] == snapshot.read(sp, 64)
+        assert stopped[1] == process.read(data.start, 16)
+        assert stopped[3:] == [None, None, None]
+    calls.clear()
+    assert snapshot.read_frozen_many(ranges) == stopped  # afterwards: the copy, nothing read
+    assert calls == []
+    with pytest.raises(MemoryReadError):
+        snapshot.read_frozen(data.start + 64, 8)  # never read while stopped
+
+
+def test_find_symbol_copies_no_symbol_table() -> None:
+    """The largest interpreter here: looking a name up allocates almost nothing."""
+    import mmap
+    import tracemalloc
+
+    from liveunwind.formats.elf import ElfImage
+
+    candidates = [
+        SID_ROOT / "usr/bin/python3.14d",
+        Path(os.path.realpath("/usr/bin/python3")),
+    ]
+    path = next((candidate for candidate in candidates if candidate.exists()), None)
+    if path is None:
+        pytest.skip("no CPython binary here")
+    with open(path, "rb") as stream:
+        image = ElfImage(mmap.mmap(stream.fileno(), 0, prot=mmap.PROT_READ), origin=str(path))
+    readelf = subprocess.run(
+        ["readelf", "-sW", str(path)], capture_output=True, text=True, check=True
+    ).stdout
+    expected = {
+        int(fields[1], 16)
+        for fields in (line.split() for line in readelf.splitlines())
+        if len(fields) == 8 and fields[7] == "_PyRuntime"
+    }
+    assert image.section_headers  # parsed before measuring: what is measured is the lookup
+    tracemalloc.start()
+    try:
+        for name in ("_PyRuntime", "_U_dyn_info_list", "__jit_debug_descriptor"):
+            found = image.find_symbol(name)
+            if name == "_PyRuntime":
+                assert found is not None and found.value in expected
+            else:
+                assert found is None
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 10, f"{peak} bytes allocated looking up three names in {path}"
+
+
+# -- the report -------------------------------------------------------------------------
+
+
+def test_the_report_shows_placed_and_unplaced_python_frames() -> None:
+    from liveunwind.cli.report import format_text, to_json_document
+    from liveunwind.frames import Frame, Method, PythonFrame, StopReason, ThreadBacktrace
+
+    frames = [Frame(0, 0x1000, 0x7000, Method.CONTEXT), Frame(1, 0x2000, 0x7100, Method.CFI)]
+    frames[1].function = "_PyEval_EvalFrameDefault"
+    frames[1].python = (PythonFrame("inner", "a.py", 3), PythonFrame("outer", "a.py", None))
+    thread = ThreadBacktrace(7, "main", frames, StopReason.END_OF_STACK)
+    thread.python_unplaced = (PythonFrame("lost", "b.py", 9),)
+    backtrace = Backtrace(7, [thread], "x86_64")
+    text = format_text(backtrace)
+    column = " " * len("  #1  0x0000000000002000  ")
+    assert f"\n{column}[py] inner (a.py:3)\n{column}[py] outer (a.py)\n" in text
+    assert text.index("[py] outer") < text.index("-- end of stack") < text.index("[py] lost")
+    assert "not placed on a native frame" in text
+    document = to_json_document(backtrace)
+    jsonschema.Draft202012Validator(SCHEMA).validate(document)
+    (native,) = document["threads"]
+    assert native["frames"][0]["python"] == []
+    assert native["frames"][1]["python"] == [
+        {"function": "inner", "file": "a.py", "line": 3},
+        {"function": "outer", "file": "a.py", "line": None},
+    ]
+    assert native["python_unplaced"] == [{"function": "lost", "file": "b.py", "line": 9}]
 
 
 # -- costs nothing without --python ----------------------------------------------------

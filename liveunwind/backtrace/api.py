@@ -24,6 +24,7 @@ def attach(
     verbose: bool = False,
     debug_dirs: Sequence[str] = (),
     lines: bool = False,
+    python: bool = False,
 ) -> Backtrace:
     """Stops the live process ``pid``, walks the stacks of its threads, and lets it go.
 
@@ -36,12 +37,14 @@ def attach(
     backtrace's problems.  A thread that has not stopped ``stop_timeout``
     seconds (0.5) after being asked is let go and reported with
     ``StopReason.NOT_STOPPED``.  ``lines`` gives each frame its source file,
-    line and inlined calls.
+    line and inlined calls; ``python`` gives each frame of CPython's eval loop
+    the Python frames it runs (``Frame.python``), read while the process is
+    stopped.
     """
     from liveunwind.backtrace.session import Session
 
     options = BacktraceOptions(
-        max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs), lines
+        max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs), lines, python
     )
     session = Session(
         pid,
@@ -67,16 +70,18 @@ def open_core(
     verbose: bool = False,
     debug_dirs: Sequence[str] = (),
     lines: bool = False,
+    python: bool = False,
 ) -> Backtrace:
     """Backtraces of every thread recorded in a core file (ELF; Mach-O once supported).
 
     The thread that received the fatal signal comes first.  Files the core
     refers to are found by their recorded path, the same path under
     ``sysroot``, by name along ``search_path``, and by build-id.  ``lines``
-    gives each frame its source file, line and inlined calls.
+    gives each frame its source file, line and inlined calls; ``python`` the
+    Python frames each frame of CPython's eval loop runs.
     """
     options = BacktraceOptions(
-        max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs), lines
+        max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs), lines, python
     )
     started = time.perf_counter()
     if _is_mach_o_core(core):

@@ -16,15 +16,31 @@ early) falls back to the eval frames by name, in order, without ever
 placing a run outside the ones around it; what still has no place is kept
 as ``unplaced`` and reported, never dropped or guessed.
 
-Threads are matched by the kernel's thread id (``native_thread_id``).
+Threads are matched by the kernel's thread id (``native_thread_id``); for a
+live process in a pid namespace (a container) by the id it has there.
+
+:class:`PythonReader` is what a :class:`~liveunwind.backtrace.backtracer.Backtracer`
+asked for Python frames keeps between backtraces: the interpreter it found
+(with the code objects it has read) until the module holding it moves.  A
+live process is read in three steps around its stop (before it, read ahead;
+in it, the snapshot; after it, describe and place), any other target in one
+step after the native walk.
 """
 
 from __future__ import annotations
 
+import contextlib
+
+from liveunwind.errors import LiveUnwindError
+from liveunwind.modules.python import Memory, capture, collect, describe, find_interpreter, prepare
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from liveunwind.frames import Backtrace, Frame, ThreadBacktrace
-    from liveunwind.modules.python import PythonFrame, PythonThread
+    from liveunwind.frames import Backtrace, Frame, PythonFrame, ThreadBacktrace
+    from liveunwind.modules.module import Module
+    from liveunwind.modules.modulemap import ModuleMap
+    from liveunwind.modules.python import Collected, Interpreter, PythonThread, Read
+    from liveunwind.targets.base import AddressSpace
 
 #: The eval loop's symbol (its hot/cold split parts share the prefix).
 EVAL_FUNCTION = "_PyEval_EvalFrameDefault"
@@ -44,9 +60,12 @@ class PlacedPython:
         self.by_frame = by_frame
         self.unplaced = unplaced
 
-    def frames_of(self, index: int) -> list[dict[str, object]]:
-        """Native frame ``index``'s Python frames as ``{function, file, line}``, innermost first."""
-        return [frame.as_dict() for frame in self.by_frame[index]]
+    def apply(self, thread: ThreadBacktrace) -> None:
+        """Gives each native frame of ``thread`` its Python frames, and the thread the unplaced."""
+        for frame, frames in zip(thread.frames, self.by_frame):
+            if frames:
+                frame.python = tuple(frames)
+        thread.python_unplaced = tuple(self.unplaced)
 
     @property
     def python_frames(self) -> list[PythonFrame]:
@@ -118,3 +137,122 @@ def _eval_frame_between(frames: list[Frame], floor: int, ceiling: int) -> int | 
         if function is not None and function.startswith(EVAL_FUNCTION):
             return index
     return None
+
+
+# -- reading, kept between backtraces ------------------------------------------------
+
+
+class PythonReader:
+    """The Python side of one target's backtraces: its interpreter, found once and kept.
+
+    The interpreter (and so its code cache) is kept for as long as the
+    module that holds it is the same in each new module map; a search that
+    found nothing is not repeated until the modules change.
+    """
+
+    def __init__(self) -> None:
+        self._interpreter: Interpreter | None = None
+        #: The module the interpreter was found in, as the module map hands it on.
+        self._module: Module | None = None
+        #: The modules of the last search that found nothing, and what it said.
+        self._searched: frozenset[tuple[object, ...]] | None = None
+        self._search_problems: list[str] = []
+        #: The pid of a live target (set by its session): its threads may have other
+        #: ids inside its pid namespace, the ids the interpreter knows them by.
+        self.live_pid: int | None = None
+        #: What a stop read, for the backtrace of that stop.
+        self._captured: Collected | None = None
+
+    def interpreter(self, modules: ModuleMap) -> Interpreter | None:
+        """The target's CPython runtime: the one found before if its module did not move."""
+        if self._module is not None and any(module is self._module for module in modules.modules):
+            return self._interpreter
+        identities = modules.unchanged_since
+        if identities == self._searched:
+            return None
+        self._interpreter = self._module = None
+        problems: list[str] = []
+        try:
+            interpreter = find_interpreter(modules.space, modules.modules, problems)
+        except LiveUnwindError as error:
+            problems.append(f"python: {error}")
+            interpreter = None
+        if interpreter is None:
+            self._searched, self._search_problems = identities, problems
+            return None
+        self._searched, self._search_problems = None, problems
+        self._interpreter = interpreter
+        self._module = next(
+            (module for module in modules.modules if module.path == interpreter.module), None
+        )
+        return interpreter
+
+    def before_stop(self, modules: ModuleMap, read: Read) -> bool:
+        """Finds the interpreter of a running process and reads its code objects ahead.
+
+        Returns whether there is one, i.e. whether :meth:`capture` has
+        anything to do in the stop.  What goes wrong reading ahead costs
+        only speed: the stop reads what was missed.
+        """
+        self._captured = None
+        interpreter = self.interpreter(modules)
+        if interpreter is None:
+            return False
+        # The stop reads what this misses; a process that is gone fails its attach.
+        with contextlib.suppress(LiveUnwindError, OSError):
+            prepare(read, interpreter)
+        return True
+
+    def capture(self, space: AddressSpace) -> None:
+        """While the process is stopped: reads its Python stacks through the snapshot."""
+        interpreter = self._interpreter
+        if interpreter is not None:
+            self._captured = capture(space, interpreter, space.read_frozen_many)
+
+    def add_frames(self, space: AddressSpace, modules: ModuleMap, backtrace: Backtrace) -> None:
+        """Puts each thread's Python frames on the native frames of ``backtrace``.
+
+        What the stop captured, if :meth:`capture` ran; otherwise ``space``
+        is read now (a core, a process still stopped).  Problems are added
+        to the backtrace's.
+        """
+        collected, self._captured = self._captured, None
+        if collected is None:
+            interpreter = self.interpreter(modules)
+            if interpreter is not None:
+                collected = collect(Memory(space.read_frozen, space.read_frozen_many), interpreter)
+        problems = [*self._search_problems, *([] if collected is None else collected.problems)]
+        if collected is not None:
+            threads = describe(collected)
+            if self.live_pid is not None:
+                _match_namespaced_ids(self.live_pid, backtrace, threads)
+            placed = place_all(backtrace, threads)
+            for thread in backtrace.threads:
+                found = placed.get(thread.tid)
+                if found is not None:
+                    found.apply(thread)
+        if problems:
+            backtrace.problems = [*backtrace.problems, *problems]
+
+
+def _match_namespaced_ids(pid: int, backtrace: Backtrace, threads: list[PythonThread]) -> None:
+    """Gives the Python threads of a process in a pid namespace (a container) their host ids.
+
+    CPython records the id its thread has where it runs; the walk has the
+    ids this side sees.  Only when some Python thread's id is not among the
+    walked ones are the threads' ``NSpid`` lines read, and an id is changed
+    only for a process whose threads have ids of their own.
+    """
+    from liveunwind.targets.procfs import status_field
+
+    walked = {native.tid for native in backtrace.threads}
+    if all(thread.native_id in walked for thread in threads):
+        return
+    inner_to_host: dict[int, int] = {}
+    for tid in walked:
+        ids = status_field(f"/proc/{pid}/task/{tid}/status", "NSpid").split()
+        if len(ids) > 1 and ids[-1].isdigit():
+            inner_to_host[int(ids[-1])] = tid
+    if inner_to_host:
+        for thread in threads:
+            thread.native_id = inner_to_host.get(thread.native_id, thread.native_id)

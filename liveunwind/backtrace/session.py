@@ -46,6 +46,8 @@ class Session:
         self.total_cap = total_cap
         self.stop_timeout = stop_timeout
         self._backtracer = Backtracer(options or BacktraceOptions())
+        if self._backtracer.python is not None:
+            self._backtracer.python.live_pid = pid
 
     def backtrace(self) -> Backtrace:
         """Stops the process, takes what unwinding needs, lets it go, and unwinds.
@@ -67,6 +69,9 @@ class Session:
         perf_map = read_perf_map(self.pid)
         modules = None
         jit_possible = self.snapshot and self._find_registry_roots(process, perf_map)
+        python = (
+            self._backtracer.python if self.snapshot and self._read_python_ahead(process) else None
+        )
         attaching = time.perf_counter()
         timings["prepare"] = attaching - started
         with process:
@@ -84,6 +89,10 @@ class Session:
                 if jit_possible:
                     modules = self._copy_registry(space, perf_map)
                     timings["registry"] = time.perf_counter() - copied
+                if python is not None:
+                    reading = time.perf_counter()
+                    python.capture(space)
+                    timings["python_copy"] = time.perf_counter() - reading
             else:
                 backtrace = self._backtracer.backtrace(
                     process,
@@ -119,6 +128,19 @@ class Session:
             return False
         modules.find_registry_roots()
         return True
+
+    def _read_python_ahead(self, process: PtraceProcess) -> bool:
+        """With ``python``: finds the running process's interpreter and reads its code ahead.
+
+        Uses the module map :meth:`_find_registry_roots` just made of the
+        running process; returns whether there is an interpreter for the
+        stop to read.
+        """
+        python = self._backtracer.python
+        modules = self._backtracer.modules
+        if python is None or modules is None or modules.space is not process:
+            return False
+        return python.before_stop(modules, process.read)
 
     def _copy_registry(self, space: AddressSpace, perf_map: str) -> ModuleMap:
         """While the process is stopped: reads its JIT registry into the snapshot.

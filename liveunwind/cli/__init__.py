@@ -142,6 +142,11 @@ def _walk_options() -> list[Option]:
             "give each frame its source file and line, and the calls inlined into it (DWARF)",
             value=False,
         ),
+        Option(
+            "--python",
+            "show the Python frames each frame of CPython's eval loop runs (CPython 3.11-3.14)",
+            value=False,
+        ),
         Option("--stats", "print time spent per phase (and the freeze) to stderr", value=False),
     ]
 
@@ -396,6 +401,7 @@ def _run(argv: Sequence[str] | None) -> int:
             verbose=arguments.verbose,
             debug_dirs=arguments.debug_dir,
             lines=arguments.lines,
+            python=arguments.python,
         )
         return _print(arguments, backtrace)
     if arguments.command == "gdb-remote":
@@ -440,6 +446,7 @@ def _remote_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> i
         verbose=arguments.verbose,
         debug_dirs=arguments.debug_dir,
         lines=arguments.lines,
+        python=arguments.python,
         stats=counters,
     )
     status = _print(arguments, backtrace)
@@ -480,11 +487,7 @@ def _pid_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> int:
 
 
 def _backtrace_options(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> BacktraceOptions:
-    """The walk options of ``pid`` and ``profile``, as a session takes them.
-
-    Python frames (``--python``, being built) join here, so that both
-    commands, and ``profile``'s folded stacks, get them from one place.
-    """
+    """The walk options of ``pid`` and ``profile``, as a session takes them (one place)."""
     from liveunwind.backtrace.backtracer import BacktraceOptions
 
     return BacktraceOptions(
@@ -494,6 +497,7 @@ def _backtrace_options(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -
         verbose=getattr(arguments, "verbose", False),  # profile has no --verbose
         debug_dirs=tuple(arguments.debug_dir),
         lines=arguments.lines,
+        python=getattr(arguments, "python", False),  # profile has no --python yet
     )
 
 

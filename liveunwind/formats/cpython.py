@@ -98,6 +98,7 @@ class Layout:
         "tstate_interp",
         "tstate_native_thread_id",
         "tstate_next",
+        "tstate_root_cframe",
     )
 
     def __init__(self, minor: tuple[int, int], source: str, **offsets: int | None) -> None:
@@ -108,6 +109,8 @@ class Layout:
         self.object_type = 8
         self.cframe_current: int | None = None
         self.cframe_previous: int | None = None
+        #: The ``_PyCFrame`` inside the thread state where every cframe chain ends (3.11, 3.12).
+        self.tstate_root_cframe: int | None = None
         self.frame_is_entry: int | None = None
         self.code_firsttraceable: int | None = None
         #: The frame owner value of an eval call's entry frame (3.12+), else None.
@@ -152,9 +155,16 @@ class Layout:
 
     @property
     def tstate_read_size(self) -> int:
-        """Bytes of a thread state to read: up to the last field used."""
+        """Bytes of a thread state to read: up to the last field used.
+
+        With the root ``_PyCFrame`` (3.11, 3.12), which the cframe chain reads
+        last: fetched with the thread state, it costs the stop no read of its own.
+        """
         fields = (self.tstate_next, self.tstate_interp, self.tstate_native_thread_id)
-        return max(*fields, self.tstate_frame, self.tstate_datastack + 8) + 8
+        end = max(*fields, self.tstate_frame, self.tstate_datastack + 8) + 8
+        if self.tstate_root_cframe is not None and self.cframe_previous is not None:
+            end = max(end, self.tstate_root_cframe + self.cframe_previous + 8)
+        return end
 
     @property
     def frame_read_size(self) -> int:
@@ -207,6 +217,7 @@ LAYOUT_3_11 = Layout(
         interp_threads_head=16,
         tstate_native_thread_id=160,
         tstate_datastack=296,
+        tstate_root_cframe=336,
         cframe_current=8,
         cframe_previous=16,
         frame_code=32,
@@ -230,6 +241,7 @@ LAYOUT_3_12 = Layout(
         interp_threads_head=72,
         tstate_native_thread_id=144,
         tstate_datastack=232,
+        tstate_root_cframe=272,
         cframe_current=0,
         cframe_previous=8,
         frame_code=0,
@@ -472,25 +484,9 @@ class Record:
         #: Picks each field, in the order given, from the values in offset order.
         self._order = operator.itemgetter(*(by_offset.index(index) for index in range(len(fields))))
 
-    def unpack(self, data: bytes) -> tuple[int, ...]:
-        return self._order(self._struct.unpack_from(data))
-
-
-class FrameFields:
-    """The fields of one ``_PyInterpreterFrame`` the walk uses (see :func:`frame_record`)."""
-
-    __slots__ = ("code", "instr", "is_entry", "owner", "previous")
-
-    def __init__(self, record: Record, layout: Layout, data: bytes) -> None:
-        code, self.previous, self.instr, self.owner = record.unpack(data)
-        self.code = code & ~layout.executable_tag_bits
-        where = layout.frame_is_entry
-        self.is_entry = where is not None and data[where] != 0
-
-    @property
-    def is_shim(self) -> bool:
-        """Not Python code: an entry frame an eval call keeps on the C stack (3.12+)."""
-        return self.owner >= 3
+    def unpack(self, data: bytes, offset: int = 0) -> tuple[int, ...]:
+        """The fields of the structure at ``offset`` of ``data``."""
+        return self._order(self._struct.unpack_from(data, offset))
 
 
 def frame_record(layout: Layout) -> Record:

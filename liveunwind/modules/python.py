@@ -40,6 +40,7 @@ import bisect
 from liveunwind.arch.base import WORD_MASK
 from liveunwind.errors import FormatError, LiveUnwindError, MemoryReadError
 from liveunwind.formats import cpython
+from liveunwind.frames import PythonFrame
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -60,24 +61,6 @@ MAX_THREADS = 16384
 MAX_FRAMES = 50000
 #: Eval calls (``_PyCFrame`` records, 3.11) followed per thread.
 MAX_EVAL_CALLS = MAX_FRAMES
-
-
-class PythonFrame:
-    """One Python frame: the function (its qualified name), the file, and the line it is at."""
-
-    __slots__ = ("file", "function", "line")
-
-    def __init__(self, function: str, file: str, line: int | None) -> None:
-        self.function = function
-        self.file = file
-        #: None where the code has no line for the instruction (CPython's -1).
-        self.line = line
-
-    def __repr__(self) -> str:
-        return f"<PythonFrame {self.function} {self.file}:{self.line}>"
-
-    def as_dict(self) -> dict[str, object]:
-        return {"function": self.function, "file": self.file, "line": self.line}
 
 
 class PythonRun:
@@ -145,8 +128,12 @@ class Interpreter:
         #: Addresses of ``PyCode_Type``, ``PyUnicode_Type`` and ``PyBytes_Type``, where found.
         self.types = types
         self.codes = CodeCache()
-        #: Thread states the last walk found, fetched in one batch to start the next one.
+        #: Interpreters and thread states the last walk found, fetched in one batch
+        #: (with ``_PyRuntime``'s head) to start the next one.
+        self.interpreters: list[int] = []
         self.thread_states: list[int] = []
+        #: The code objects the last walk's frames ran, fetched with the next walk's frame stacks.
+        self.code_objects: list[int] = []
         #: The frame and code-object fields, each unpacked with one call.
         self.frame_record = cpython.frame_record(layout)
         self.code_record = cpython.code_record(layout)
@@ -336,9 +323,18 @@ class Memory:
         self._last: tuple[int, bytes] = (0, b"")
 
     def prefetch(self, ranges: list[tuple[int, int]]) -> None:
+        """Fetches ``ranges`` in one request, leaving out those already fetched."""
         if self._read_many is None or not ranges:
             return
-        wanted = _coalesce([(start, size) for start, size in ranges if start + size <= _END])
+        wanted = _coalesce(
+            [
+                (start, size)
+                for start, size in ranges
+                if start + size <= _END and not self._holds(start, size)
+            ]
+        )
+        if not wanted:
+            return
         fetched = [
             (start, data)
             for (start, _), data in zip(wanted, self._read_many(wanted))
@@ -347,11 +343,27 @@ class Memory:
         self._blocks = sorted([*self._blocks, *fetched])
         self._starts = [start for start, _ in self._blocks]
 
+    def _holds(self, address: int, size: int) -> bool:
+        """Whether a fetched block holds all of the range (the nearest block below it)."""
+        index = bisect.bisect_right(self._starts, address) - 1
+        if index < 0:
+            return False
+        start, data = self._blocks[index]
+        return address + size <= start + len(data)
+
     def read(self, address: int, size: int) -> bytes:
+        data, offset = self.locate(address, size)
+        return data[offset : offset + size] if offset or len(data) != size else data
+
+    def locate(self, address: int, size: int) -> tuple[bytes, int]:
+        """Where the ``size`` bytes at ``address`` are: a fetched block and their offset in it.
+
+        Lets a walk unpack a structure where it lies instead of copying it out first.
+        """
         start, data = self._last
         offset = address - start
         if offset >= 0 and offset + size <= len(data):
-            return data[offset : offset + size]
+            return data, offset
         if address + size > _END:  # a pointer plus an offset, from corrupt memory
             raise MemoryReadError(address & WORD_MASK, size, "beyond the address space")
         index = bisect.bisect_right(self._starts, address) - 1
@@ -360,11 +372,11 @@ class Memory:
             offset = address - start
             if offset + size <= len(data):
                 self._last = self._blocks[index]
-                return data[offset : offset + size]
+                return data, offset
             if offset >= MAX_CHUNK_PREFETCH:
                 break
             index -= 1
-        return self._read(address, size)
+        return self._read(address, size), 0
 
 
 #: One past the last address: pointers read from the target plus offsets may pass it.
@@ -552,7 +564,17 @@ def collect(memory: Memory, interpreter: Interpreter) -> Collected:
     """
     collected = Collected(interpreter)
     layout = interpreter.layout
-    memory.prefetch([(address, layout.tstate_read_size) for address in interpreter.thread_states])
+    memory.prefetch(
+        [
+            (interpreter.runtime + layout.runtime_interpreters_head, 8),
+            *(
+                (address + offset, 8)
+                for address in interpreter.interpreters
+                for offset in (layout.interp_next, layout.interp_threads_head)
+            ),
+            *((address, layout.tstate_read_size) for address in interpreter.thread_states),
+        ]
+    )
     try:
         head = cpython.word(
             memory.read(interpreter.runtime + layout.runtime_interpreters_head, 8), 0
@@ -573,11 +595,15 @@ def collect(memory: Memory, interpreter: Interpreter) -> Collected:
         except (MemoryReadError, FormatError) as error:
             collected.problems.append(f"python: interpreter at {interp:#x}: {error}")
             break
+    # The frame stacks, and the code objects the last walk found: most are run again.
     memory.prefetch(
         [
-            (start, end - start)
-            for start, end in (thread.datastack for thread in collected.threads)
-            if start and 0 < end - start <= MAX_CHUNK_PREFETCH
+            *(
+                (start, end - start)
+                for start, end in (thread.datastack for thread in collected.threads)
+                if start and 0 < end - start <= MAX_CHUNK_PREFETCH
+            ),
+            *((address, layout.code_read_size) for address in interpreter.code_objects),
         ]
     )
     codes: dict[int, None] = {}  # ordered set: each code object once
@@ -588,6 +614,8 @@ def collect(memory: Memory, interpreter: Interpreter) -> Collected:
         except (MemoryReadError, FormatError) as error:
             collected.problems.append(f"python: thread {thread.native_id}: cut short: {error}")
     _collect_codes(memory, collected, list(codes))
+    interpreter.interpreters = list(seen_interpreters)
+    interpreter.code_objects = list(codes)
     interpreter.thread_states = [thread.thread_state for thread in collected.threads]
     mismatch = f"python: the CPython {interpreter.version_text} layout does not match this binary"
     if not collected.threads:  # a running interpreter has at least its main thread's
@@ -637,6 +665,13 @@ def _collect_frames(
     elif layout.cframe_current is not None:
         pointer = cpython.word(memory.read(pointer + layout.cframe_current, 8), 0)
     size = layout.frame_read_size
+    # The loop runs for every frame while the process is stopped: its lookups are hoisted.
+    locate, unpack = memory.locate, record.unpack
+    untag = ~layout.executable_tag_bits
+    #: 3.12+: frames owned by this value or more are eval calls' entry frames, not code.
+    entry_owner = layout.entry_owner if layout.entry_owner is not None else 256
+    #: 3.11: the flag that marks an eval call's first frame.
+    is_entry = layout.frame_is_entry
     seen: set[int] = set()
     frames: list[RawFrame] = []
     #: Address of each run's innermost frame (3.11 matches them to _PyCFrames).
@@ -647,20 +682,22 @@ def _collect_frames(
             collected.problems.append(f"python: thread {thread.native_id}: {MAX_FRAMES}+ frames")
             break
         seen.add(address)
-        fields = cpython.FrameFields(record, layout, memory.read(address, size))
-        if layout.entry_owner is not None and fields.is_shim:
+        data, at = locate(address, size)
+        code, previous, instr, owner = unpack(data, at)
+        if owner >= entry_owner:
             # 3.12+: the entry frame of an eval call, a local of that C call.
             thread.runs.append((address, frames))
             frames = []
         else:
             if not frames:
                 firsts.append(address)
-            codes[fields.code] = None
-            frames.append(RawFrame(fields.code, fields.instr, fields.owner == _GENERATOR))
-            if fields.is_entry:  # 3.11: the first frame of an eval call
+            code &= untag
+            codes[code] = None
+            frames.append(RawFrame(code, instr, owner == _GENERATOR))
+            if is_entry is not None and data[at + is_entry]:  # 3.11: an eval call's first frame
                 thread.runs.append((None, frames))
                 frames = []
-        address = fields.previous
+        address = previous
     if address and address in seen:
         collected.problems.append(f"python: thread {thread.native_id}: frame chain loops")
     if frames:
@@ -825,6 +862,6 @@ def python_stacks(
         return []
     if interpreter is None:
         return []
-    collected = collect(Memory(space.read_frozen), interpreter)
+    collected = collect(Memory(space.read_frozen, space.read_frozen_many), interpreter)
     problems.extend(collected.problems)
     return describe(collected)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import struct
 from collections import namedtuple
 
+from liveunwind.errors import MemoryReadError
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from liveunwind.arch import Arch
@@ -124,6 +126,9 @@ class AddressSpace:
       straight from its stack copy.
     - ``read_frozen``: memory as it was while the process was stopped (a
       snapshot copies the run-time unwind registries then); elsewhere ``read``.
+    - ``read_frozen_many``: several ranges of that memory at once, for
+      walks that read a whole level of pointers (Python's frames) together;
+      a snapshot fetches them with one system call while the process is stopped.
     - ``mapped_image``: a core hands over the ELF file it already opened and
       checked for a mapping, so no module file is opened twice.
     - ``images``: a Mach-O core names its images and their segments itself;
@@ -163,6 +168,16 @@ class AddressSpace:
     def read_frozen(self, address: int, size: int) -> bytes:
         """Memory as it was while the target was stopped; the same as ``read`` by default."""
         return self.read(address, size)
+
+    def read_frozen_many(self, ranges: list[tuple[int, int]]) -> list[bytes | None]:
+        """``read_frozen`` of each ``(address, size)`` range: its bytes, or None if unreadable."""
+        results: list[bytes | None] = []
+        for address, size in ranges:
+            try:
+                results.append(self.read_frozen(address, size))
+            except MemoryReadError:
+                results.append(None)
+        return results
 
     def mapped_image(self, mapping: Mapping) -> ElfImage | None:
         """The ELF image the target already opened for ``mapping``, if it did."""

@@ -4,12 +4,15 @@ The process only has to stay stopped while this copy is taken and runs
 again while liveunwind does the slow part, the unwinding.  The copy holds
 what the unwind needs from writable memory: the stacks, copied with one
 batch of reads, and — in a process that can have JIT code — the run-time
-registries (libunwind's dynamic list, the GDB JIT interface), which the
-session reads through :meth:`Snapshot.read_frozen` while the process is
-stopped; afterwards ``read_frozen`` answers from the copy only, so a JIT
-that changes its registrations as soon as it runs again cannot change what
-the unwind sees.  Everything else is read from the (running) process: code,
-read-only data and unwind tables, which do not change while it runs.  The
+registries (libunwind's dynamic list, the GDB JIT interface) and, with
+``--python``, the interpreter's thread states, frames and code objects,
+which the session reads through :meth:`Snapshot.read_frozen` (or
+``read_frozen_many``, a whole level of pointers in one system call) while
+the process is stopped; afterwards ``read_frozen`` answers from the copy
+only, so a JIT that changes its registrations, or an interpreter that moves
+on to its next line, as soon as it runs again cannot change what is shown.
+Everything else is read from the (running) process: code, read-only data
+and unwind tables, which do not change while it runs.  The
 one blind spot is other writable memory, which the stepper reads only for
 unusual frames (e.g. a stack switched by ``sigaltstack``); ``--no-snapshot``
 keeps the process stopped instead.
@@ -61,7 +64,9 @@ class Snapshot(AddressSpace):
         self._live = live
         self._threads = threads
         self._mappings = mappings
+        #: The stacks, copied at once; then what ``read_frozen`` read while stopped.
         self._copies = _Copies(stacks)
+        self._frozen = _Copies([])
         #: What the copy left out (stacks cut by the caps), one sentence each.
         self.problems: list[str] = problems if problems is not None else []
 
@@ -118,29 +123,83 @@ class Snapshot(AddressSpace):
 
     def read(self, address: int, size: int) -> bytes:
         """From the copy where it holds ``address``, else from the process as it is now."""
-        data = self._copies.get(address, size)
+        data = self._copied(address, size)
         return self._live.read(address, size) if data is None else data
 
     def read_frozen(self, address: int, size: int) -> bytes:
         """Memory as it was while the process was stopped, never as it is now.
 
-        While the process is still stopped this reads it and keeps what it
-        read in the copy; once the process runs again it answers from the
-        copy only.  The run-time registries are read through it.
+        While the process is still stopped this answers from the stack
+        copies, else reads the process and keeps what it read; once the
+        process runs again it answers from the copies only.  The run-time
+        registries and Python's frames are read through it.
         """
         if self._live.stopped:
-            data = self._live.read(address, size)
-            self._copies.add(address, data)
+            data = self._from_stacks(address, size)
+            if data is None:
+                data = self._live.read(address, size)
+                self._frozen.add(address, data)
             return data
-        copied = self._copies.get(address, size)
+        copied = self._copied(address, size)
         if copied is None:
             raise MemoryReadError(address, size, "not copied while the process was stopped")
         return copied
+
+    def read_frozen_many(self, ranges: list[tuple[int, int]]) -> list[bytes | None]:
+        """``read_frozen`` of each range; while stopped, all that the stacks lack in one call.
+
+        A range the process cannot give in full (or larger than
+        :data:`MAX_FROZEN_RANGE`) is None.
+        """
+        if not self._live.stopped:
+            return super().read_frozen_many(ranges)
+        results: list[bytes | None] = []
+        missing: list[int] = []
+        for index, (address, size) in enumerate(ranges):
+            data = None
+            if _plausible(address, size):
+                data = self._from_stacks(address, size)
+                if data is None:
+                    missing.append(index)
+            results.append(data)
+        try:
+            fetched = syscalls.read_remote(self.pid, [ranges[index] for index in missing])
+        except OSError:  # process_vm_readv refused: one read at a time, as read_frozen does
+            return super().read_frozen_many(ranges)
+        for index, data in zip(missing, fetched):
+            results[index] = data
+            if data is not None:
+                self._frozen.add(ranges[index][0], data)
+        return results
 
     def read_word(self, address: int) -> int:
         """The little-endian word at ``address``: the stepper's fast path for saved registers."""
         value = self._copies.word(address)
         return _unpack_word(self.read(address, 8))[0] if value is None else value
+
+    def _from_stacks(self, address: int, size: int) -> bytes | None:
+        """The bytes at ``address`` if a stack copy holds all of them."""
+        try:
+            return self._copies.get(address, size)
+        except MemoryReadError:  # runs past the copy's end
+            return None
+
+    def _copied(self, address: int, size: int) -> bytes | None:
+        """From the stack copies, else from what ``read_frozen`` kept; None if neither has it.
+
+        A read that starts in a copy and runs past its end raises
+        MemoryReadError (it would mix two instants) unless the other holds it whole.
+        """
+        try:
+            data = self._copies.get(address, size)
+        except MemoryReadError:
+            data = self._frozen.get(address, size)
+            if data is None:
+                raise
+            return data
+        if data is None and self._frozen:
+            data = self._frozen.get(address, size)
+        return data
 
     def open_mapped_file(self, mapping: Mapping) -> RegularFile | None:
         return self._live.open_mapped_file(mapping)
@@ -167,6 +226,10 @@ class _Copies:
     def add(self, start: int, data: bytes) -> None:
         if data:
             self._pieces.append((start, data))
+
+    def __bool__(self) -> bool:
+        """Whether anything was copied."""
+        return bool(self._pieces or self._blocks)
 
     def get(self, address: int, size: int) -> bytes | None:
         """The copied bytes, or None where nothing was copied at ``address``.
@@ -222,6 +285,15 @@ class _Copies:
         self._blocks = [_join(run) for run in runs]
         self._starts = [start for start, _ in self._blocks]
         self._pieces = []
+
+
+#: Largest range ``read_frozen_many`` fetches (Python's frame-stack chunks are far smaller).
+MAX_FROZEN_RANGE = 16 << 20
+
+
+def _plausible(address: int, size: int) -> bool:
+    """A range that can be asked of the kernel: inside the address space, not absurdly large."""
+    return address >= 0 and 0 <= size <= MAX_FROZEN_RANGE and address + size <= 1 << 64
 
 
 def _join(run: list[tuple[int, Block]]) -> tuple[int, Block]:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import itertools
 import mmap
 import os
+import struct
 
 PTRACE_DETACH = 17
 PTRACE_GETREGSET = 0x4204
@@ -26,6 +28,8 @@ RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_IN_ROOT = 0x10
 #: waitpid option: wait for any child, cloned threads included.
 WALL = 0x40000000
+#: Most iovecs one process_vm_readv call takes (UIO_MAXIOV).
+IOV_MAX = 1024
 #: Size from which :func:`copy_remote` copies into a mapping of its own.
 MAP_AT = 1 << 20
 
@@ -79,32 +83,45 @@ def read_remote(pid: int, ranges: list[tuple[int, int]]) -> list[bytes | None]:
 
     Returns one entry per range: its bytes, or None where the range could not
     be read in full.  The kernel stops at the first unreadable iovec, so a
-    partial transfer is resumed after the failing range.
+    partial transfer is resumed after the failing range.  Each batch goes
+    into one buffer, and both iovec arrays are packed with one call each:
+    building a ctypes object per range cost more than the read itself.
     """
     results: list[bytes | None] = [None] * len(ranges)
     start = 0
     while start < len(ranges):
-        batch = ranges[start : start + 1024]  # IOV_MAX
-        buffers = [ctypes.create_string_buffer(size) for _, size in batch]
-        local = (_IoVec * len(batch))(
-            *(_IoVec(ctypes.addressof(buf), size) for buf, (_, size) in zip(buffers, batch))
-        )
-        remote = (_IoVec * len(batch))(*(_IoVec(address, size) for address, size in batch))
+        batch = ranges[start : start + IOV_MAX]
+        sizes = [size for _, size in batch]
+        buffer = bytearray(max(sum(sizes), 1))
+        anchor = (ctypes.c_char * len(buffer)).from_buffer(buffer)
+        base = ctypes.addressof(anchor)
+        offsets = list(itertools.accumulate(sizes, initial=0))
+        local = _iovecs([(base + offset, size) for offset, size in zip(offsets, sizes)])
+        remote = _iovecs(batch)
         done = _process_vm_readv(pid, local, len(batch), remote, len(batch), 0)
+        del anchor  # the buffer may be sliced from here on
         if done < 0:
             code = ctypes.get_errno()
             if code in (errno.EFAULT, errno.EIO):
                 done = 0
             else:
                 raise OSError(code, os.strerror(code))
+        view = memoryview(buffer)
         index = 0
-        while index < len(batch) and done >= batch[index][1]:
-            results[start + index] = buffers[index].raw
-            done -= batch[index][1]
+        while index < len(batch) and done >= sizes[index]:
+            results[start + index] = view[offsets[index] : offsets[index + 1]].tobytes()
+            done -= sizes[index]
             index += 1
+        view.release()
         # Range ``index`` failed (or was partial): skip it and carry on after it.
         start += index + 1
     return results
+
+
+def _iovecs(ranges: list[tuple[int, int]]) -> ctypes.Array[_IoVec]:
+    """An array of ``struct iovec`` for ``(address, size)`` ranges, packed in one call."""
+    packed = struct.pack(f"{2 * len(ranges)}Q", *itertools.chain.from_iterable(ranges))
+    return (_IoVec * len(ranges)).from_buffer_copy(packed)
 
 
 def copy_remote(pid: int, ranges: list[tuple[int, int]]) -> list[bytearray | mmap.mmap | None]:
@@ -119,7 +136,7 @@ def copy_remote(pid: int, ranges: list[tuple[int, int]]) -> list[bytearray | mma
     results: list[bytearray | mmap.mmap | None] = [None] * len(ranges)
     start = 0
     while start < len(ranges):
-        batch = ranges[start : start + 1024]  # IOV_MAX
+        batch = ranges[start : start + IOV_MAX]
         buffers = [bytearray(size) if size < MAP_AT else mmap.mmap(-1, size) for _, size in batch]
         anchors = [(ctypes.c_char * len(buffer)).from_buffer(buffer) for buffer in buffers]
         local = (_IoVec * len(batch))(
