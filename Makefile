@@ -11,7 +11,7 @@ SYSTEM_PACKAGES := gcc g++ make binutils gdb elfutils sqlite3 python3 debootstra
 	qemu-user gdb-multiarch libunwind-dev clang-16 lld-16 llvm-16 \
 	libc6-dbg zstd debuginfod gdbserver golang-go rustc
 
-.PHONY: all system-deps venv testprogs sid-rootfs demo test lint bench clean
+.PHONY: all system-deps venv testprogs sid-rootfs demo test lint bench integration clean
 
 all: venv testprogs
 
@@ -66,6 +66,12 @@ bench: system-deps venv
 	$(VPY) -m pip install -q pystack py-spy
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) bench/run.py
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) bench/lines.py
+
+# Not part of `make test`: tests/integration/ in x86_64 and arm64 containers
+# and an arm64 VM, built from nothing (docker/run-integration; README:
+# Integration tests). Writes docker/results/{x86_64,arm64,arm64-vm}.xml.
+integration: venv
+	docker/run-integration
 
 clean:
 	$(MAKE) -C testprogs clean

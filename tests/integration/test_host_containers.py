@@ -49,8 +49,8 @@ def container_pid() -> Iterator[int]:
         pytest.skip(
             "LIVEUNWIND_TEST_IMAGE is not set: docker/run-integration runs this on the host"
         )
-    if shutil.which("docker") is None or Path("/.dockerenv").exists():
-        pytest.skip("needs the host's docker (this test looks into a container from outside)")
+    if shutil.which("docker") is None:
+        pytest.skip("needs docker on the host (this test looks into a container from outside)")
     name = f"liveunwind-target-{os.getpid()}"
     docker("run", "-d", "--rm", "--network=none", "--name", name, IMAGE, PROGRAM)
     try:
@@ -71,7 +71,8 @@ def test_program_in_a_container_seen_from_the_host(container_pid: int, gdb: str)
     assert document["complete"] is True
     deep = thread_named(document, "deep")
     assert contains_chain(functions(deep), [f"chain_{n:02d}" for n in range(30, 0, -1)])
-    assert any(frame["module"] == "threads-O2" for frame in deep["frames"])
+    # Modules are named by the container's paths.
+    assert any(frame["module"] == PROGRAM for frame in deep["frames"])
     # gdb finds the container's files only when told where its root is.
     root = f"/proc/{container_pid}/root"
     oracle = gdb_backtraces(

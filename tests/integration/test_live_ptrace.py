@@ -65,8 +65,8 @@ def test_command_names_every_frame_of_the_deep_thread(run_program: RunProgram) -
     assert {thread["name"] for thread in document["threads"]} >= {"sleeper", "reader", "deep"}
     deep = thread_named(document, "deep")
     assert contains_chain(functions(deep), DEEP_CHAIN), functions(deep)
-    assert any(frame["module"] == "threads-O2" for frame in deep["frames"])
-    assert any((frame["module"] or "").startswith("libc.so") for frame in deep["frames"])
+    modules = {Path(frame["module"]).name for frame in deep["frames"] if frame["module"]}
+    assert modules == {"threads-O2", "libc.so.6"}, modules
 
 
 def test_signal_frames_match_gdb(run_program: RunProgram, gdb: str) -> None:
