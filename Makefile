@@ -11,7 +11,7 @@ SYSTEM_PACKAGES := gcc g++ make binutils gdb elfutils sqlite3 python3 debootstra
 	qemu-user gdb-multiarch libunwind-dev clang-16 lld-16 llvm-16 \
 	libc6-dbg zstd debuginfod gdbserver golang-go rustc python3-dbg python3-dev
 
-.PHONY: all system-deps venv testprogs sid-rootfs demo test lint fuzz bench clean
+.PHONY: all system-deps venv testprogs sid-rootfs demo test lint fuzz bench integration clean
 
 all: venv testprogs
 
@@ -75,6 +75,12 @@ bench: system-deps venv
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) bench/run.py
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) bench/lines.py
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) bench/profile.py
+
+# Not part of `make test`: tests/integration/ in x86_64 and arm64 containers
+# and an arm64 VM, built from nothing (docker/run-integration; README:
+# Integration tests). Writes docker/results/{x86_64,arm64,arm64-vm}.xml.
+integration: venv
+	docker/run-integration
 
 clean:
 	$(MAKE) -C testprogs clean
