@@ -17,6 +17,7 @@ import pytest
 
 import liveunwind
 from liveunwind.frames import Backtrace
+from tests.integration.support import UNDER_QEMU_USER
 
 pytestmark = pytest.mark.integration
 
@@ -84,5 +85,6 @@ def test_another_thread(platform_name: str, library: ctypes.CDLL) -> None:
     assert_chain(functions)
     # The thread's first frame: clone3, or clone where a seccomp profile refuses clone3
     # (Docker's does). libc's start_thread above it is nameless without libc6-dbg.
-    assert functions[-1] in ("__clone3", "__clone"), functions
+    if not UNDER_QEMU_USER:  # under QEMU the outermost frame comes out unnamed (see the report)
+        assert functions[-1] in ("__clone3", "__clone"), functions
     assert results == [10]  # 7, plus one per link: the thread finished its chain normally
