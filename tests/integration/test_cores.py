@@ -60,7 +60,10 @@ def core_writer() -> str:
 
 
 def only_core(folder: Path) -> Path:
-    cores = [path for path in folder.iterdir() if path.name.startswith(("core", "qemu_"))]
+    """The guest's core under QEMU (QEMU 7.2 then dies of the signal and the kernel leaves
+    ``core`` of QEMU itself beside it), the kernel's ``core`` otherwise."""
+    prefix = "qemu_" if UNDER_QEMU_USER else "core"
+    cores = [path for path in folder.iterdir() if path.name.startswith(prefix)]
     assert len(cores) == 1, f"cores in {folder}: {cores}"
     return cores[0]
 
