@@ -52,6 +52,9 @@ if TYPE_CHECKING:
 
     Read = Callable[[int, int], bytes]
     ReadMany = Callable[[list[tuple[int, int]]], list[bytes | None]]
+    #: One frame as read in the stop: its code object's address, where it is in the
+    #: code, and whether a generator owns it.  A tuple: the stop makes one per frame.
+    RawFrame = tuple[int, int, bool]
 
 #: Interpreters followed from ``_PyRuntime`` (subinterpreters are rare; a loop is cut sooner).
 MAX_INTERPRETERS = 256
@@ -487,17 +490,6 @@ class CodeCache:
         self._entries[address] = raw
 
 
-class RawFrame:
-    """One frame as read: its code object's address and where it is in the code."""
-
-    __slots__ = ("code", "generator", "instr")
-
-    def __init__(self, code: int, instr: int, generator: bool) -> None:
-        self.code = code
-        self.instr = instr
-        self.generator = generator
-
-
 class RawThread:
     """One thread state as read: its native id and its frames in runs (anchor, frames)."""
 
@@ -676,14 +668,18 @@ def _collect_frames(
     frames: list[RawFrame] = []
     #: Address of each run's innermost frame (3.11 matches them to _PyCFrames).
     firsts: list[int] = []
+    block, block_start = b"", 0  # where the last frame was: the next one mostly is too
     address = pointer
     while address and address not in seen:
         if len(seen) >= MAX_FRAMES:
             collected.problems.append(f"python: thread {thread.native_id}: {MAX_FRAMES}+ frames")
             break
         seen.add(address)
-        data, at = locate(address, size)
-        code, previous, instr, owner = unpack(data, at)
+        at = address - block_start
+        if at < 0 or at + size > len(block):
+            block, at = locate(address, size)
+            block_start = address - at
+        code, previous, instr, owner = unpack(block, at)
         if owner >= entry_owner:
             # 3.12+: the entry frame of an eval call, a local of that C call.
             thread.runs.append((address, frames))
@@ -693,8 +689,8 @@ def _collect_frames(
                 firsts.append(address)
             code &= untag
             codes[code] = None
-            frames.append(RawFrame(code, instr, owner == _GENERATOR))
-            if is_entry is not None and data[at + is_entry]:  # 3.11: an eval call's first frame
+            frames.append((code, instr, owner == _GENERATOR))
+            if is_entry is not None and block[at + is_entry]:  # 3.11: an eval call's first frame
                 thread.runs.append((None, frames))
                 frames = []
         address = previous
@@ -839,13 +835,11 @@ def describe(collected: Collected) -> list[PythonThread]:
         runs = []
         for anchor, frames in raw.runs:
             described = []
-            for frame in frames:
-                code = collected.codes.get(frame.code)
-                if code is None or not (frame.generator or code.started(frame.instr)):
+            for address, instr, generator in frames:
+                code = collected.codes.get(address)
+                if code is None or not (generator or code.started(instr)):
                     continue
-                described.append(
-                    PythonFrame(code.function, code.filename, code.line_at(frame.instr))
-                )
+                described.append(PythonFrame(code.function, code.filename, code.line_at(instr)))
             runs.append(PythonRun(anchor, described))
         threads.append(PythonThread(raw.native_id, raw.thread_state, runs))
     return threads
