@@ -1252,6 +1252,23 @@ def test_the_report_shows_placed_and_unplaced_python_frames() -> None:
     assert native["python_unplaced"] == [{"function": "lost", "file": "b.py", "line": 9}]
 
 
+def test_profile_stacks_have_a_level_per_python_frame() -> None:
+    """``profile --python``: the Python frames sit under the eval frame, outermost first."""
+    from liveunwind.backtrace.profile import stack_of
+    from liveunwind.frames import Frame, Method, PythonFrame, StopReason, ThreadBacktrace
+
+    frames = [Frame(0, 0x1000, 0x7000, Method.CONTEXT), Frame(1, 0x2000, 0x7100, Method.CFI)]
+    frames[0].function, frames[1].function = "time_sleep", "_PyEval_EvalFrameDefault"
+    frames[1].python = (PythonFrame("inner", "/srv/a.py", 3), PythonFrame("Outer.run", "a.py", 9))
+    thread = ThreadBacktrace(7, "main", frames, StopReason.END_OF_STACK)
+    assert stack_of(thread) == (
+        "_PyEval_EvalFrameDefault",
+        "Outer.run (a.py:9)",
+        "inner (a.py:3)",
+        "time_sleep",
+    )
+
+
 # -- costs nothing without --python ----------------------------------------------------
 
 

@@ -72,11 +72,16 @@ def stack_of(thread: ThreadBacktrace) -> tuple[str, ...]:
 
     With source lines (``--lines``) every call inlined into a frame is a
     level of its own, under the function it was inlined into, and each name
-    carries its line: ``function (file.c:42)``.
+    carries its line: ``function (file.c:42)``.  With ``--python`` so is
+    every Python frame, under the eval-loop frame that runs it (and above
+    the calls inlined there, which are where its innermost one is).
     """
     names = []
     for frame in reversed(thread.frames):
         names.append(_located(frame_name(frame), frame.file, frame.line))
+        for python in reversed(frame.python):
+            function = python.function.replace(";", ":").replace(" ", "_")
+            names.append(_located(function, python.file, python.line))
         for place in reversed(frame.inlined):
             function = (place.function or "??").replace(";", ":").replace(" ", "_")
             names.append(_located(function, place.file, place.line))
