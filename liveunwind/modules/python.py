@@ -135,7 +135,8 @@ class Interpreter:
         #: (with ``_PyRuntime``'s head) to start the next one.
         self.interpreters: list[int] = []
         self.thread_states: list[int] = []
-        #: The code objects the last walk's frames ran, fetched with the next walk's frame stacks.
+        #: The used parts of the frame stacks and the code objects the last walk's frames ran.
+        self.datastacks: list[tuple[int, int]] = []
         self.code_objects: list[int] = []
         #: The frame and code-object fields, each unpacked with one call.
         self.frame_record = cpython.frame_record(layout)
@@ -382,6 +383,21 @@ class Memory:
         return self._read(address, size), 0
 
 
+#: Room for frames pushed since the last walk, fetched with a frame stack's used part.
+DATASTACK_SLACK = 512
+_PAGE = 4096
+
+
+def _grown(start: int, end: int) -> int:
+    """The end of a frame stack's used part plus some slack, up to a page boundary.
+
+    A chunk is whole pages of memory, so the page after its used end is
+    there unless the chunk ends; if it does, the fetch fails and the exact
+    part is fetched on its own.
+    """
+    return min((end + DATASTACK_SLACK + _PAGE - 1) & -_PAGE, start + MAX_CHUNK_PREFETCH)
+
+
 #: One past the last address: pointers read from the target plus offsets may pass it.
 _END = WORD_MASK + 1
 #: Ranges this close are fetched as one: fewer, larger requests cost less than many.
@@ -556,6 +572,8 @@ def collect(memory: Memory, interpreter: Interpreter) -> Collected:
     """
     collected = Collected(interpreter)
     layout = interpreter.layout
+    # What the last walk read, fetched at once: in a process that moved on
+    # little (the walk before the stop was a moment ago) that is everything.
     memory.prefetch(
         [
             (interpreter.runtime + layout.runtime_interpreters_head, 8),
@@ -565,6 +583,8 @@ def collect(memory: Memory, interpreter: Interpreter) -> Collected:
                 for offset in (layout.interp_next, layout.interp_threads_head)
             ),
             *((address, layout.tstate_read_size) for address in interpreter.thread_states),
+            *((start, _grown(start, end) - start) for start, end in interpreter.datastacks),
+            *((address, layout.code_read_size) for address in interpreter.code_objects),
         ]
     )
     try:
@@ -587,17 +607,12 @@ def collect(memory: Memory, interpreter: Interpreter) -> Collected:
         except (MemoryReadError, FormatError) as error:
             collected.problems.append(f"python: interpreter at {interp:#x}: {error}")
             break
-    # The frame stacks, and the code objects the last walk found: most are run again.
-    memory.prefetch(
-        [
-            *(
-                (start, end - start)
-                for start, end in (thread.datastack for thread in collected.threads)
-                if start and 0 < end - start <= MAX_CHUNK_PREFETCH
-            ),
-            *((address, layout.code_read_size) for address in interpreter.code_objects),
-        ]
-    )
+    datastacks = [
+        (start, end)
+        for start, end in (thread.datastack for thread in collected.threads)
+        if start and 0 < end - start <= MAX_CHUNK_PREFETCH
+    ]
+    memory.prefetch([(start, end - start) for start, end in datastacks])  # what grew or is new
     codes: dict[int, None] = {}  # ordered set: each code object once
     record = interpreter.frame_record
     for thread in collected.threads:
@@ -607,6 +622,7 @@ def collect(memory: Memory, interpreter: Interpreter) -> Collected:
             collected.problems.append(f"python: thread {thread.native_id}: cut short: {error}")
     _collect_codes(memory, collected, list(codes))
     interpreter.interpreters = list(seen_interpreters)
+    interpreter.datastacks = datastacks
     interpreter.code_objects = list(codes)
     interpreter.thread_states = [thread.thread_state for thread in collected.threads]
     mismatch = f"python: the CPython {interpreter.version_text} layout does not match this binary"

@@ -84,8 +84,9 @@ def read_remote(pid: int, ranges: list[tuple[int, int]]) -> list[bytes | None]:
     Returns one entry per range: its bytes, or None where the range could not
     be read in full.  The kernel stops at the first unreadable iovec, so a
     partial transfer is resumed after the failing range.  Each batch goes
-    into one buffer, and both iovec arrays are packed with one call each:
-    building a ctypes object per range cost more than the read itself.
+    into one buffer, and both iovec arrays are packed with one call each into
+    plain buffers: a ctypes array type per size (made anew for every new
+    length, and kept by ctypes for good) cost more than the read itself.
     """
     results: list[bytes | None] = [None] * len(ranges)
     start = 0
@@ -93,12 +94,19 @@ def read_remote(pid: int, ranges: list[tuple[int, int]]) -> list[bytes | None]:
         batch = ranges[start : start + IOV_MAX]
         sizes = [size for _, size in batch]
         buffer = bytearray(max(sum(sizes), 1))
-        anchor = (ctypes.c_char * len(buffer)).from_buffer(buffer)
-        base = ctypes.addressof(anchor)
+        anchor = ctypes.c_char.from_buffer(buffer)  # pins the buffer while the kernel writes
         offsets = list(itertools.accumulate(sizes, initial=0))
+        base = ctypes.addressof(anchor)
         local = _iovecs([(base + offset, size) for offset, size in zip(offsets, sizes)])
         remote = _iovecs(batch)
-        done = _process_vm_readv(pid, local, len(batch), remote, len(batch), 0)
+        done = _process_vm_readv(
+            pid,
+            ctypes.byref(_IoVec.from_buffer(local)),
+            len(batch),
+            ctypes.byref(_IoVec.from_buffer(remote)),
+            len(batch),
+            0,
+        )
         del anchor  # the buffer may be sliced from here on
         if done < 0:
             code = ctypes.get_errno()
@@ -118,10 +126,9 @@ def read_remote(pid: int, ranges: list[tuple[int, int]]) -> list[bytes | None]:
     return results
 
 
-def _iovecs(ranges: list[tuple[int, int]]) -> ctypes.Array[_IoVec]:
-    """An array of ``struct iovec`` for ``(address, size)`` ranges, packed in one call."""
-    packed = struct.pack(f"{2 * len(ranges)}Q", *itertools.chain.from_iterable(ranges))
-    return (_IoVec * len(ranges)).from_buffer_copy(packed)
+def _iovecs(ranges: list[tuple[int, int]]) -> bytearray:
+    """``struct iovec`` records for ``(address, size)`` ranges, packed in one call."""
+    return bytearray(struct.pack(f"{2 * len(ranges)}Q", *itertools.chain.from_iterable(ranges)))
 
 
 def copy_remote(pid: int, ranges: list[tuple[int, int]]) -> list[bytearray | mmap.mmap | None]:
