@@ -487,7 +487,11 @@ def _pid_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> int:
 
 
 def _backtrace_options(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> BacktraceOptions:
-    """The walk options of ``pid`` and ``profile``, as a session takes them (one place)."""
+    """The walk options of ``pid`` and ``profile``, as a session takes them (one place).
+
+    Both take ``--python``: ``profile``'s folded stacks then have a level
+    per Python frame.
+    """
     from liveunwind.backtrace.backtracer import BacktraceOptions
 
     return BacktraceOptions(
@@ -497,7 +501,7 @@ def _backtrace_options(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -
         verbose=getattr(arguments, "verbose", False),  # profile has no --verbose
         debug_dirs=tuple(arguments.debug_dir),
         lines=arguments.lines,
-        python=getattr(arguments, "python", False),  # profile has no --python yet
+        python=arguments.python,
     )
 
 
