@@ -9,9 +9,9 @@ VPY := $(VENV)/bin/python
 SYSTEM_PACKAGES := gcc g++ make binutils gdb elfutils sqlite3 python3 debootstrap xz-utils \
 	gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu \
 	qemu-user gdb-multiarch libunwind-dev clang-16 lld-16 llvm-16 \
-	libc6-dbg zstd debuginfod gdbserver golang-go rustc
+	libc6-dbg zstd debuginfod gdbserver golang-go rustc python3-dbg python3-dev
 
-.PHONY: all system-deps venv testprogs sid-rootfs demo test lint bench clean
+.PHONY: all system-deps venv testprogs sid-rootfs demo test lint fuzz bench integration clean
 
 all: venv testprogs
 
@@ -60,6 +60,14 @@ lint: venv
 test: system-deps venv testprogs sid-rootfs lint
 	$(VPY) -m pytest -q -p no:cacheprovider tests
 
+# The fuzz campaign (tests/test_fuzz.py) for FUZZ_SECONDS per target; `make test`
+# runs it for 5 s per target.  Each finding's input and report go to FUZZ_FINDINGS.
+FUZZ_SECONDS ?= 300
+FUZZ_FINDINGS ?= /tmp/liveunwind-fuzz-findings
+fuzz: system-deps venv testprogs
+	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_FINDINGS=$(FUZZ_FINDINGS) \
+		$(VPY) -m pytest -q -p no:cacheprovider tests/test_fuzz.py
+
 # Not part of `make test`: times liveunwind against its peers (see bench/run.py)
 # and writes bench/results.json; bench/profile.py: `profile` against py-spy and perf.
 bench: system-deps venv
@@ -67,6 +75,12 @@ bench: system-deps venv
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) bench/run.py
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) bench/lines.py
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) bench/profile.py
+
+# Not part of `make test`: tests/integration/ in x86_64 and arm64 containers
+# and an arm64 VM, built from nothing (docker/run-integration; README:
+# Integration tests). Writes docker/results/{x86_64,arm64,arm64-vm}.xml.
+integration: venv
+	docker/run-integration
 
 clean:
 	$(MAKE) -C testprogs clean

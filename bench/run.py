@@ -2,7 +2,9 @@
 
 Targets (built or started here): a C program with 9 threads 30 frames deep,
 the same with 64 threads, python3 with 8 threads 20 Python frames deep, and a
-core of the python3 one. For each tool that applies: the wall time of the
+core of the python3 one. On the python3 targets ``liveunwind --python`` runs
+beside ``pystack --native``, the two that merge Python frames into the native
+stack. For each tool that applies: the wall time of the
 whole command and the freeze it caused (the longest gap a heartbeat thread
 inside the target saw), several repetitions, median and spread. Then warm
 frames per second of ``liveunwind pid --repeat``, and a check that
@@ -114,18 +116,25 @@ def tools_for(pid_or_core: str, kind: str, python: bool) -> dict[str, list[str]]
             commands["eu-stack"] = ["eu-stack", "-p", pid_or_core]
         if shutil.which("gdb"):
             commands["gdb"] = [*GDB_ALL_THREADS, "-p", pid_or_core]
+        if python:
+            commands["liveunwind --python"] = [*liveunwind, "pid", pid_or_core, "--python"]
         if python and shutil.which("pystack"):
             commands["pystack"] = ["pystack", "remote", "--native-all", pid_or_core]
+            commands["pystack --native"] = ["pystack", "remote", "--native", pid_or_core]
         if python and shutil.which("py-spy"):
             commands["py-spy"] = ["py-spy", "dump", "--native", "--pid", pid_or_core]
     else:
         commands["liveunwind"] = [*liveunwind, "core", pid_or_core]
+        commands["liveunwind --python"] = [*liveunwind, "core", pid_or_core, "--python"]
         if shutil.which("eu-stack"):
             commands["eu-stack"] = ["eu-stack", "--core", pid_or_core, "-e", PYTHON_TARGET]
         if shutil.which("gdb"):
             commands["gdb"] = [*GDB_ALL_THREADS, PYTHON_TARGET, pid_or_core]
         if shutil.which("pystack"):
             commands["pystack"] = ["pystack", "core", "--native-all", pid_or_core, PYTHON_TARGET]
+            commands["pystack --native"] = [
+                "pystack", "core", "--native", pid_or_core, PYTHON_TARGET
+            ]  # fmt: skip
     return commands
 
 
@@ -253,7 +262,7 @@ def format_table(results: dict) -> str:
         f"machine: {results['machine']}",
         f"python -c pass: {results['python_start_s'] * 1000:.0f} ms",
         "",
-        f"{'scenario':38} {'tool':10} {'wall ms (min-max)':>20} {'freeze ms (min-max)':>22}"
+        f"{'scenario':38} {'tool':19} {'wall ms (min-max)':>20} {'freeze ms (min-max)':>22}"
         f" {'wall/ours':>9}",
     ]
     for name, entry in results["scenarios"].items():
@@ -269,7 +278,14 @@ def format_table(results: dict) -> str:
                 else "-"
             )
             ratio = wall["median"] / ours
-            lines.append(f"{name:38} {tool:10} {wall_text:>20} {freeze_text:>22} {ratio:>8.2f}x")
+            lines.append(f"{name:38} {tool:19} {wall_text:>20} {freeze_text:>22} {ratio:>8.2f}x")
+        python_row, pystack_row = (
+            entry["tools"].get("liveunwind --python"),
+            entry["tools"].get("pystack --native"),
+        )
+        if python_row and pystack_row:
+            share = python_row["wall_s"]["median"] / pystack_row["wall_s"]["median"]
+            lines.append(f"{'':38} liveunwind --python / pystack --native: {share:.2f}x wall")
         if "warm_frames_per_s" in entry:
             lines.append(f"{'':38} warm repeat mode: {entry['warm_frames_per_s']:,.0f} frames/s")
         if "frames_equal_gdb" in entry:

@@ -56,6 +56,10 @@ class StopReason(Enum):
     REPEATED_FRAME = "repeated frame"
     BAD_RULE = "unusable unwind rule"
     INTERRUPTED = "interrupted"
+    #: A live thread that did not stop in time (a main thread inside vfork(),
+    #: a task in uninterruptible sleep): no registers, so no frames; its kernel
+    #: state and wait channel are the detail.  The other threads were walked.
+    NOT_STOPPED = "thread did not stop"
 
 
 class SourceLocation(namedtuple("SourceLocation", "function file line")):
@@ -67,13 +71,44 @@ class SourceLocation(namedtuple("SourceLocation", "function file line")):
     line: int | None
 
 
+class PythonFrame:
+    """One Python frame (``--python``): its function's qualified name, its file, its line.
+
+    A plain class, not a named tuple: frames.py is on every backtrace's
+    import path, where a named tuple's class costs more than this one.
+    """
+
+    __slots__ = ("file", "function", "line")
+
+    def __init__(self, function: str, file: str, line: int | None) -> None:
+        self.function = function
+        self.file = file
+        #: None where the code has no line for the instruction (CPython's -1).
+        self.line = line
+
+    def __repr__(self) -> str:
+        return f"<PythonFrame {self.function} {self.file}:{self.line}>"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PythonFrame):
+            return NotImplemented
+        return (self.function, self.file, self.line) == (other.function, other.file, other.line)
+
+    def __hash__(self) -> int:
+        return hash((self.function, self.file, self.line))
+
+    def as_dict(self) -> dict[str, object]:
+        return {"function": self.function, "file": self.file, "line": self.line}
+
+
 class Frame:
     """One physical frame of a backtrace.
 
     ``module_offset`` is the pc as a link-time address of its module (pc minus
     load bias): the number ``addr2line -e MODULE`` wants.  ``module``,
     ``function`` and ``offset`` are filled in by the symbolizer; ``file``,
-    ``line`` and ``inlined`` only when source lines were asked for.
+    ``line`` and ``inlined`` only when source lines were asked for, ``python``
+    only when Python frames were.
     """
 
     __slots__ = (
@@ -90,6 +125,7 @@ class Frame:
         "notes",
         "offset",
         "pc",
+        "python",
         "signal_frame",
         "sp",
     )
@@ -126,6 +162,8 @@ class Frame:
         self.line: int | None = None
         #: Logical frames inlined into this one at ``pc``, innermost first.
         self.inlined: tuple[SourceLocation, ...] = ()
+        #: The Python frames this frame runs (it is a call of CPython's eval loop), innermost first.
+        self.python: tuple[PythonFrame, ...] = ()
 
     def __repr__(self) -> str:
         name = f" {self.function}+{self.offset:#x}" if self.function else ""
@@ -144,7 +182,16 @@ class Frame:
 class ThreadBacktrace:
     """The frames of one thread, innermost first, and why the walk ended where it did."""
 
-    __slots__ = ("frames", "name", "state", "stop_detail", "stop_notes", "stop_reason", "tid")
+    __slots__ = (
+        "frames",
+        "name",
+        "python_unplaced",
+        "state",
+        "stop_detail",
+        "stop_notes",
+        "stop_reason",
+        "tid",
+    )
 
     def __init__(
         self,
@@ -166,6 +213,8 @@ class ThreadBacktrace:
         self.state = state
         #: Why each source failed at the last frame, for --verbose.
         self.stop_notes = stop_notes if stop_notes is not None else []
+        #: Python frames of the thread no native frame could be found to run, innermost first.
+        self.python_unplaced: tuple[PythonFrame, ...] = ()
 
     def __repr__(self) -> str:
         return f"<ThreadBacktrace {self.tid} {len(self.frames)} frames, {self.stop_text}>"

@@ -492,6 +492,28 @@ def test_gzip_and_xz_cores_give_the_same_backtrace(kernel_core, tmp_path) -> Non
         assert backtrace.problems == plain.problems
 
 
+def test_zstd_core_gives_the_same_backtrace(kernel_core, tmp_path) -> None:
+    """What systemd-coredump writes: a zstd stream, read without unpacking it to disk."""
+    if shutil.which("zstd") is None:
+        pytest.skip("the zstd command is not installed")
+    core = kernel_core("crash-O2", "thread")
+    exe = str(CRASH / "build" / "crash-O2")
+    plain = open_core(str(core), exe)
+    packed = tmp_path / "core.zst"
+    subprocess.run(["zstd", "-q", "-1", str(core), "-o", str(packed)], check=True)
+    backtrace = open_core(str(packed), exe)
+    assert pcs_by_tid(backtrace) == pcs_by_tid(plain)
+    assert backtrace.crash == plain.crash
+    assert backtrace.problems == plain.problems
+    result = subprocess.run(
+        [sys.executable, "-m", "liveunwind", "core", str(packed), exe],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode in (0, 1) and "Signal: SIGSEGV" in result.stdout, result.stderr
+
+
 def test_compressed_core_with_a_tiny_cache(kernel_core, tmp_path) -> None:
     """With room for one block, reads behind the stream restart it: slower, same answer."""
     core = kernel_core("crash-O2", "thread")

@@ -16,7 +16,6 @@ import struct
 import subprocess
 import tracemalloc
 from pathlib import Path
-from typing import BinaryIO
 
 import pytest
 from elftools.elf.elffile import ELFFile
@@ -29,6 +28,7 @@ from liveunwind.formats.elf import ElfImage
 from liveunwind.frames import Frame, Method, StopReason
 from liveunwind.modules.modulemap import ModuleMap
 from liveunwind.targets.base import AddressSpace, Mapping, ThreadState
+from liveunwind.targets.files import RegularFile, open_file
 from liveunwind.targets.ptrace import PtraceProcess
 from liveunwind.unwinder import cache as cache_module
 from liveunwind.unwinder.cache import UnwindCache
@@ -62,8 +62,8 @@ class BufferSpace(AddressSpace):
     def threads(self) -> list[ThreadState]:
         return [ThreadState(1, "wrap", dict(self._registers))]
 
-    def open_mapped_file(self, mapping: Mapping) -> BinaryIO | None:
-        return open(mapping.path, "rb")
+    def open_mapped_file(self, mapping: Mapping) -> RegularFile | None:
+        return open_file(mapping.path)
 
 
 @pytest.fixture(scope="module")

@@ -107,6 +107,7 @@ def test_the_schema_ties_trust_to_method_as_the_code_does(method: Method) -> Non
         "index": 1, "pc": 0x1000, "sp": 0x2000, "cfa": None, "module": None,
         "module_offset": None, "function": None, "offset": None, "method": method.value,
         "signal_frame": False, "notes": [], "file": None, "line": None, "inlined": [],
+        "python": [],
     }  # fmt: skip
     accepted = {trust for trust in Trust if validator.is_valid({**frame, "trust": trust.value})}
     assert accepted == {Trust.of(method)}
@@ -156,6 +157,29 @@ def test_pid_cut_short_and_repeated(run_program) -> None:
     for document in samples:
         assert not document["complete"]
         assert "frame limit" in {thread["stop_reason"] for thread in document["threads"]}
+
+
+def test_pid_with_python_frames(tmp_path: Path) -> None:
+    """--python: a CPython program's eval-loop frames carry the Python frames they run."""
+    from tests.test_python_frames import PYTHONS, Parked, _available
+
+    python = PYTHONS[0]
+    _available(python)
+    program = Parked(python, tmp_path / "parked")
+    try:
+        (document,) = valid_documents(cli("pid", str(program.pid), "--json", "--python"))
+    finally:
+        program.stop()
+    placed = {
+        thread["tid"]: [
+            (place["function"], place["file"], place["line"])
+            for frame in thread["frames"]
+            for place in frame["python"]
+        ]
+        for thread in document["threads"]
+    }
+    assert {tid: placed[tid] for tid in program.truth} == program.truth
+    assert all(thread["python_unplaced"] == [] for thread in document["threads"])
 
 
 @pytest.fixture(scope="module")
@@ -232,6 +256,13 @@ def test_documents_that_break_the_contract_are_refused(run_program) -> None:
         "address beyond 64 bits": lambda d: d["threads"][0]["frames"][0].update(pc=1 << 64),
         "complete but stopped early": lambda d: d["threads"][0].update(stop_reason="frame limit"),
         "field in a frame": lambda d: d["threads"][0]["frames"][0].update(column=3),
+        "no python frames": lambda d: d["threads"][0]["frames"][0].pop("python"),
+        "field in a python frame": lambda d: d["threads"][0]["frames"][0].update(
+            python=[{"function": "f", "file": "f.py", "line": 1, "column": 2}]
+        ),
+        "python frame without a line": lambda d: d["threads"][0].update(
+            python_unplaced=[{"function": "f", "file": "f.py"}]
+        ),
     }
     for name, change in breakages.items():
         assert not VALIDATOR.is_valid(broken(change)), name

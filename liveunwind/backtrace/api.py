@@ -19,9 +19,12 @@ def attach(
     symbols: bool = True,
     snapshot: bool = True,
     stack_cap: int | None = None,
+    total_cap: int | None = None,
+    stop_timeout: float | None = None,
     verbose: bool = False,
     debug_dirs: Sequence[str] = (),
     lines: bool = False,
+    python: bool = False,
 ) -> Backtrace:
     """Stops the live process ``pid``, walks the stacks of its threads, and lets it go.
 
@@ -29,14 +32,29 @@ def attach(
     registers and live stacks are copied, and the unwinding runs on the copy;
     without it the process stays stopped for the whole backtrace.  Either way it
     is running again (or still stopped, if it was) before this returns.
-    ``lines`` gives each frame its source file, line and inlined calls.
+    Each thread's stack copy holds at most ``stack_cap`` bytes (16 MiB) and
+    all of them together ``total_cap`` (256 MiB); what the caps cut is in the
+    backtrace's problems.  A thread that has not stopped ``stop_timeout``
+    seconds (0.5) after being asked is let go and reported with
+    ``StopReason.NOT_STOPPED``.  ``lines`` gives each frame its source file,
+    line and inlined calls; ``python`` gives each frame of CPython's eval loop
+    the Python frames it runs (``Frame.python``), read while the process is
+    stopped.
     """
     from liveunwind.backtrace.session import Session
 
     options = BacktraceOptions(
-        max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs), lines
+        max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs), lines, python
     )
-    session = Session(pid, threads=threads, options=options, snapshot=snapshot, stack_cap=stack_cap)
+    session = Session(
+        pid,
+        threads=threads,
+        options=options,
+        snapshot=snapshot,
+        stack_cap=stack_cap,
+        total_cap=total_cap,
+        stop_timeout=stop_timeout,
+    )
     return session.backtrace()
 
 
@@ -52,16 +70,18 @@ def open_core(
     verbose: bool = False,
     debug_dirs: Sequence[str] = (),
     lines: bool = False,
+    python: bool = False,
 ) -> Backtrace:
     """Backtraces of every thread recorded in a core file (ELF; Mach-O once supported).
 
     The thread that received the fatal signal comes first.  Files the core
     refers to are found by their recorded path, the same path under
     ``sysroot``, by name along ``search_path``, and by build-id.  ``lines``
-    gives each frame its source file, line and inlined calls.
+    gives each frame its source file, line and inlined calls; ``python`` the
+    Python frames each frame of CPython's eval loop runs.
     """
     options = BacktraceOptions(
-        max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs), lines
+        max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs), lines, python
     )
     started = time.perf_counter()
     if _is_mach_o_core(core):
@@ -84,10 +104,16 @@ def open_core(
 
 
 def _is_mach_o_core(path: str) -> bool:
-    """A 64-bit little-endian Mach-O file of type MH_CORE (compressed cores are ELF here)."""
+    """A 64-bit little-endian Mach-O file of type MH_CORE (compressed cores are ELF here).
+
+    Only a regular file is looked at (a FIFO would block the read, a device
+    would be opened); anything else is for ElfCore.open to refuse in its words.
+    """
+    from liveunwind.targets.files import FileError, open_file
+
     try:
-        with open(path, "rb") as stream:
-            header = stream.read(16)
-    except OSError:
-        return False  # ElfCore.open reports the problem in its words
+        with open_file(path) as file:
+            header = file.read(16)
+    except FileError:
+        return False
     return header[:4] == b"\xcf\xfa\xed\xfe" and header[12:16] == b"\x04\x00\x00\x00"

@@ -20,6 +20,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from liveunwind.backtrace.python import PythonReader
     from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.targets.base import AddressSpace
 
@@ -27,8 +28,8 @@ if TYPE_CHECKING:
 class BacktraceOptions(
     namedtuple(
         "BacktraceOptions",
-        "max_frames unwinders symbols verbose debug_dirs lines",
-        defaults=(DEFAULT_MAX_FRAMES, AUTO_UNWINDERS, True, False, (), False),
+        "max_frames unwinders symbols verbose debug_dirs lines python",
+        defaults=(DEFAULT_MAX_FRAMES, AUTO_UNWINDERS, True, False, (), False, False),
     )
 ):
     """How to unwind and name the frames of a target (the options every command shares)."""
@@ -42,6 +43,8 @@ class BacktraceOptions(
     debug_dirs: Sequence[str]
     #: Give each frame its source file and line and the calls inlined into it (DWARF).
     lines: bool
+    #: Give each frame of CPython's eval loop the Python frames it runs.
+    python: bool
 
 
 class Backtracer:
@@ -52,6 +55,17 @@ class Backtracer:
         self._modules: ModuleMap | None = None
         #: Owned here, for as long as this backtracer lives; see UnwindCache for its drops.
         self.cache = UnwindCache()
+        #: With ``options.python``: the interpreter found, kept with its code objects.
+        self.python: PythonReader | None = None
+        if options.python:
+            from liveunwind.backtrace.python import PythonReader
+
+            self.python = PythonReader()
+
+    @property
+    def modules(self) -> ModuleMap | None:
+        """The last module map made (by :meth:`module_map` or a backtrace)."""
+        return self._modules
 
     def module_map(self, space: AddressSpace, perf_map: str = "") -> ModuleMap:
         """The modules of ``space``, taking over those of the previous map that did not move.
@@ -84,6 +98,9 @@ class Backtracer:
         """The backtrace of every thread of ``space``, with ``timings`` filled in.
 
         ``modules`` is the map of ``space`` if :meth:`module_map` already made it.
+        With ``options.python``, the Python frames a stop captured (see
+        :class:`~liveunwind.backtrace.python.PythonReader`) or, without one,
+        those read from ``space`` now are put on the frames that run them.
         """
         started = time.perf_counter()
         options = self.options
@@ -113,10 +130,15 @@ class Backtracer:
             named = time.perf_counter()
             add_source_lines(traces, modules)
             timings["lines"] = time.perf_counter() - named
-        return Backtrace(
+        backtrace = Backtrace(
             pid=space.pid,
             threads=traces,
             arch=space.arch.name,
             problems=modules.problems,
             timings=timings,
         )
+        if self.python is not None:
+            placing = time.perf_counter()
+            self.python.add_frames(space, modules, backtrace)
+            timings["python"] = time.perf_counter() - placing
+        return backtrace

@@ -36,6 +36,7 @@ def gdb_remote(
     verbose: bool = False,
     debug_dirs: Sequence[str] = (),
     lines: bool = False,
+    python: bool = False,
     stats: dict[str, int] | None = None,
 ) -> Backtrace:
     """Backtraces of every thread of the process behind the stub at ``address`` (``HOST:PORT``).
@@ -46,13 +47,15 @@ def gdb_remote(
     many seconds before it is interrupted; ``attach`` makes a ``gdbserver
     --multi`` attach to that process first.  Every wait for the stub is
     bounded by ``timeout`` seconds.  ``stats``, if given, receives the
-    protocol round trips and bytes received.
+    protocol round trips and bytes received.  ``python`` gives each frame of
+    CPython's eval loop the Python frames it runs, read through the stub
+    while the target is stopped.
     """
     from liveunwind.targets.gdbremote import GdbRemote
 
     host, port = parse_address(address)
     options = BacktraceOptions(
-        max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs), lines
+        max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs), lines, python
     )
     started = time.perf_counter()
     target = GdbRemote(

@@ -33,12 +33,21 @@ class Session:
         options: BacktraceOptions | None = None,
         snapshot: bool = True,
         stack_cap: int | None = None,
+        total_cap: int | None = None,
+        stop_timeout: float | None = None,
     ) -> None:
+        """``stack_cap`` bounds the copy of each thread's stack, ``total_cap`` all
+        copies together (see Snapshot.capture); ``stop_timeout`` is how long each
+        thread is given to stop (seconds) before it is reported as not stopped."""
         self.pid = pid
         self.threads = list(threads) if threads else None
         self.snapshot = snapshot
         self.stack_cap = stack_cap
+        self.total_cap = total_cap
+        self.stop_timeout = stop_timeout
         self._backtracer = Backtracer(options or BacktraceOptions())
+        if self._backtracer.python is not None:
+            self._backtracer.python.live_pid = pid
 
     def backtrace(self) -> Backtrace:
         """Stops the process, takes what unwinding needs, lets it go, and unwinds.
@@ -47,29 +56,43 @@ class Session:
         this returns, whatever happens.
         """
         from liveunwind.targets.procfs import read_perf_map
-        from liveunwind.targets.ptrace import PtraceProcess
-        from liveunwind.targets.snapshot import DEFAULT_STACK_CAP, Snapshot
+        from liveunwind.targets.ptrace import DEFAULT_STOP_TIMEOUT, PtraceProcess
+        from liveunwind.targets.snapshot import DEFAULT_STACK_CAP, DEFAULT_TOTAL_CAP, Snapshot
 
         timings: dict[str, float] = {}
         started = time.perf_counter()
-        process = PtraceProcess(self.pid, thread_ids=self.threads)
+        process = PtraceProcess(
+            self.pid,
+            thread_ids=self.threads,
+            stop_timeout=DEFAULT_STOP_TIMEOUT if self.stop_timeout is None else self.stop_timeout,
+        )
         perf_map = read_perf_map(self.pid)
         modules = None
         jit_possible = self.snapshot and self._find_registry_roots(process, perf_map)
+        python = (
+            self._backtracer.python if self.snapshot and self._read_python_ahead(process) else None
+        )
         attaching = time.perf_counter()
         timings["prepare"] = attaching - started
         with process:
             stopped = time.perf_counter()
             timings["attach"] = stopped - attaching
             if self.snapshot:
-                space: AddressSpace = Snapshot.capture(
-                    process, stack_cap=self.stack_cap or DEFAULT_STACK_CAP
+                snapshot = Snapshot.capture(
+                    process,
+                    stack_cap=self.stack_cap or DEFAULT_STACK_CAP,
+                    total_cap=self.total_cap or DEFAULT_TOTAL_CAP,
                 )
+                space: AddressSpace = snapshot
                 copied = time.perf_counter()
                 timings["copy"] = copied - stopped
                 if jit_possible:
                     modules = self._copy_registry(space, perf_map)
                     timings["registry"] = time.perf_counter() - copied
+                if python is not None:
+                    reading = time.perf_counter()
+                    python.capture(space)
+                    timings["python_copy"] = time.perf_counter() - reading
             else:
                 backtrace = self._backtracer.backtrace(
                     process,
@@ -85,6 +108,8 @@ class Session:
             backtrace = self._backtracer.backtrace(
                 space, timings, perf_map=perf_map, modules=modules
             )
+            if snapshot.problems:  # what the caps cut; a new list: the modules own theirs
+                backtrace.problems = [*snapshot.problems, *backtrace.problems]
         timings["total"] = time.perf_counter() - started
         return backtrace
 
@@ -103,6 +128,19 @@ class Session:
             return False
         modules.find_registry_roots()
         return True
+
+    def _read_python_ahead(self, process: PtraceProcess) -> bool:
+        """With ``python``: finds the running process's interpreter and reads its code ahead.
+
+        Uses the module map :meth:`_find_registry_roots` just made of the
+        running process; returns whether there is an interpreter for the
+        stop to read.
+        """
+        python = self._backtracer.python
+        modules = self._backtracer.modules
+        if python is None or modules is None or modules.space is not process:
+            return False
+        return python.before_stop(modules, process.read)
 
     def _copy_registry(self, space: AddressSpace, perf_map: str) -> ModuleMap:
         """While the process is stopped: reads its JIT registry into the snapshot.

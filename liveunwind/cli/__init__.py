@@ -59,6 +59,14 @@ def _stack_bytes(text: str) -> int:
     return value
 
 
+def _total_stack_bytes(text: str) -> int:
+    """``--total-stack-cap``: a byte count of at least 1."""
+    value = _count(text)
+    if value == 0:
+        raise ValueError("must be at least 1 byte (the default is 256 MiB)")
+    return value
+
+
 def _positive_seconds(text: str) -> float:
     value = _seconds(text)
     if value <= 0:
@@ -134,6 +142,11 @@ def _walk_options() -> list[Option]:
             "give each frame its source file and line, and the calls inlined into it (DWARF)",
             value=False,
         ),
+        Option(
+            "--python",
+            "show the Python frames each frame of CPython's eval loop runs (CPython 3.11-3.14)",
+            value=False,
+        ),
         Option("--stats", "print time spent per phase (and the freeze) to stderr", value=False),
     ]
 
@@ -177,6 +190,21 @@ def commands() -> list[Command]:
                 convert=_stack_bytes,
                 metavar="BYTES",
             ),
+            Option(
+                "--total-stack-cap",
+                "bytes of stack to copy for all threads together, shared equally when "
+                "more is wanted; what was cut is noted (default 256 MiB; at least 1)",
+                convert=_total_stack_bytes,
+                metavar="BYTES",
+            ),
+            Option(
+                "--stop-timeout",
+                "give each thread this long to stop; one that does not is let go and "
+                "reported as not stopped, the others are walked (default 0.5)",
+                convert=_positive_seconds,
+                default=0.5,
+                metavar="SECONDS",
+            ),
             *_walk_options(),
         ],
     )
@@ -184,7 +212,7 @@ def commands() -> list[Command]:
         "core",
         "backtrace every thread recorded in a core file",
         [
-            Positional("core", "the core file (.gz and .xz are read as they are)"),
+            Positional("core", "the core file (.gz, .xz and .zst are read as they are)"),
             Positional("executable", "the program that dumped it", optional=True),
         ],
         [
@@ -323,6 +351,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("liveunwind: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except RuntimeError as error:
+        # Python 3.11 wraps a Ctrl-C that lands while a class body binds a
+        # descriptor (a lazy import defining a class) in a RuntimeError.
+        if not isinstance(error.__cause__, KeyboardInterrupt):
+            raise
+        print("liveunwind: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         return EXIT_COMPLETE
 
@@ -366,6 +401,7 @@ def _run(argv: Sequence[str] | None) -> int:
             verbose=arguments.verbose,
             debug_dirs=arguments.debug_dir,
             lines=arguments.lines,
+            python=arguments.python,
         )
         return _print(arguments, backtrace)
     if arguments.command == "gdb-remote":
@@ -410,6 +446,7 @@ def _remote_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> i
         verbose=arguments.verbose,
         debug_dirs=arguments.debug_dir,
         lines=arguments.lines,
+        python=arguments.python,
         stats=counters,
     )
     status = _print(arguments, backtrace)
@@ -430,6 +467,8 @@ def _pid_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> int:
         options=_backtrace_options(arguments, unwinders),
         snapshot=not arguments.no_snapshot,
         stack_cap=arguments.stack_cap,
+        total_cap=arguments.total_stack_cap,
+        stop_timeout=arguments.stop_timeout,
     )
     samples = []
     status = EXIT_COMPLETE
@@ -448,11 +487,7 @@ def _pid_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> int:
 
 
 def _backtrace_options(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> BacktraceOptions:
-    """The walk options of ``pid`` and ``profile``, as a session takes them.
-
-    Python frames (``--python``, being built) join here, so that both
-    commands, and ``profile``'s folded stacks, get them from one place.
-    """
+    """The walk options of ``pid`` and ``profile``, as a session takes them (one place)."""
     from liveunwind.backtrace.backtracer import BacktraceOptions
 
     return BacktraceOptions(
@@ -462,6 +497,7 @@ def _backtrace_options(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -
         verbose=getattr(arguments, "verbose", False),  # profile has no --verbose
         debug_dirs=tuple(arguments.debug_dir),
         lines=arguments.lines,
+        python=getattr(arguments, "python", False),  # profile has no --python yet
     )
 
 

@@ -5,24 +5,36 @@ from __future__ import annotations
 import os
 from collections import Counter
 
+from liveunwind.frames import StopReason
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
     from typing import Any
 
-    from liveunwind.frames import Backtrace, CrashInfo, Frame, SourceLocation, ThreadBacktrace
+    from liveunwind.frames import (
+        Backtrace,
+        CrashInfo,
+        Frame,
+        PythonFrame,
+        SourceLocation,
+        ThreadBacktrace,
+    )
 
 #: The shape of the ``--json`` document, and the ``$id`` of the JSON Schema that
 #: describes it (``schemas/backtrace.schema.json``, shipped in the package).  Any
 #: change to the document's shape raises the version: the schema is closed, so
 #: even a new field would fail validation against the old one.
-SCHEMA_VERSION = 1
-SCHEMA_ID = "urn:liveunwind:backtrace:1"
+SCHEMA_VERSION = 2
+SCHEMA_ID = "urn:liveunwind:backtrace:2"
 
 
 def format_text(backtrace: Backtrace, *, symbols: bool = True, verbose: bool = False) -> str:
     """One block per thread: a header, one line per frame, and why the walk stopped."""
-    blocks = [_thread_text(thread, symbols, verbose) for thread in backtrace.threads]
+    blocks = [
+        _thread_text(thread, symbols, verbose) + _unplaced_text(thread)
+        for thread in backtrace.threads
+    ]
     if backtrace.crash is not None:
         blocks.insert(0, _crash_text(backtrace.crash))
     if backtrace.problems:
@@ -51,7 +63,10 @@ def _thread_text(thread: ThreadBacktrace, symbols: bool, verbose: bool) -> str:
     if verbose:
         lines.extend(f"      ({note})" for note in thread.stop_notes)
     marker = "complete" if thread.complete else "INCOMPLETE"
-    lines.append(f"  -- {thread.stop_text} ({marker})")
+    if thread.stop_reason is StopReason.NOT_STOPPED:  # the header already says how it was held
+        lines.append(f"  -- {thread.stop_reason.value}: no registers, so no frames ({marker})")
+    else:
+        lines.append(f"  -- {thread.stop_text} ({marker})")
     return "\n".join(lines)
 
 
@@ -60,6 +75,8 @@ def _frame_text(frame: Frame, width: int, symbols: bool) -> list[str]:
 
     Inlined calls have no pc or method of their own: they sit under the
     frame's index, as gdb lists them before the function they were inlined into.
+    The Python frames an eval-loop frame runs follow its line, innermost
+    first, in the same columns, marked ``[py]``.
     """
     index, pc = f"#{frame.index:<{width}}", f"0x{frame.pc:016x}"
     lines = []
@@ -77,7 +94,25 @@ def _frame_text(frame: Frame, width: int, symbols: bool) -> list[str]:
         parts.append(f"({module})")
     parts.append(f"[{frame.method.value}]")
     lines.append("  " + "  ".join(parts) + _source(frame))
+    if frame.python:
+        blank = f"  {' ' * (width + 1)}  {' ' * 18}  "
+        lines.extend(f"{blank}{_python_text(place)}" for place in frame.python)
     return lines
+
+
+def _python_text(place: PythonFrame) -> str:
+    """``[py] function (file:line)``."""
+    where = place.file if place.line is None else f"{place.file}:{place.line}"
+    return f"[py] {place.function} ({where})"
+
+
+def _unplaced_text(thread: ThreadBacktrace) -> str:
+    """The thread's Python frames no native frame could be found to run, after its stack."""
+    if not thread.python_unplaced:
+        return ""
+    lines = ["", "  note: Python frames not placed on a native frame (innermost first):"]
+    lines.extend(f"    {_python_text(place)}" for place in thread.python_unplaced)
+    return "\n".join(lines)
 
 
 def _source(place: Frame | SourceLocation) -> str:
@@ -116,6 +151,7 @@ def to_json_document(backtrace: Backtrace) -> dict[str, Any]:
                 "stop_notes": thread.stop_notes,
                 "complete": thread.complete,
                 "frames": [_frame_json(frame) for frame in thread.frames],
+                "python_unplaced": [place.as_dict() for place in thread.python_unplaced],
             }
             for thread in backtrace.threads
         ],
@@ -143,6 +179,7 @@ def _frame_json(frame: Frame) -> dict[str, Any]:
         "file": frame.file,
         "line": frame.line,
         "inlined": [place._asdict() for place in frame.inlined],
+        "python": [place.as_dict() for place in frame.python],
     }
 
 

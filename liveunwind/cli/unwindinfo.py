@@ -15,19 +15,19 @@ SFrameSection, CompactUnwindTable, GoPclnTab) for what each of them can show.
 
 from __future__ import annotations
 
-import mmap
 from collections.abc import Iterator
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from liveunwind.arch import Arch, arch_by_elf_machine, arch_by_name
-from liveunwind.errors import FormatError, TargetError
+from liveunwind.errors import FormatError, TargetError, UsageError
 from liveunwind.formats.dwarf_cfi import CfiTable, Fde
 from liveunwind.formats.elf import ElfImage
 from liveunwind.formats.gopclntab import GoPclnTab
 from liveunwind.formats.rules import UnwindRule
 from liveunwind.formats.sframe import SFrameSection
 from liveunwind.modules.sources import UnwindSource, unwind_tables
+from liveunwind.targets.files import FileError, open_elf, open_file
 
 if TYPE_CHECKING:
     from liveunwind.modules.symbols import SymbolTable
@@ -36,15 +36,15 @@ FORMATS = ("cfi", "sframe", "compact")
 
 
 def load_image(path: str) -> ElfImage:
-    """Maps ``path`` and reads its ELF headers; a one-line error if it is not ELF."""
+    """Maps ``path`` and reads its ELF headers; a one-line error if it is not ELF.
+
+    Only a regular file is opened (targets/files.py): a FIFO or a device is
+    refused by name instead of blocking or running a driver.
+    """
     try:
-        with open(path, "rb") as stream:
-            data = mmap.mmap(stream.fileno(), 0, prot=mmap.PROT_READ)
-    except (OSError, ValueError) as error:
-        reason = getattr(error, "strerror", None) or str(error)
-        raise TargetError(f"cannot read {path}: {reason}") from None
-    try:
-        return ElfImage(data, origin=path)
+        return open_elf(path)
+    except FileError as error:
+        raise TargetError(f"cannot read {path}: {error.reason}") from None
     except FormatError as error:
         raise TargetError(str(error)) from None
 
@@ -59,7 +59,10 @@ def describe_file(path: str, wanted: str | None, pc: int | None) -> tuple[str, b
     image = load_image(path)
     if wanted == "compact":
         return f"{path}: compact unwind exists only in Mach-O files\n", False
-    arch = arch_by_elf_machine(image.machine)
+    try:
+        arch = arch_by_elf_machine(image.machine)
+    except UsageError as error:  # the file's machine, not the command line, is wrong
+        raise TargetError(f"{path}: {error}") from None
     problems: list[str] = []
     sources = [
         source
@@ -78,9 +81,9 @@ def describe_file(path: str, wanted: str | None, pc: int | None) -> tuple[str, b
 
 def _is_mach_o(path: str) -> bool:
     try:
-        with open(path, "rb") as stream:
-            return stream.read(4) in _MACH_O_MAGICS
-    except OSError:
+        with open_file(path) as file:
+            return file.read(4) in _MACH_O_MAGICS
+    except FileError:
         return False  # load_image reports it
 
 

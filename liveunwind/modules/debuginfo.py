@@ -25,16 +25,16 @@ be plain file names, and every decompression is bounded.
 
 from __future__ import annotations
 
-import mmap
 import os
-import stat
 import struct
 
 from liveunwind.errors import FormatError
 from liveunwind.formats.elf import ElfImage
+from liveunwind.targets.files import ABSENT, FileError, open_elf
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import mmap
     from collections.abc import Sequence
 
 DEFAULT_DEBUG_DIRS = ("/usr/lib/debug",)
@@ -267,27 +267,19 @@ def _inflate(where: str, stream: memoryview, size: int) -> bytes:
 
 
 def _open_image(path: str, problems: list[str]) -> ElfImage | None:
-    """The ELF image in the regular file at ``path``; None if absent, refused or corrupt."""
+    """The ELF image in the regular file at ``path``; None if absent, refused or corrupt.
+
+    A file that is not there is the usual end of a search and says nothing;
+    anything else (a FIFO or device where a debug file should be, a corrupt
+    file) is a problem.
+    """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None  # absent or unreadable: the usual case, not a problem
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            problems.append(f"{path}: not a regular file")
-            return None
-        if info.st_size == 0:
-            return None
-        data = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
-    except OSError as error:
-        problems.append(f"{path}: {error.strerror}")
-        return None
-    finally:
-        os.close(fd)
-    try:
-        image = ElfImage(data, origin=path)
+        image = open_elf(path)
         _ = image.build_id  # reads the headers: a corrupt file is refused here, once
+    except FileError as error:
+        if error.errno not in ABSENT:
+            problems.append(str(error))
+        return None
     except FormatError as error:
         problems.append(str(error))
         return None

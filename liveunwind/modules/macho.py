@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import warnings
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,7 @@ from liveunwind.errors import FormatError
 from liveunwind.modules.module import Module
 from liveunwind.modules.sources import UnwindSource
 from liveunwind.modules.symbols import SymbolMatch
+from liveunwind.targets.files import FileError, open_file
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -32,6 +34,9 @@ CPU_TYPES = {0x01000007: "x86_64", 0x0100000C: "aarch64"}
 _N_STAB = 0xE0
 _N_TYPE = 0x0E
 _N_SECT = 0x0E
+_INSTRUCTION_FLAGS = frozenset(("PURE_INSTRUCTIONS", "SOME_INSTRUCTIONS"))
+#: Largest Mach-O file opened: lief reads the whole file into memory.
+MAX_FILE_SIZE = 1 << 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,10 +64,19 @@ class MachOImage:
         import lief
 
         self.path = path
-        if not os.path.isfile(path):
-            raise FormatError(f"{path}: not a regular file")
-        lief.logging.disable()
-        fat = lief.MachO.parse(path)
+        try:
+            file = open_file(path)
+        except FileError as error:
+            raise FormatError(str(error)) from None
+        with file:
+            if file.size > MAX_FILE_SIZE:
+                raise FormatError(
+                    f"{path}: {file.size} bytes, more than the {MAX_FILE_SIZE >> 20} MiB "
+                    "a Mach-O image may have"
+                )
+            lief.logging.disable()
+            # lief opens what it is given by name: give it the very inode checked above.
+            fat = lief.MachO.parse(f"/proc/self/fd/{file.fd}")
         if fat is None or fat.size == 0:
             raise FormatError(f"{path}: not a Mach-O file")
         binary = None
@@ -70,7 +84,7 @@ class MachOImage:
             candidate = fat.at(index)
             if candidate is None:
                 continue
-            name = CPU_TYPES.get(int(candidate.header.cpu_type.value))
+            name = CPU_TYPES.get(_cpu_type(candidate.header))
             if name is not None and (arch is None or name == arch):
                 binary = candidate
                 break
@@ -79,25 +93,28 @@ class MachOImage:
         # The FatBinary owns the slices: keep it alive as long as the slice is used.
         self._fat = fat
         self._binary: Any = binary
-        self.arch = CPU_TYPES[int(binary.header.cpu_type.value)]
+        self.arch = CPU_TYPES[_cpu_type(binary.header)]
         self.segments = [
             MachOSegment(
                 _text(s.name), s.virtual_address, s.virtual_size, s.file_offset, s.file_size
             )
             for s in binary.segments
         ]
-        instruction_flags = {"PURE_INSTRUCTIONS", "SOME_INSTRUCTIONS"}
+        try:  # lief decodes a section's segment name itself, and fails on bytes that are not UTF-8
+            named = [(s.segment_name, _text(s.name), s) for s in binary.sections]
+        except UnicodeDecodeError as error:
+            raise FormatError(f"{path}: a section's segment name is not UTF-8 ({error})") from None
         self.section_list = [
             MachOSection(
-                s.segment_name,
-                _text(s.name),
+                segment,
+                name,
                 s.virtual_address,
                 s.size,
-                any(flag.name in instruction_flags for flag in s.flags_list),
+                any(getattr(flag, "name", "") in _INSTRUCTION_FLAGS for flag in s.flags_list),
             )
-            for s in binary.sections
+            for segment, name, s in named
         ]
-        self._lief_sections = {(s.segment_name, _text(s.name)): s for s in binary.sections}
+        self._lief_sections = {(segment, name): s for segment, name, s in named}
         text = next((s for s in self.segments if s.name == "__TEXT"), None)
         if text is None:
             raise FormatError(f"{path}: no __TEXT segment")
@@ -223,8 +240,16 @@ class MachOImage:
             index = symbol.numberof_sections - 1
             if not 0 <= index < len(self.section_list) or not self.section_list[index].executable:
                 continue
-            records.append((symbol.value, symbol.name, index))
+            records.append((symbol.value, _text(symbol.name), index))
         return records
+
+
+def _cpu_type(header: Any) -> int:
+    """The header's cputype: lief gives an enum member, or a bare int for one it does not know."""
+    with warnings.catch_warnings():  # and warns on stderr, which is for one-line errors
+        warnings.simplefilter("ignore")
+        value = header.cpu_type
+    return int(getattr(value, "value", value))
 
 
 def _text(name: str | bytes) -> str:

@@ -11,7 +11,6 @@ lands in it, and keeps every answer (see
 from __future__ import annotations
 
 import bisect
-import mmap
 from functools import cached_property
 
 from liveunwind.errors import FormatError, LiveUnwindError
@@ -19,6 +18,7 @@ from liveunwind.formats.elf import ElfImage
 from liveunwind.modules.debuginfo import DEFAULT_DEBUG_DIRS
 from liveunwind.modules.module import Module, RegistryRoots
 from liveunwind.modules.sources import DebugFileFrames, UnwindSource, unwind_tables
+from liveunwind.targets.files import map_elf
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -73,8 +73,7 @@ class ElfModule(Module):
             if image is not None:
                 return image
         try:
-            data = self._image_bytes()
-            return None if data is None else ElfImage(data, origin=self.path)
+            return self._open_image()
         except (FormatError, OSError, LiveUnwindError) as error:
             self.problems.append(str(error))
             return None
@@ -84,15 +83,13 @@ class ElfModule(Module):
         """The mapping of the lowest file offset: where the ELF header is."""
         return min(self.mappings, key=lambda mapping: mapping.offset)
 
-    def _image_bytes(self) -> bytes | mmap.mmap | None:
+    def _open_image(self) -> ElfImage | None:
+        """The vDSO from target memory, else the mapped file as the target sees it."""
         if self.is_vdso:
             size = min(self.end - self.start, _MAX_MEMORY_IMAGE)
-            return self.space.read(self.start, size)
-        stream = self.space.open_mapped_file(self._first_mapping)
-        if stream is None:
-            return None
-        with stream:
-            return mmap.mmap(stream.fileno(), 0, prot=mmap.PROT_READ)
+            return ElfImage(self.space.read(self.start, size), origin=self.path)
+        file = self.space.open_mapped_file(self._first_mapping)
+        return None if file is None else map_elf(file)
 
     @cached_property
     def load_bias(self) -> int:

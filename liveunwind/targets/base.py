@@ -11,12 +11,13 @@ from __future__ import annotations
 import struct
 from collections import namedtuple
 
+from liveunwind.errors import MemoryReadError
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import BinaryIO
-
     from liveunwind.arch import Arch
     from liveunwind.formats.elf import ElfImage
+    from liveunwind.targets.files import RegularFile
 
 
 class Mapping(
@@ -58,7 +59,7 @@ class Mapping(
 class ThreadState:
     """A thread as seen when the target was stopped."""
 
-    __slots__ = ("name", "pending_signal", "registers", "state", "tid")
+    __slots__ = ("name", "pending_signal", "registers", "state", "stopped", "tid")
 
     def __init__(
         self,
@@ -67,6 +68,7 @@ class ThreadState:
         registers: dict[int, int],
         state: str = "",
         pending_signal: int = 0,
+        stopped: bool = True,
     ) -> None:
         self.tid = tid
         self.name = name
@@ -76,6 +78,9 @@ class ThreadState:
         self.state = state
         #: Signal pending delivery when we stopped it, re-injected on detach.
         self.pending_signal = pending_signal
+        #: False for a live thread that did not stop in time: it has no
+        #: registers, and ``state`` says where the kernel held it.
+        self.stopped = stopped
 
     def __repr__(self) -> str:
         return f"<ThreadState {self.tid} {self.name!r} {self.state}>"
@@ -121,6 +126,9 @@ class AddressSpace:
       straight from its stack copy.
     - ``read_frozen``: memory as it was while the process was stopped (a
       snapshot copies the run-time unwind registries then); elsewhere ``read``.
+    - ``read_frozen_many``: several ranges of that memory at once, for
+      walks that read a whole level of pointers (Python's frames) together;
+      a snapshot fetches them with one system call while the process is stopped.
     - ``mapped_image``: a core hands over the ELF file it already opened and
       checked for a mapping, so no module file is opened twice.
     - ``images``: a Mach-O core names its images and their segments itself;
@@ -147,7 +155,7 @@ class AddressSpace:
         """Every thread with the registers it had when the target was stopped."""
         raise NotImplementedError
 
-    def open_mapped_file(self, mapping: Mapping) -> BinaryIO | None:
+    def open_mapped_file(self, mapping: Mapping) -> RegularFile | None:
         """The file behind a file-backed mapping, as the target sees it, or None."""
         raise NotImplementedError
 
@@ -160,6 +168,16 @@ class AddressSpace:
     def read_frozen(self, address: int, size: int) -> bytes:
         """Memory as it was while the target was stopped; the same as ``read`` by default."""
         return self.read(address, size)
+
+    def read_frozen_many(self, ranges: list[tuple[int, int]]) -> list[bytes | None]:
+        """``read_frozen`` of each ``(address, size)`` range: its bytes, or None if unreadable."""
+        results: list[bytes | None] = []
+        for address, size in ranges:
+            try:
+                results.append(self.read_frozen(address, size))
+            except MemoryReadError:
+                results.append(None)
+        return results
 
     def mapped_image(self, mapping: Mapping) -> ElfImage | None:
         """The ELF image the target already opened for ``mapping``, if it did."""

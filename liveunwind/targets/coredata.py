@@ -1,9 +1,10 @@
-"""Random access to the bytes of a core file: plain, gzip or xz.
+"""Random access to the bytes of a core file: plain, gzip, xz or zstd.
 
 A core is read at scattered offsets (headers, notes, then whatever pages the
 walk touches), so every kind of core is served through ``read_at``.  A plain
-file is read with ``pread``.  A compressed core is never unpacked to disk:
-gzip and xz streams can only be decompressed front to back, so it is read
+file is read with ``pread``.  A compressed core (systemd-coredump writes
+zstd) is never unpacked to disk: gzip, xz and zstd streams can only be
+decompressed front to back, so it is read
 forward once and the decompressed bytes are kept in 1 MiB blocks in a cache
 bounded by :data:`CACHE_BUDGET`.  A core that decompresses to less than the
 budget is decompressed at most once and costs its decompressed size in
@@ -12,20 +13,26 @@ the stream's position that misses the cache restarts the stream (slow, but
 memory stays bounded).  Walks read the notes first and then mostly stack
 pages and a few module headers, so in practice a large core is read through
 once or twice.
+
+The core is opened once, as a regular file only
+(:func:`~liveunwind.targets.files.open_file`: never a FIFO or a device);
+plain reads never go past the size it had then, so an offset a corrupt
+header makes up (2^63 and beyond) reads as nothing, and a compressed core's
+stream is restarted on that same descriptor, never by path again.
 """
 
 from __future__ import annotations
 
-import os
-import stat
 from collections import OrderedDict
 
 from liveunwind.errors import CoreFileError
+from liveunwind.formats import zstd
+from liveunwind.targets.files import FileError, RegularFile, open_file
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from io import BufferedIOBase
-    from typing import Protocol
+    from typing import BinaryIO, Protocol
 
 #: Bytes per cached block of a compressed core.
 BLOCK_SIZE = 1 << 20
@@ -56,32 +63,47 @@ if TYPE_CHECKING:
 class PlainCoreData:
     """An uncompressed core file, read with ``pread``."""
 
-    def __init__(self, name: str, fd: int) -> None:
+    def __init__(self, name: str, file: RegularFile) -> None:
         self.name = name
-        self._fd = fd
-        self.size: int | None = os.fstat(fd).st_size
+        self._file = file
+        self.size: int | None = file.size
 
     def read_at(self, offset: int, size: int) -> bytes:
-        if offset < 0 or size <= 0:
-            return b""
-        return os.pread(self._fd, size, offset)
+        try:
+            return self._file.pread(size, offset)
+        except FileError as error:
+            raise CoreFileError(f"cannot read core {self.name}: {error.reason}") from None
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._file.close()
 
 
 class CompressedCoreData:
     """A gzip or xz core, decompressed forward on demand into a bounded block cache."""
 
-    def __init__(self, name: str, kind: str, *, budget: int = CACHE_BUDGET) -> None:
+    def __init__(
+        self,
+        name: str,
+        kind: str,
+        *,
+        budget: int = CACHE_BUDGET,
+        file: RegularFile | None = None,
+    ) -> None:
+        """``file`` is the core opened already; without it ``name`` is opened."""
         self.name = name
         self.kind = kind
         self.size: int | None = None
+        if file is None:
+            try:
+                file = open_file(name)
+            except FileError as error:
+                raise CoreFileError(f"cannot open core {name}: {error.reason}") from None
+        self._file = file
+        #: The compressed bytes, rewound for every restart of the stream.
+        self._raw: BinaryIO | None = None
         self._budget_blocks = max(1, budget // BLOCK_SIZE)
         self._blocks: OrderedDict[int, bytes] = OrderedDict()
-        self._stream: BufferedIOBase | None = None
+        self._stream: BufferedIOBase | BinaryIO | None = None
         #: Index of the next block the open stream will produce.
         self._next_block = 0
         #: Number of blocks in the data, once the end has been seen.
@@ -148,40 +170,52 @@ class CompressedCoreData:
             self._blocks.popitem(last=False)
 
     def _restart(self) -> None:
-        self.close()
+        self._close_stream()
+        if self._raw is None:
+            self._raw = open(self._file.fd, "rb", closefd=False)  # noqa: SIM115 - kept open
+        self._raw.seek(0)
         if self.kind == "gzip":
             import gzip
             import zlib
 
-            self._stream = gzip.open(self.name, "rb")  # noqa: SIM115 - kept open across reads
+            self._stream = gzip.GzipFile(fileobj=self._raw, mode="rb")
             self._stream_errors = (EOFError, OSError, zlib.error)
+        elif self.kind == "zstd":
+            self._stream = zstd.reader(self._raw)
+            self._stream_errors = zstd.stream_errors()
         else:
             import lzma
 
-            self._stream = lzma.open(self.name, "rb")  # noqa: SIM115 - kept open across reads
+            self._stream = lzma.LZMAFile(self._raw, "rb")  # noqa: SIM115 - kept open
             self._stream_errors = (EOFError, OSError, lzma.LZMAError)
         self._next_block = 0
 
-    def close(self) -> None:
+    def _close_stream(self) -> None:
         if self._stream is not None:
-            self._stream.close()
+            self._stream.close()  # leaves the raw file open: it was handed over as an object
             self._stream = None
+
+    def close(self) -> None:
+        self._close_stream()
+        if self._raw is not None:
+            self._raw.close()
+            self._raw = None
+        self._file.close()
 
 
 def open_core_data(path: str) -> CoreData:
-    """Opens a core as plain, gzip or xz data, told apart by their magic bytes."""
+    """Opens a core as plain, gzip, xz or zstd data, told apart by their magic bytes."""
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as error:
-        raise CoreFileError(f"cannot open core {path}: {error.strerror}") from None
+        file = open_file(path)
+    except FileError as error:
+        raise CoreFileError(f"cannot open core {path}: {error.reason}") from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise CoreFileError(f"{path} is not a regular file")
-        magic = os.pread(fd, 6, 0)
-    except BaseException:
-        os.close(fd)
-        raise
-    if magic.startswith(_GZIP_MAGIC) or magic == _XZ_MAGIC:
-        os.close(fd)
-        return CompressedCoreData(path, "gzip" if magic.startswith(_GZIP_MAGIC) else "xz")
-    return PlainCoreData(path, fd)
+        magic = file.pread(6, 0)
+    except FileError as error:
+        file.close()
+        raise CoreFileError(f"cannot read core {path}: {error.reason}") from None
+    kinds = {_GZIP_MAGIC: "gzip", _XZ_MAGIC: "xz", zstd.MAGIC: "zstd"}
+    kind = next((kind for start, kind in kinds.items() if magic.startswith(start)), None)
+    if kind is not None:
+        return CompressedCoreData(path, kind, file=file)
+    return PlainCoreData(path, file)

@@ -41,20 +41,23 @@ from liveunwind.targets import linkmap
 from liveunwind.targets.base import AddressSpace, Mapping, ThreadState
 from liveunwind.targets.coredata import open_core_data
 from liveunwind.targets.filefinder import FileFinder, FoundFile, open_image
+from liveunwind.targets.files import FileError, open_file
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import BinaryIO
-
     from liveunwind.targets.coredata import CoreData
+    from liveunwind.targets.files import RegularFile
 
 ET_CORE = 4
 _ELF_TYPES = {0: "an ELF file of no type", 1: "a relocatable object", 2: "an executable",
               3: "a shared object or PIE executable"}  # fmt: skip
 _MACHINES = {2: "SPARC", 3: "i386", 8: "MIPS", 20: "PowerPC", 21: "PowerPC64", 22: "s390",
              40: "ARM", 43: "SPARC64", 243: "RISC-V", 258: "LoongArch"}  # fmt: skip
-#: Most program headers accepted (the kernel's PN_XNUM scheme allows 2^32).
-_MAX_SEGMENTS = 1 << 22
+#: Most program headers accepted (the kernel's PN_XNUM scheme allows 2^32; a
+#: process has one mapping per header, vm.max_map_count is 65530 by default).
+_MAX_SEGMENTS = 1 << 20
+#: Largest program header entry accepted (ELF64 says 56 bytes).
+_MAX_PHENTSIZE = 1024
 #: Largest PT_NOTE segment read (a note set per thread is a few KiB).
 _MAX_NOTES_SIZE = 256 << 20
 _PAGE = linkmap.PAGE_SIZE
@@ -182,8 +185,11 @@ class ElfCore(AddressSpace):
         phentsize, phnum = struct.unpack_from("<HH", header, 54)
         if phnum == _PN_XNUM:
             phnum = self._extended_segment_count(shoff)
-        if phentsize < 56 or phnum > _MAX_SEGMENTS:
+        if not 56 <= phentsize <= _MAX_PHENTSIZE or phnum > _MAX_SEGMENTS:
             raise CoreFileError(f"{self.name} has a corrupt program header table")
+        size = self._data.size
+        if size is not None and (phoff >= size or phentsize * phnum > size - phoff):
+            raise CoreFileError(f"{self.name} is truncated inside its program header table")
         table = self._data.read_at(phoff, phentsize * phnum)
         if len(table) < phentsize * phnum:
             raise CoreFileError(f"{self.name} is truncated inside its program header table")
@@ -506,15 +512,15 @@ class ElfCore(AddressSpace):
         found = self._file_for(mapping.path)
         return None if found is None else found.image
 
-    def open_mapped_file(self, mapping: Mapping) -> BinaryIO | None:
+    def open_mapped_file(self, mapping: Mapping) -> RegularFile | None:
         if not mapping.is_file:
             return None
         found = self._file_for(mapping.path)
         if found is None:
             return None
         try:
-            return open(found.path, "rb")
-        except OSError:
+            return open_file(found.path)
+        except FileError:
             return None
 
     def close(self) -> None:

@@ -15,12 +15,11 @@ it is passed over in favour of a real file.
 
 from __future__ import annotations
 
-import mmap
 import os
-import stat
 
 from liveunwind.errors import FormatError
 from liveunwind.formats.elf import PT_LOAD, SHT_NOBITS, ElfImage
+from liveunwind.targets.files import FileError, NotRegularFileError, open_elf
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -88,7 +87,11 @@ class FileFinder:
         if first is not None:
             paths = _chain(first, paths)
         for path in paths:
-            image = open_image(path)
+            try:
+                image = open_image(path, strict=True)
+            except NotRegularFileError as error:
+                rejected.append(f"{path}: {error.reason}")
+                continue
             if image is None:
                 continue
             reason = check(image)
@@ -101,19 +104,20 @@ class FileFinder:
         return None, rejected
 
 
-def open_image(path: str) -> ElfImage | None:
-    """Maps ``path`` as an ELF image if it is a regular, readable ELF64 file."""
+def open_image(path: str, *, strict: bool = False) -> ElfImage | None:
+    """Maps ``path`` as an ELF image if it is a regular, readable ELF64 file.
+
+    Anything else is None — or, with ``strict``, a FIFO, device or other
+    non-regular file raises NotRegularFileError so the caller can say why
+    it was passed over.  Such a file is never opened.
+    """
     try:
-        with open(path, "rb") as stream:
-            info = os.fstat(stream.fileno())
-            if not stat.S_ISREG(info.st_mode) or info.st_size < 64:
-                return None
-            data = mmap.mmap(stream.fileno(), 0, prot=mmap.PROT_READ)
-    except OSError:
+        return open_elf(path)
+    except NotRegularFileError:
+        if strict:
+            raise
         return None
-    try:
-        return ElfImage(data, origin=path)
-    except FormatError:
+    except (FileError, FormatError):
         return None
 
 

@@ -52,6 +52,7 @@ from liveunwind.formats import rsp
 from liveunwind.formats.corenotes import parse_auxv
 from liveunwind.targets.base import AddressSpace, Mapping, ThreadState
 from liveunwind.targets.filefinder import FileFinder, open_image
+from liveunwind.targets.files import FileError, open_file
 from liveunwind.targets.gdbconnection import DEFAULT_TIMEOUT, Connection, RemoteError
 from liveunwind.targets.linkmap import PAGE_SIZE, LoadedObject
 from liveunwind.targets.loadedfiles import LoadedFiles
@@ -59,9 +60,9 @@ from liveunwind.targets.loadedfiles import LoadedFiles
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from typing import BinaryIO
 
     from liveunwind.formats.elf import ElfImage
+    from liveunwind.targets.files import RegularFile
 
 _PAGE = PAGE_SIZE
 #: What this client tells the stub it understands (``xmlRegisters=i386`` makes
@@ -184,13 +185,13 @@ class GdbRemote(AddressSpace):
         found = self._loaded.file(mapping) if self._loaded is not None else None
         return None if found is None else found.image
 
-    def open_mapped_file(self, mapping: Mapping) -> BinaryIO | None:
+    def open_mapped_file(self, mapping: Mapping) -> RegularFile | None:
         found = self._loaded.file(mapping) if self._loaded is not None else None
         if found is None:
             return None
         try:
-            return open(found.path, "rb")
-        except OSError:
+            return open_file(found.path)
+        except FileError:
             return None
 
     # -- connecting and stopping ------------------------------------------------

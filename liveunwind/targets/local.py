@@ -19,7 +19,6 @@ import ctypes
 import errno
 import itertools
 import os
-import stat
 import struct
 import threading
 
@@ -29,13 +28,13 @@ from liveunwind.formats.elf import PT_LOAD
 from liveunwind.targets import procfs, syscalls
 from liveunwind.targets.base import AddressSpace, Mapping, ThreadState
 from liveunwind.targets.filefinder import open_image
+from liveunwind.targets.files import read_kernel_file
 from liveunwind.targets.selfcapture import ThreadSample, pthread_stack, sample_thread
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import BinaryIO
-
     from liveunwind.formats.elf import ElfImage
+    from liveunwind.targets.files import RegularFile
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _unpack_word = struct.Struct("<Q").unpack_from
@@ -60,8 +59,7 @@ def sample(tid: int, pthread_id: int | None, *, timeout: float) -> ThreadSample:
 
 
 def read_own_maps() -> list[Mapping]:
-    with open("/proc/self/maps") as stream:
-        return procfs.parse_maps(stream.read())
+    return procfs.read_maps("self")
 
 
 class LocalProcess(AddressSpace):
@@ -114,23 +112,9 @@ class LocalProcess(AddressSpace):
             return int(_unpack_word(copy.stack, address - copy.stack_start)[0])
         return int(_unpack_word(self._memory.read(address, 8))[0])
 
-    def open_mapped_file(self, mapping: Mapping) -> BinaryIO | None:
+    def open_mapped_file(self, mapping: Mapping) -> RegularFile | None:
         """The mapped file itself when it is still the one mapped, else the kernel's handle."""
-        if not mapping.is_file:
-            return None
-        for path in (
-            mapping.path.removesuffix(" (deleted)"),
-            f"/proc/self/map_files/{mapping.start:x}-{mapping.end:x}",
-        ):
-            try:
-                stream = open(path, "rb")  # noqa: SIM115 - handed to the caller
-            except OSError:
-                continue
-            info = os.fstat(stream.fileno())
-            if stat.S_ISREG(info.st_mode) and info.st_ino == mapping.inode:
-                return stream
-            stream.close()
-        return None
+        return procfs.open_mapped_file("self", mapping)
 
     def _copy_holding(self, address: int, size: int) -> ThreadSample | None:
         last = self._last
@@ -271,7 +255,7 @@ def _mapping_at(mappings: list[Mapping], address: int) -> Mapping | None:
 
 def _thread_name(tid: int) -> str:
     try:
-        with open(f"/proc/self/task/{tid}/comm") as stream:
-            return stream.read().rstrip("\n")
+        name = read_kernel_file(f"/proc/self/task/{tid}/comm", 64)
     except OSError:
         return ""
+    return name.decode("utf-8", "replace").rstrip("\n")

@@ -20,11 +20,11 @@ import os
 import struct
 from bisect import bisect_right
 from dataclasses import dataclass
-from typing import BinaryIO
 
 from liveunwind.arch import Arch, arch_by_name
 from liveunwind.errors import CoreFileError, MemoryReadError
 from liveunwind.targets.base import AddressSpace, CoreImage, Mapping, ThreadState
+from liveunwind.targets.files import FileError, RegularFile, open_file
 
 MH_MAGIC_64 = 0xFEEDFACF
 FAT_MAGIC = 0xCAFEBABE
@@ -111,13 +111,10 @@ class MachOCore(AddressSpace):
         self.path = path
         self.search_path = tuple(search_path)
         try:
-            with open(path, "rb") as stream:
-                if not os.path.isfile(path):
-                    raise CoreFileError(f"{path}: not a regular file")
-                self._data: bytes | mmap.mmap = mmap.mmap(stream.fileno(), 0, prot=mmap.PROT_READ)
-        except (OSError, ValueError) as error:
-            reason = getattr(error, "strerror", None) or str(error)
-            raise CoreFileError(f"cannot read {path}: {reason}") from None
+            with open_file(path) as file:
+                self._data: bytes | mmap.mmap = file.map()
+        except FileError as error:
+            raise CoreFileError(f"cannot read {path}: {error.reason}") from None
         if len(self._data) < _HEADER.size:
             raise CoreFileError(f"{path}: too short for a Mach-O header")
         magic, cpu_type, _subtype, file_type, ncmds, sizeofcmds, _flags = _HEADER.unpack_from(
@@ -226,10 +223,13 @@ class MachOCore(AddressSpace):
                 return fileoff + address - (vmaddr + slide)
         return 0
 
-    def open_mapped_file(self, mapping: Mapping) -> BinaryIO | None:
-        if not mapping.path or not os.path.isfile(mapping.path):
+    def open_mapped_file(self, mapping: Mapping) -> RegularFile | None:
+        if not mapping.path:
             return None
-        return open(mapping.path, "rb")
+        try:
+            return open_file(mapping.path)
+        except FileError:
+            return None
 
     # -- threads -----------------------------------------------------------------------
 
@@ -450,10 +450,8 @@ def parse_header(data: bytes) -> _HeaderInfo | None:
 def file_uuid(path: str, cpu_type: int) -> bytes | None:
     """LC_UUID of the ``cpu_type`` image in a thin or universal Mach-O file, or None."""
     try:
-        if not os.path.isfile(path):
-            return None
-        with open(path, "rb") as stream:
-            head = stream.read(_PAGE)
+        with open_file(path) as file:
+            head = file.read(_PAGE)
             if len(head) < 8:
                 return None
             offset = 0
@@ -468,15 +466,14 @@ def file_uuid(path: str, cpu_type: int) -> bytes | None:
                         break
                 else:
                     return None
-            stream.seek(offset)
-            header = stream.read(_HEADER.size)
+            header = file.pread(_HEADER.size, offset)
             if len(header) < _HEADER.size:
                 return None
             magic, cpu, _, _, _, sizeofcmds, _ = _HEADER.unpack(header)
             if magic != MH_MAGIC_64 or cpu != cpu_type or sizeofcmds > _MAX_HEADER_BYTES:
                 return None
-            info = parse_header(header + stream.read(sizeofcmds))
-    except OSError:
+            info = parse_header(header + file.pread(sizeofcmds, offset + _HEADER.size))
+    except FileError:
         return None
     return None if info is None else info.uuid
 

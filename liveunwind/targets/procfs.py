@@ -1,16 +1,44 @@
-"""Reading /proc: mappings, thread lists and the facts that explain attach failures."""
+"""Reading /proc: mappings, thread lists and the facts that explain attach failures.
+
+The files named here (``stat``, ``status``, ``wchan``, ``maps``) are kernel
+files at paths liveunwind builds itself, read with
+:func:`~liveunwind.targets.files.read_kernel_file`; the one file a process
+chooses, its perf map, is resolved inside its own root with
+:func:`~liveunwind.targets.files.open_in_root`.
+"""
 
 from __future__ import annotations
 
+import errno
 import os
-import stat
 from collections import namedtuple
 
 from liveunwind.errors import NoSuchProcessError
 from liveunwind.targets.base import Mapping
+from liveunwind.targets.files import (
+    FileError,
+    RegularFile,
+    open_file,
+    open_in_root,
+    read_kernel_file,
+)
 
 #: ``PF_KTHREAD`` in the flags field of /proc/PID/stat.
 _PF_KTHREAD = 0x00200000
+
+
+#: Most bytes of /proc/PID/maps read (a process may have up to vm.max_map_count lines).
+MAX_MAPS_TEXT = 256 << 20
+
+
+def read_maps(owner: str) -> list[Mapping]:
+    """The mappings of process ``owner`` (a pid, or "self"); OSError once it is gone.
+
+    A path that is not UTF-8 is decoded with replacement characters: it is
+    printed, and such a file is then opened through /proc/PID/map_files.
+    """
+    text = read_kernel_file(f"/proc/{owner}/maps", MAX_MAPS_TEXT)
+    return parse_maps(text.decode("utf-8", "replace"))
 
 
 def parse_maps(text: str) -> list[Mapping]:
@@ -67,8 +95,7 @@ def state_word(letter: str) -> str:
 
 def read_stat(path: str) -> TaskStat:
     """Parses a ``stat`` file; the name may contain spaces and parentheses."""
-    with open(path, "rb") as stream:
-        raw = stream.read().decode("utf-8", "replace")
+    raw = read_kernel_file(path, 4096).decode("utf-8", "replace")
     head, _, tail = raw.rpartition(")")
     name = head.partition("(")[2]
     fields = tail.split()
@@ -91,16 +118,43 @@ def list_tids(pid: int) -> list[int]:
         raise NoSuchProcessError(f"process {pid} has exited") from None
 
 
-def tracer_of(pid: int) -> int:
-    """The pid of the process tracing ``pid``, or 0."""
+def status_field(path: str, name: str) -> str:
+    """One field of a ``status`` file (``TracerPid``, ``NSpid``…), or "" if absent or unreadable."""
+    prefix = name + ":"
     try:
-        with open(f"/proc/{pid}/status") as stream:
-            for line in stream:
-                if line.startswith("TracerPid:"):
-                    return int(line.split()[1])
+        text = read_kernel_file(path, 65536).decode("utf-8", "replace")
     except OSError:
-        pass
-    return 0
+        return ""
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            return line[len(prefix) :].strip()
+    return ""
+
+
+def tracer_of(pid: int, tid: int | None = None) -> int:
+    """The thread tracing thread ``tid`` of ``pid`` (its main thread by default), or 0."""
+    path = f"/proc/{pid}/status" if tid is None else f"/proc/{pid}/task/{tid}/status"
+    try:
+        return int(status_field(path, "TracerPid") or 0)
+    except ValueError:
+        return 0
+
+
+def process_of(tid: int) -> int:
+    """The process (thread group) that thread ``tid`` belongs to, or 0 if it is gone."""
+    try:
+        return int(status_field(f"/proc/{tid}/status", "Tgid") or 0)
+    except ValueError:
+        return 0
+
+
+def wchan(pid: int, tid: int) -> str:
+    """The kernel function thread ``tid`` sleeps in (``kernel_clone`` inside vfork()), or ""."""
+    try:
+        text = read_kernel_file(f"/proc/{pid}/task/{tid}/wchan", 256).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "" if text.strip() == "0" else text.strip()
 
 
 #: Largest perf map read; JIT runtimes append forever, so cap what we parse.
@@ -111,22 +165,79 @@ def read_perf_map(pid: int) -> str:
     """The process's ``/tmp/perf-PID.map`` as it sees it (its root, its own pid), or ``""``.
 
     Inside a pid namespace the file is named after the pid the process sees
-    itself as (the last ``NSpid`` entry), and lives under its own root.  Only a
-    regular file is read, and at most 16 MiB of it.
+    itself as (the last ``NSpid`` entry), and lives under its own root: the
+    path is resolved inside ``/proc/PID/root``, so a symlink the process
+    planted cannot lead out of it.  Only a regular file is read, at most
+    16 MiB of it.
     """
     own_pid = pid
+    namespaced = status_field(f"/proc/{pid}/status", "NSpid").split()
+    if namespaced:  # absent before Linux 4.1
+        try:
+            own_pid = int(namespaced[-1])
+        except ValueError:
+            return ""
     try:
-        with open(f"/proc/{pid}/status") as stream:
-            for line in stream:
-                if line.startswith("NSpid:"):
-                    own_pid = int(line.split()[-1])
-    except (OSError, ValueError):
+        with open_in_root(f"/proc/{pid}/root", f"/tmp/perf-{own_pid}.map") as perf_map:
+            return perf_map.read(_MAX_PERF_MAP).decode("utf-8", "replace")
+    except FileError:
         return ""
-    path = f"/proc/{pid}/root/tmp/perf-{own_pid}.map"
+
+
+def open_mapped_file(owner: str, mapping: Mapping) -> RegularFile | None:
+    """Opens the file behind ``mapping`` of process ``owner`` (a pid, or "self") as it sees it.
+
+    The path is resolved inside the process's root (containers, chroots)
+    and used when it is the mapped file: the same (device, inode) as
+    /proc/PID/maps says.  Otherwise (deleted or replaced on disk, or a path
+    that leads elsewhere) the kernel's own handle in /proc/PID/map_files is
+    used, which needs CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE.  Without
+    those, a file of the right inode whose device number differs is
+    accepted: btrfs subvolumes and overlayfs number devices differently in
+    maps and in stat.  Only regular files are ever opened; an emptied one
+    raises FileError (it cannot be mapped, and would not be the code).
+    """
+    if not mapping.is_file:
+        return None
+    path = mapping.path.removesuffix(" (deleted)")
+    kernels_handle = f"/proc/{owner}/map_files/{mapping.start:x}-{mapping.end:x}"
+    found: RegularFile | None
     try:
-        with open(path, "rb") as stream:
-            if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
-                return ""
-            return stream.read(_MAX_PERF_MAP).decode("utf-8", "replace")
-    except OSError:
-        return ""
+        found = open_in_root(f"/proc/{owner}/root", path)
+    except FileError:
+        found = None
+    if found is not None and found.identity != _identity(mapping):
+        if found.status.st_ino != mapping.inode:
+            found.close()
+            found = None
+        else:
+            try:
+                kernels = open_file(kernels_handle)
+            except FileError as error:
+                if error.errno not in (errno.EPERM, errno.EACCES):
+                    found.close()
+                    found = None
+            else:
+                found.close()
+                found = kernels
+    if found is None:
+        try:
+            found = open_file(kernels_handle)
+        except FileError:
+            return None
+        if found.status.st_ino != mapping.inode:
+            found.close()
+            return None
+    if found.size == 0:
+        found.close()
+        raise FileError(path, "is empty (cut short since it was mapped)")
+    return found
+
+
+def _identity(mapping: Mapping) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of a mapped file from its maps line (``fd:01``, major:minor in hex)."""
+    major, _, minor = mapping.device.partition(":")
+    try:
+        return os.makedev(int(major, 16), int(minor, 16)), mapping.inode
+    except ValueError:
+        return None

@@ -12,14 +12,29 @@ traced by it.
 Before ``with``, :meth:`PtraceProcess.mappings` and ``open_mapped_file`` see the
 running process (a session looks through its files ahead of the stop);
 entering forgets what was read, so inside everything is of the stopped one.
+
+A target may be hostile or just unlucky, and neither may hold liveunwind
+or the rest of the target hostage:
+
+- a thread that does not stop within ``stop_timeout`` (a main thread inside
+  ``vfork()``, a thread in an uninterruptible wait) is reported as not
+  stopped, with its kernel state and wait channel, and the others go on;
+- every ptrace call is made from a thread of liveunwind's own
+  (:class:`_Tracer`) that ends when the target is let go: the kernel then
+  detaches whatever that thread still traces, which is the only way to let
+  go of a thread that never stopped (PTRACE_DETACH needs a stopped tracee);
+- a thread that exits while being attached is simply gone, and "already
+  traced" names the tracer of the thread that has one;
+- the files the process maps are opened inside its own root, as regular
+  files only, and only when they are the mapped ones (:mod:`.files`).
 """
 
 from __future__ import annotations
 
+import _thread
 import errno
 import os
 import signal
-import stat
 import time
 
 from liveunwind.arch import Arch, host_arch
@@ -33,10 +48,16 @@ from liveunwind.errors import (
 )
 from liveunwind.targets import procfs, syscalls
 from liveunwind.targets.base import AddressSpace, Mapping, ThreadState
+from liveunwind.targets.files import read_kernel_file
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import BinaryIO
+    from collections.abc import Callable
+    from typing import TypeVar
+
+    from liveunwind.targets.files import RegularFile
+
+    Result = TypeVar("Result")
 
     #: What ``signal.signal`` returns and takes: a handler, SIG_DFL/SIG_IGN, or None.
     Handler = signal._HANDLER
@@ -45,19 +66,45 @@ _DEFERRED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 #: Rounds of "list /proc/PID/task, seize the new ones" before giving up on a
 #: process that creates threads faster than we can stop them.
 _MAX_ATTACH_ROUNDS = 100
+#: Seconds a thread may take to stop after being interrupted before it is
+#: reported as not stopped (a thread runs to its next return to user space first).
+DEFAULT_STOP_TIMEOUT = 0.5
+#: How long to look again at once for a thread that has not stopped yet, and
+#: then the first and the longest pause between two looks.
+_SPIN = 1e-3
+_FIRST_POLL = 50e-6
+_LONGEST_POLL = 2e-3
+#: Seconds to wait for the kernel to let go of a thread that never stopped.
+_RELEASE_TIMEOUT = 2.0
+#: ``PF_EXITING`` in the flags field of /proc/PID/task/TID/stat.
+_PF_EXITING = 0x4
 
 
 class PtraceProcess(AddressSpace):
-    """AddressSpace of a live process, valid while inside ``with``."""
+    """AddressSpace of a live process, valid while inside ``with``.
+
+    ``stop_timeout`` bounds the wait for each thread to stop (seconds).
+    """
 
     pid: int
 
-    def __init__(self, pid: int, *, thread_ids: list[int] | None = None) -> None:
+    def __init__(
+        self,
+        pid: int,
+        *,
+        thread_ids: list[int] | None = None,
+        stop_timeout: float = DEFAULT_STOP_TIMEOUT,
+    ) -> None:
         self.pid = pid
         self.arch: Arch = host_arch()
+        self.stop_timeout = stop_timeout
         self._wanted = set(thread_ids) if thread_ids else None
         self._stopped: dict[int, ThreadState] = {}
+        #: Threads seized and interrupted that did not stop in time.
+        self._not_stopped: dict[int, ThreadState] = {}
         self._attached: set[int] = set()
+        #: Seized threads never seen stopped, left for the tracer thread's exit to let go.
+        self._left_to_kernel: set[int] = set()
         #: Name and scheduler state of each thread, read just before stopping any.
         self._before_stop: dict[int, procfs.TaskStat] = {}
         self._pages: dict[int, bytes | None] = {}
@@ -66,6 +113,7 @@ class PtraceProcess(AddressSpace):
         self._vm_readv_works = True
         self._held_signals: list[int] = []
         self._previous_handlers: dict[int, Handler] = {}
+        self._tracer: _Tracer | None = None
         #: perf_counter() when the first thread was interrupted, and when the last was let go.
         self.stopped_at: float | None = None
         self.resumed_at: float | None = None
@@ -78,19 +126,23 @@ class PtraceProcess(AddressSpace):
         self._pages = {}
         self._hold_signals()
         try:
-            self._attach_all()
+            self._tracer = _Tracer()
+            self._tracer.call(self._attach_all)
         except BaseException:
-            self._detach_all()
-            self._release_signals()
+            try:
+                self._let_go()
+            finally:
+                self._release_signals()
             raise
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         try:
-            self._detach_all()
+            self._let_go()
         finally:
             if self._memory_fd is not None:
-                os.close(self._memory_fd)
+                if self._memory_fd >= 0:
+                    os.close(self._memory_fd)
                 self._memory_fd = None
             self._release_signals()
 
@@ -107,14 +159,15 @@ class PtraceProcess(AddressSpace):
     # -- AddressSpace -------------------------------------------------------
 
     def threads(self) -> list[ThreadState]:
-        return [self._stopped[tid] for tid in sorted(self._stopped, key=self._thread_order)]
+        """Every thread; one that did not stop has no registers and says so in its state."""
+        every = {**self._not_stopped, **self._stopped}
+        return [every[tid] for tid in sorted(every, key=self._thread_order)]
 
     def mappings(self) -> list[Mapping]:
         if self._mappings is None:
             try:
-                with open(f"/proc/{self.pid}/maps") as stream:
-                    self._mappings = procfs.parse_maps(stream.read())
-            except FileNotFoundError:
+                self._mappings = procfs.read_maps(str(self.pid))
+            except (FileNotFoundError, ProcessLookupError):
                 raise NoSuchProcessError(f"process {self.pid} has exited") from None
         return self._mappings
 
@@ -137,26 +190,11 @@ class PtraceProcess(AddressSpace):
         offset = address - first
         return joined[offset : offset + size]
 
-    def open_mapped_file(self, mapping: Mapping) -> BinaryIO | None:
-        """Opens the file behind ``mapping`` as the target sees it.
+    def open_mapped_file(self, mapping: Mapping) -> RegularFile | None:
+        """Opens the file behind ``mapping`` as the target sees it (see procfs.open_mapped_file)."""
+        return procfs.open_mapped_file(str(self.pid), mapping)
 
-        The path is resolved inside the target's root (containers, chroots);
-        when that file is gone or is not the mapped one (deleted or replaced
-        on disk), the kernel's own handle in /proc/PID/map_files is used.
-        """
-        if not mapping.is_file:
-            return None
-        path = mapping.path.removesuffix(" (deleted)")
-        for candidate in (
-            f"/proc/{self.pid}/root{path}",
-            f"/proc/{self.pid}/map_files/{mapping.start:x}-{mapping.end:x}",
-        ):
-            stream = _open_if_same_file(candidate, mapping.inode)
-            if stream is not None:
-                return stream
-        return None
-
-    # -- attaching ----------------------------------------------------------
+    # -- attaching (on the tracer thread) -------------------------------------
 
     def _check_traceable(self) -> None:
         if self.pid == os.getpid():
@@ -176,7 +214,11 @@ class PtraceProcess(AddressSpace):
                 )
 
     def _attach_all(self) -> None:
-        """Seizes and interrupts every thread, including ones created meanwhile."""
+        """Seizes and interrupts every thread, including ones created meanwhile.
+
+        The threads of one round are interrupted together and then waited
+        for, each until ``stop_timeout`` after the round's interrupts.
+        """
         seen: set[int] = set()
         for _ in range(_MAX_ATTACH_ROUNDS):
             fresh = [tid for tid in self._candidate_tids() if tid not in seen]
@@ -187,8 +229,9 @@ class PtraceProcess(AddressSpace):
             # would otherwise lengthen the freeze by two files per thread.
             alive = [tid for tid in fresh if self._read_before_stop(tid)]
             seized = [tid for tid in alive if self._seize(tid)]
+            deadline = time.perf_counter() + self.stop_timeout
             for tid in seized:
-                self._wait_for_stop(tid)
+                self._wait_for_stop(tid, deadline)
         raise AttachError(f"process {self.pid} keeps creating threads; could not stop them all")
 
     def _candidate_tids(self) -> list[int]:
@@ -214,13 +257,14 @@ class PtraceProcess(AddressSpace):
         return True
 
     def _seize(self, tid: int) -> bool:
-        """Seizes and interrupts one thread; False if it is gone."""
+        """Seizes and interrupts one thread; False if it is gone or on its way out."""
         try:
             syscalls.ptrace(syscalls.PTRACE_SEIZE, tid)
         except OSError as error:
-            if error.errno == errno.ESRCH:
+            # The kernel refuses an exiting thread with EPERM, a vanished one with ESRCH.
+            if error.errno == errno.ESRCH or _is_exiting(self.pid, tid):
                 return False
-            raise self._attach_failure(error) from None
+            raise self._attach_failure(error, tid) from None
         self._attached.add(tid)
         if self.stopped_at is None:
             self.stopped_at = time.perf_counter()
@@ -231,19 +275,40 @@ class PtraceProcess(AddressSpace):
                 raise AttachError(f"cannot interrupt thread {tid}: {error.strerror}") from None
         return True
 
-    def _wait_for_stop(self, tid: int) -> None:
-        """Waits for ``tid`` to enter a ptrace stop and records its registers."""
+    def _wait_for_stop(self, tid: int, deadline: float) -> None:
+        """Waits until ``deadline`` for ``tid`` to enter a ptrace stop; records its registers.
+
+        An interrupted thread normally stops within microseconds, so the
+        first millisecond is spent yielding the CPU between looks; after
+        that the looks are spaced out, up to :data:`_LONGEST_POLL` apart.
+        """
+        spin_until = time.perf_counter() + _SPIN
+        pause = _FIRST_POLL
         while True:
             try:
-                _, status = os.waitpid(tid, syscalls.WALL)
+                waited, status = os.waitpid(tid, syscalls.WALL | os.WNOHANG)
             except ChildProcessError:
                 self._attached.discard(tid)
                 return
+            if waited == 0:
+                now = time.perf_counter()
+                if now >= deadline:
+                    self._note_not_stopped(tid)
+                    return
+                if now < spin_until:
+                    os.sched_yield()
+                else:
+                    time.sleep(min(pause, deadline - now))
+                    pause = min(pause * 2, _LONGEST_POLL)
+                continue
             if os.WIFEXITED(status) or os.WIFSIGNALED(status):
                 self._attached.discard(tid)
                 return
             if os.WIFSTOPPED(status):
                 break
+        self._record_stop(tid, status)
+
+    def _record_stop(self, tid: int, status: int) -> None:
         pending = 0
         event = status >> 16
         if event == 0:
@@ -266,15 +331,33 @@ class PtraceProcess(AddressSpace):
             pending_signal=pending,
         )
 
-    def _attach_failure(self, error: OSError) -> Exception:
+    def _note_not_stopped(self, tid: int) -> None:
+        """Records a thread that did not stop in time, with where the kernel holds it."""
+        before = self._before_stop.get(tid)
+        letter = _task_state(self.pid, tid) or (before.state if before is not None else "?")
+        where = procfs.wchan(self.pid, tid)
+        self._not_stopped[tid] = ThreadState(
+            tid=tid,
+            name=before.name if before is not None else "",
+            registers={},
+            state=(
+                f"not stopped after {self.stop_timeout * 1000:.0f} ms: {procfs.state_word(letter)}"
+                + (f" in {where}" if where else "")
+            ),
+            stopped=False,
+        )
+
+    def _attach_failure(self, error: OSError, tid: int | None = None) -> Exception:
         name = procfs.process_stat(self.pid).name
         if error.errno == errno.EPERM:
-            tracer = procfs.tracer_of(self.pid)
+            tracer = procfs.tracer_of(self.pid, tid)
             if tracer:
-                tracer_name = _process_name(tracer)
+                tracer_process = procfs.process_of(tracer) or tracer
+                tracer_name = _process_name(tracer_process)
+                thread = f"thread {tid} of " if tid is not None and tid != self.pid else ""
                 return PermissionDeniedError(
-                    f"cannot trace process {self.pid} ({name}): it is already traced by "
-                    f"process {tracer} ({tracer_name}); detach that tracer first"
+                    f"cannot trace {thread}process {self.pid} ({name}): it is already traced by "
+                    f"process {tracer_process} ({tracer_name}); detach that tracer first"
                 )
             return PermissionDeniedError(
                 f"cannot trace process {self.pid} ({name}): permission denied; run as root or "
@@ -282,26 +365,66 @@ class PtraceProcess(AddressSpace):
             )
         return AttachError(f"cannot attach to process {self.pid} ({name}): {error.strerror}")
 
+    # -- letting go -----------------------------------------------------------
+
+    def _let_go(self) -> None:
+        """Detaches every stopped thread, then ends the tracer thread, which lets go of the rest."""
+        tracer, self._tracer = self._tracer, None
+        if tracer is None:
+            return
+        try:
+            tracer.call(self._detach_all)
+        finally:
+            tracer.finish()
+            self._attached = set()
+            if self.resumed_at is None:
+                self.resumed_at = time.perf_counter()
+        if self._left_to_kernel:
+            self._wait_until_let_go(tracer.tid)
+
     def _detach_all(self) -> None:
         for tid in sorted(self._attached):
             thread = self._stopped.get(tid)
-            pending = thread.pending_signal if thread else 0
+            late = None if thread is not None else self._late_stop(tid)
+            if thread is None and late is None:
+                # Not stopped: the tracer thread's exit lets it go.
+                self._left_to_kernel.add(tid)
+                continue
+            pending = thread.pending_signal if thread is not None else late or 0
             try:
                 syscalls.ptrace(syscalls.PTRACE_DETACH, tid, 0, pending)
             except OSError as error:
-                if error.errno == errno.ESRCH and self._stop_if_running(tid):
+                if error.errno == errno.ESRCH and self._late_stop(tid) is not None:
                     syscalls.ptrace(syscalls.PTRACE_DETACH, tid, 0, pending)
         self._attached = set()
         self.resumed_at = time.perf_counter()
 
     @staticmethod
-    def _stop_if_running(tid: int) -> bool:
-        """A seized thread whose interrupt we never waited for: stop it so it can be detached."""
+    def _late_stop(tid: int) -> int | None:
+        """A thread seized but not seen stopped: the signal to hand back if it has stopped since.
+
+        None while it is still not stopped (or is gone).
+        """
         try:
-            _, status = os.waitpid(tid, syscalls.WALL)
+            waited, status = os.waitpid(tid, syscalls.WALL | os.WNOHANG)
         except ChildProcessError:
-            return False
-        return os.WIFSTOPPED(status)
+            return None
+        if waited == 0 or not os.WIFSTOPPED(status):
+            return None
+        return os.WSTOPSIG(status) if status >> 16 == 0 else 0
+
+    def _wait_until_let_go(self, tracer_tid: int) -> None:
+        """Waits (bounded) until the kernel has detached the threads that never stopped.
+
+        That happens as the tracer thread exits, a moment after it said goodbye.
+        """
+        deadline = time.perf_counter() + _RELEASE_TIMEOUT
+        left, self._left_to_kernel = self._left_to_kernel, set()
+        for tid in sorted(left):
+            while procfs.tracer_of(self.pid, tid) == tracer_tid:
+                if time.perf_counter() > deadline:
+                    return
+                time.sleep(0.001)
 
     def _thread_order(self, tid: int) -> tuple[int, int]:
         return (tid != self.pid, tid)
@@ -341,10 +464,15 @@ class PtraceProcess(AddressSpace):
             self._pages[page] = self._read_page_slowly(page)
 
     def _read_page_slowly(self, page: int) -> bytes | None:
-        """/proc/PID/mem, then PTRACE_PEEKDATA word by word."""
+        """/proc/PID/mem, then PTRACE_PEEKDATA word by word (from the tracer thread).
+
+        /proc/PID/mem is the kernel's window on the target's memory, not a
+        file the target names: it is opened by its fixed path and read with
+        pread at addresses, without the regular-file rules of :mod:`.files`.
+        """
         if self._memory_fd is None:
             try:
-                self._memory_fd = os.open(f"/proc/{self.pid}/mem", os.O_RDONLY)
+                self._memory_fd = os.open(f"/proc/{self.pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
             except OSError:
                 self._memory_fd = -1
         if self._memory_fd >= 0:
@@ -354,10 +482,12 @@ class PtraceProcess(AddressSpace):
                 return None
             if len(data) == PAGE_SIZE:
                 return data
-        return self._peek_page(page)
+        if self._tracer is None:
+            return None
+        return self._tracer.call(self._peek_page, page)
 
     def _peek_page(self, page: int) -> bytes | None:
-        tid = next(iter(self._attached), None)
+        tid = next(iter(self._stopped), None)
         if tid is None:
             return None
         from ptrace.binding.func import PtraceError, ptrace_peekdata
@@ -369,6 +499,69 @@ class PtraceProcess(AddressSpace):
         except PtraceError:
             return None
         return b"".join(words)
+
+
+class _Tracer:
+    """The thread that makes a PtraceProcess's ptrace calls, one call at a time.
+
+    The kernel ties a tracee to the tracer *thread*, and detaches every
+    tracee of a thread when that thread exits — also one that never reached
+    a stop, which nothing else can let go of (PTRACE_DETACH needs a stopped
+    tracee).  So the seizing, waiting, register reads and detaching happen
+    on this thread, which ends when the target is let go: no thread of the
+    target stays traced by liveunwind, whether it is a command that exits
+    at once or a long-running program that uses the API.  Built on
+    ``_thread`` (``threading`` costs milliseconds to import).
+    """
+
+    def __init__(self) -> None:
+        self._wake = _thread.allocate_lock()
+        self._wake.acquire()
+        self._done = _thread.allocate_lock()
+        self._done.acquire()
+        self._job: tuple[Callable[..., object], tuple[object, ...]] | None = None
+        self._outcome: tuple[bool, object] = (True, None)
+        #: The tracer thread's id (TracerPid of the threads it traces).
+        self.tid = 0
+        self._running = True
+        _thread.start_new_thread(self._serve, ())
+
+    def call(self, function: Callable[..., Result], *args: object) -> Result:
+        """Runs ``function(*args)`` on the tracer thread; its exception is raised here."""
+        if not self._running:
+            raise AttachError("the tracer thread has ended")
+        self._job = (function, args)
+        self._wake.release()
+        self._done.acquire()
+        succeeded, value = self._outcome
+        self._outcome = (True, None)
+        if not succeeded:
+            assert isinstance(value, BaseException)
+            raise value
+        return value  # type: ignore[return-value]
+
+    def finish(self) -> None:
+        """Ends the tracer thread: the kernel detaches whatever it still traces."""
+        if self._running:
+            self._running = False
+            self._job = None
+            self._wake.release()
+            self._done.acquire()
+
+    def _serve(self) -> None:
+        self.tid = _thread.get_native_id()
+        while True:
+            self._wake.acquire()
+            job = self._job
+            if job is None:
+                break
+            function, args = job
+            try:
+                self._outcome = (True, function(*args))
+            except BaseException as error:  # handed to the caller's thread
+                self._outcome = (False, error)
+            self._done.release()
+        self._done.release()
 
 
 def _decode_registers(arch: Arch, raw: bytes, pid: int) -> dict[int, int]:
@@ -385,17 +578,13 @@ def _decode_registers(arch: Arch, raw: bytes, pid: int) -> dict[int, int]:
     return aarch64.registers_from_user_regs(raw)
 
 
-def _open_if_same_file(path: str, inode: int) -> BinaryIO | None:
-    """Opens ``path`` only if it is a regular file with the mapped inode."""
+def _is_exiting(pid: int, tid: int) -> bool:
+    """True if thread ``tid`` is gone, a zombie, or on its way out (PF_EXITING)."""
     try:
-        stream = open(path, "rb")  # noqa: SIM115 - handed to the caller
-    except OSError:
-        return None
-    info = os.fstat(stream.fileno())
-    if not stat.S_ISREG(info.st_mode) or info.st_ino != inode:
-        stream.close()
-        return None
-    return stream
+        stat = procfs.read_stat(f"/proc/{pid}/task/{tid}/stat")
+    except (OSError, IndexError, ValueError):
+        return True
+    return stat.state in ("Z", "X") or bool(stat.flags & _PF_EXITING)
 
 
 def _task_state(pid: int, tid: int) -> str:
@@ -415,8 +604,7 @@ def _process_name(pid: int) -> str:
 def _yama_advice() -> str:
     """The end of the permission message: check Yama only where it can be the cause."""
     try:
-        with open("/proc/sys/kernel/yama/ptrace_scope") as stream:
-            scope = stream.read().strip()
+        scope = read_kernel_file("/proc/sys/kernel/yama/ptrace_scope", 64).decode().strip()
     except OSError:
         return " (Yama is not enabled: there is no kernel.yama.ptrace_scope)"
     if scope == "0":

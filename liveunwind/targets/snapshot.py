@@ -4,12 +4,15 @@ The process only has to stay stopped while this copy is taken and runs
 again while liveunwind does the slow part, the unwinding.  The copy holds
 what the unwind needs from writable memory: the stacks, copied with one
 batch of reads, and — in a process that can have JIT code — the run-time
-registries (libunwind's dynamic list, the GDB JIT interface), which the
-session reads through :meth:`Snapshot.read_frozen` while the process is
-stopped; afterwards ``read_frozen`` answers from the copy only, so a JIT
-that changes its registrations as soon as it runs again cannot change what
-the unwind sees.  Everything else is read from the (running) process: code,
-read-only data and unwind tables, which do not change while it runs.  The
+registries (libunwind's dynamic list, the GDB JIT interface) and, with
+``--python``, the interpreter's thread states, frames and code objects,
+which the session reads through :meth:`Snapshot.read_frozen` (or
+``read_frozen_many``, a whole level of pointers in one system call) while
+the process is stopped; afterwards ``read_frozen`` answers from the copy
+only, so a JIT that changes its registrations, or an interpreter that moves
+on to its next line, as soon as it runs again cannot change what is shown.
+Everything else is read from the (running) process: code, read-only data
+and unwind tables, which do not change while it runs.  The
 one blind spot is other writable memory, which the stepper reads only for
 unusual frames (e.g. a stack switched by ``sigaltstack``); ``--no-snapshot``
 keeps the process stopped instead.
@@ -26,13 +29,20 @@ from liveunwind.targets.base import AddressSpace
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import BinaryIO
+    import mmap
 
     from liveunwind.targets.base import Mapping, ThreadState
+    from liveunwind.targets.files import RegularFile
     from liveunwind.targets.ptrace import PtraceProcess
+
+    #: A copied piece of memory: bytes, or the buffer a stack was copied into.
+    Block = bytes | bytearray | mmap.mmap
 
 #: Default cap on the bytes copied per thread stack.
 DEFAULT_STACK_CAP = 16 << 20
+#: Default cap on the bytes copied for all stacks together: a process with
+#: many threads parked deep in big stacks would otherwise cost gigabytes.
+DEFAULT_TOTAL_CAP = 256 << 20
 _unpack_word = struct.Struct("<Q").unpack_from
 
 
@@ -46,38 +56,64 @@ class Snapshot(AddressSpace):
         live: PtraceProcess,
         threads: list[ThreadState],
         mappings: list[Mapping],
-        stacks: list[tuple[int, bytes]],
+        stacks: list[tuple[int, Block]],
+        problems: list[str] | None = None,
     ) -> None:
         self.pid = live.pid
         self.arch = live.arch
         self._live = live
         self._threads = threads
         self._mappings = mappings
+        #: The stacks, copied at once; then what ``read_frozen`` read while stopped.
         self._copies = _Copies(stacks)
+        self._frozen = _Copies([])
+        #: What the copy left out (stacks cut by the caps), one sentence each.
+        self.problems: list[str] = problems if problems is not None else []
 
     @classmethod
-    def capture(cls, live: PtraceProcess, *, stack_cap: int = DEFAULT_STACK_CAP) -> Snapshot:
-        """Copies registers, mappings and every thread's live stack with one batch of reads."""
+    def capture(
+        cls,
+        live: PtraceProcess,
+        *,
+        stack_cap: int = DEFAULT_STACK_CAP,
+        total_cap: int = DEFAULT_TOTAL_CAP,
+    ) -> Snapshot:
+        """Copies registers, mappings and every thread's live stack with one batch of reads.
+
+        Each thread's copy starts just below its stack pointer (the red
+        zone) and holds at most ``stack_cap`` bytes; when the copies would
+        add up to more than ``total_cap``, every thread gets an equal share
+        of it (a thread that needs less leaves the rest to the others).
+        What was cut is said in :attr:`problems`; beyond its copy a stack is
+        read from the running process.
+        """
         threads = live.threads()
         mappings = live.mappings()
         starts = [mapping.start for mapping in mappings]
-        ranges = []
+        wanted = []
         for thread in threads:
-            sp = thread.registers.get(live.arch.sp, 0)
+            sp = thread.registers.get(live.arch.sp)
+            if sp is None:
+                continue  # a thread that did not stop has no registers
             index = bisect.bisect_right(starts, sp) - 1
             if index < 0 or sp >= mappings[index].end:
                 continue
             mapping = mappings[index]
             start = max(mapping.start, sp - live.arch.red_zone)
-            end = min(mapping.end, sp + stack_cap)
-            ranges.append((start, end - start))
-        ranges = _merge(ranges)
-        stacks = [
+            wanted.append((thread.tid, start, mapping.end - start))
+        sizes = _share(total_cap, [min(live_size, stack_cap) for _, _, live_size in wanted])
+        problems = [
+            _cut(tid, size, live_size, stack_cap, total_cap)
+            for (tid, _, live_size), size in zip(wanted, sizes)
+            if size < live_size
+        ]
+        ranges = _merge([(start, size) for (_, start, _), size in zip(wanted, sizes) if size > 0])
+        stacks: list[tuple[int, Block]] = [
             (start, data)
-            for (start, _), data in zip(ranges, syscalls.read_remote(live.pid, ranges))
+            for (start, _), data in zip(ranges, syscalls.copy_remote(live.pid, ranges))
             if data is not None
         ]
-        return cls(live, threads, mappings, stacks)
+        return cls(live, threads, mappings, stacks, problems)
 
     def threads(self) -> list[ThreadState]:
         return self._threads
@@ -87,31 +123,85 @@ class Snapshot(AddressSpace):
 
     def read(self, address: int, size: int) -> bytes:
         """From the copy where it holds ``address``, else from the process as it is now."""
-        data = self._copies.get(address, size)
+        data = self._copied(address, size)
         return self._live.read(address, size) if data is None else data
 
     def read_frozen(self, address: int, size: int) -> bytes:
         """Memory as it was while the process was stopped, never as it is now.
 
-        While the process is still stopped this reads it and keeps what it
-        read in the copy; once the process runs again it answers from the
-        copy only.  The run-time registries are read through it.
+        While the process is still stopped this answers from the stack
+        copies, else reads the process and keeps what it read; once the
+        process runs again it answers from the copies only.  The run-time
+        registries and Python's frames are read through it.
         """
         if self._live.stopped:
-            data = self._live.read(address, size)
-            self._copies.add(address, data)
+            data = self._from_stacks(address, size)
+            if data is None:
+                data = self._live.read(address, size)
+                self._frozen.add(address, data)
             return data
-        copied = self._copies.get(address, size)
+        copied = self._copied(address, size)
         if copied is None:
             raise MemoryReadError(address, size, "not copied while the process was stopped")
         return copied
+
+    def read_frozen_many(self, ranges: list[tuple[int, int]]) -> list[bytes | None]:
+        """``read_frozen`` of each range; while stopped, all that the stacks lack in one call.
+
+        A range the process cannot give in full (or larger than
+        :data:`MAX_FROZEN_RANGE`) is None.
+        """
+        if not self._live.stopped:
+            return super().read_frozen_many(ranges)
+        results: list[bytes | None] = []
+        missing: list[int] = []
+        for index, (address, size) in enumerate(ranges):
+            data = None
+            if _plausible(address, size):
+                data = self._from_stacks(address, size)
+                if data is None:
+                    missing.append(index)
+            results.append(data)
+        try:
+            fetched = syscalls.read_remote(self.pid, [ranges[index] for index in missing])
+        except OSError:  # process_vm_readv refused: one read at a time, as read_frozen does
+            return super().read_frozen_many(ranges)
+        for index, data in zip(missing, fetched):
+            results[index] = data
+            if data is not None:
+                self._frozen.add(ranges[index][0], data)
+        return results
 
     def read_word(self, address: int) -> int:
         """The little-endian word at ``address``: the stepper's fast path for saved registers."""
         value = self._copies.word(address)
         return _unpack_word(self.read(address, 8))[0] if value is None else value
 
-    def open_mapped_file(self, mapping: Mapping) -> BinaryIO | None:
+    def _from_stacks(self, address: int, size: int) -> bytes | None:
+        """The bytes at ``address`` if a stack copy holds all of them."""
+        try:
+            return self._copies.get(address, size)
+        except MemoryReadError:  # runs past the copy's end
+            return None
+
+    def _copied(self, address: int, size: int) -> bytes | None:
+        """From the stack copies, else from what ``read_frozen`` kept; None if neither has it.
+
+        A read that starts in a copy and runs past its end raises
+        MemoryReadError (it would mix two instants) unless the other holds it whole.
+        """
+        try:
+            data = self._copies.get(address, size)
+        except MemoryReadError:
+            data = self._frozen.get(address, size)
+            if data is None:
+                raise
+            return data
+        if data is None and self._frozen:
+            data = self._frozen.get(address, size)
+        return data
+
+    def open_mapped_file(self, mapping: Mapping) -> RegularFile | None:
         return self._live.open_mapped_file(mapping)
 
 
@@ -126,16 +216,20 @@ class _Copies:
 
     __slots__ = ("_blocks", "_last", "_pieces", "_starts")
 
-    def __init__(self, pieces: list[tuple[int, bytes]]) -> None:
+    def __init__(self, pieces: list[tuple[int, Block]]) -> None:
         self._pieces = pieces
-        self._blocks: list[tuple[int, bytes]] = []
+        self._blocks: list[tuple[int, Block]] = []
         self._starts: list[int] = []
         #: The block the last word came from: the stepper reads one stack at a time.
-        self._last: tuple[int, bytes] = (0, b"")
+        self._last: tuple[int, Block] = (0, b"")
 
     def add(self, start: int, data: bytes) -> None:
         if data:
             self._pieces.append((start, data))
+
+    def __bool__(self) -> bool:
+        """Whether anything was copied."""
+        return bool(self._pieces or self._blocks)
 
     def get(self, address: int, size: int) -> bytes | None:
         """The copied bytes, or None where nothing was copied at ``address``.
@@ -149,7 +243,8 @@ class _Copies:
         start, data = block
         offset = address - start
         if offset + size <= len(data):
-            return data[offset : offset + size]
+            piece = data[offset : offset + size]
+            return piece if type(piece) is bytes else bytes(piece)
         if offset < len(data):
             raise MemoryReadError(address, size, "beyond the copied part")
         return None
@@ -169,7 +264,7 @@ class _Copies:
             self._last = block
         return _unpack_word(data, offset)[0]
 
-    def _block_at(self, address: int) -> tuple[int, bytes] | None:
+    def _block_at(self, address: int) -> tuple[int, Block] | None:
         """The block starting at or below ``address`` (which may end before it)."""
         if self._pieces:
             self._merge_pieces()
@@ -178,7 +273,7 @@ class _Copies:
 
     def _merge_pieces(self) -> None:
         pieces = sorted([*self._blocks, *self._pieces], key=lambda piece: piece[0])
-        runs: list[list[tuple[int, bytes]]] = []
+        runs: list[list[tuple[int, Block]]] = []
         end = 0
         for start, data in pieces:
             if runs and start <= end:
@@ -192,7 +287,16 @@ class _Copies:
         self._pieces = []
 
 
-def _join(run: list[tuple[int, bytes]]) -> tuple[int, bytes]:
+#: Largest range ``read_frozen_many`` fetches (Python's frame-stack chunks are far smaller).
+MAX_FROZEN_RANGE = 16 << 20
+
+
+def _plausible(address: int, size: int) -> bool:
+    """A range that can be asked of the kernel: inside the address space, not absurdly large."""
+    return address >= 0 and 0 <= size <= MAX_FROZEN_RANGE and address + size <= 1 << 64
+
+
+def _join(run: list[tuple[int, Block]]) -> tuple[int, Block]:
     """One block from pieces sorted by start, each overlapping or touching the ones before."""
     if len(run) == 1:
         return run[0]
@@ -213,3 +317,35 @@ def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
         else:
             merged.append([start, end])
     return [(start, end - start) for start, end in merged]
+
+
+def _share(budget: int, sizes: list[int]) -> list[int]:
+    """Sizes cut so they add up to at most ``budget``: equal shares, unused parts passed on."""
+    if sum(sizes) <= budget:
+        return sizes
+    shares = [0] * len(sizes)
+    left, count = max(budget, 0), len(sizes)
+    for index in sorted(range(len(sizes)), key=sizes.__getitem__):
+        shares[index] = min(sizes[index], left // count)
+        left -= shares[index]
+        count -= 1
+    return shares
+
+
+def _cut(tid: int, copied: int, live_size: int, stack_cap: int, total_cap: int) -> str:
+    """Says what the copy of one thread's stack left out, and which cap cut it."""
+    cap = (
+        f"the cap of {_size(stack_cap)} per thread"
+        if copied == stack_cap
+        else f"the cap of {_size(total_cap)} for all threads together"
+    )
+    return (
+        f"thread {tid}: copied {_size(copied)} of its {_size(live_size)} live stack "
+        f"({cap}); the rest was read from the process after it ran again"
+    )
+
+
+def _size(count: int) -> str:
+    if count >= 1 << 20:
+        return f"{count / (1 << 20):.1f} MiB"
+    return f"{count >> 10} KiB" if count % 1024 == 0 else f"{count / 1024:.1f} KiB"

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import itertools
+import mmap
 import os
+import struct
 
 PTRACE_DETACH = 17
 PTRACE_GETREGSET = 0x4204
@@ -19,12 +22,24 @@ PTRACE_SEIZE = 0x4206
 PTRACE_INTERRUPT = 0x4207
 PTRACE_EVENT_STOP = 128
 NT_PRSTATUS = 1
+#: openat2(2): the same number on x86_64 and aarch64 (the generic syscall table).
+SYS_OPENAT2 = 437
+RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_IN_ROOT = 0x10
 #: waitpid option: wait for any child, cloned threads included.
 WALL = 0x40000000
+#: Most iovecs one process_vm_readv call takes (UIO_MAXIOV).
+IOV_MAX = 1024
+#: Size from which :func:`copy_remote` copies into a mapping of its own.
+MAP_AT = 1 << 20
 
 
 class _IoVec(ctypes.Structure):
     _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -41,6 +56,8 @@ _process_vm_readv.argtypes = [
     ctypes.c_ulong,
 ]
 _process_vm_readv.restype = ctypes.c_ssize_t
+_syscall = _libc.syscall
+_syscall.restype = ctypes.c_long
 
 
 def ptrace(request: int, tid: int, address: int = 0, data: int = 0) -> int:
@@ -66,18 +83,68 @@ def read_remote(pid: int, ranges: list[tuple[int, int]]) -> list[bytes | None]:
 
     Returns one entry per range: its bytes, or None where the range could not
     be read in full.  The kernel stops at the first unreadable iovec, so a
-    partial transfer is resumed after the failing range.
+    partial transfer is resumed after the failing range.  Each batch goes
+    into one buffer, and both iovec arrays are packed with one call each:
+    building a ctypes object per range cost more than the read itself.
     """
     results: list[bytes | None] = [None] * len(ranges)
     start = 0
     while start < len(ranges):
-        batch = ranges[start : start + 1024]  # IOV_MAX
-        buffers = [ctypes.create_string_buffer(size) for _, size in batch]
+        batch = ranges[start : start + IOV_MAX]
+        sizes = [size for _, size in batch]
+        buffer = bytearray(max(sum(sizes), 1))
+        anchor = (ctypes.c_char * len(buffer)).from_buffer(buffer)
+        base = ctypes.addressof(anchor)
+        offsets = list(itertools.accumulate(sizes, initial=0))
+        local = _iovecs([(base + offset, size) for offset, size in zip(offsets, sizes)])
+        remote = _iovecs(batch)
+        done = _process_vm_readv(pid, local, len(batch), remote, len(batch), 0)
+        del anchor  # the buffer may be sliced from here on
+        if done < 0:
+            code = ctypes.get_errno()
+            if code in (errno.EFAULT, errno.EIO):
+                done = 0
+            else:
+                raise OSError(code, os.strerror(code))
+        view = memoryview(buffer)
+        index = 0
+        while index < len(batch) and done >= sizes[index]:
+            results[start + index] = view[offsets[index] : offsets[index + 1]].tobytes()
+            done -= sizes[index]
+            index += 1
+        view.release()
+        # Range ``index`` failed (or was partial): skip it and carry on after it.
+        start += index + 1
+    return results
+
+
+def _iovecs(ranges: list[tuple[int, int]]) -> ctypes.Array[_IoVec]:
+    """An array of ``struct iovec`` for ``(address, size)`` ranges, packed in one call."""
+    packed = struct.pack(f"{2 * len(ranges)}Q", *itertools.chain.from_iterable(ranges))
+    return (_IoVec * len(ranges)).from_buffer_copy(packed)
+
+
+def copy_remote(pid: int, ranges: list[tuple[int, int]]) -> list[bytearray | mmap.mmap | None]:
+    """Like :func:`read_remote`, but the kernel writes straight into the buffers returned.
+
+    One copy of the memory in liveunwind, never two (a ctypes buffer plus
+    the bytes made of it).  Ranges (of at least one byte) of
+    :data:`MAP_AT` or more go into an anonymous mapping of their own, which
+    costs a system call but is not zero-filled first and is handed back to
+    the system as a whole; smaller ones into a bytearray.
+    """
+    results: list[bytearray | mmap.mmap | None] = [None] * len(ranges)
+    start = 0
+    while start < len(ranges):
+        batch = ranges[start : start + IOV_MAX]
+        buffers = [bytearray(size) if size < MAP_AT else mmap.mmap(-1, size) for _, size in batch]
+        anchors = [(ctypes.c_char * len(buffer)).from_buffer(buffer) for buffer in buffers]
         local = (_IoVec * len(batch))(
-            *(_IoVec(ctypes.addressof(buf), size) for buf, (_, size) in zip(buffers, batch))
+            *(_IoVec(ctypes.addressof(anchor), len(anchor)) for anchor in anchors)
         )
         remote = (_IoVec * len(batch))(*(_IoVec(address, size) for address, size in batch))
         done = _process_vm_readv(pid, local, len(batch), remote, len(batch), 0)
+        del anchors, local  # the buffers may be resized or closed from here on
         if done < 0:
             code = ctypes.get_errno()
             if code in (errno.EFAULT, errno.EIO):
@@ -86,9 +153,28 @@ def read_remote(pid: int, ranges: list[tuple[int, int]]) -> list[bytes | None]:
                 raise OSError(code, os.strerror(code))
         index = 0
         while index < len(batch) and done >= batch[index][1]:
-            results[start + index] = buffers[index].raw
+            results[start + index] = buffers[index]
             done -= batch[index][1]
             index += 1
-        # Range ``index`` failed (or was partial): skip it and carry on after it.
         start += index + 1
     return results
+
+
+def openat2_in_root(root_fd: int, path: str, flags: int) -> int:
+    """openat2(2) with RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS: ``path`` as seen from ``root_fd``.
+
+    Absolute symlinks and ``..`` resolve inside ``root_fd``; magic links
+    (``/proc/*/fd/*``…) are refused.  Raises OSError (ENOSYS before Linux 5.6).
+    """
+    how = _OpenHow(flags, 0, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)
+    fd = _syscall(
+        ctypes.c_long(SYS_OPENAT2),
+        ctypes.c_int(root_fd),
+        ctypes.c_char_p(os.fsencode(path)),
+        ctypes.byref(how),
+        ctypes.c_size_t(ctypes.sizeof(how)),
+    )
+    if fd < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), path)
+    return int(fd)

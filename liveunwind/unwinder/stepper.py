@@ -498,9 +498,25 @@ def _note(walk: _Walk, text: str) -> None:
 def unwind_all(
     space: AddressSpace, threads: Sequence[ThreadState], stepper: Stepper
 ) -> list[ThreadBacktrace]:
-    """Backtraces of ``threads``; a failure in one thread never hides the others."""
+    """Backtraces of ``threads``; a failure in one thread never hides the others.
+
+    A thread that did not stop has no registers: it gets no frames (rather
+    than a walk from pc 0), and what the kernel said of it as its detail.
+    """
     results = []
     for thread in threads:
+        if not thread.stopped:
+            results.append(
+                ThreadBacktrace(
+                    tid=thread.tid,
+                    name=thread.name,
+                    frames=[],
+                    stop_reason=StopReason.NOT_STOPPED,
+                    stop_detail=thread.state,
+                    state=thread.state,
+                )
+            )
+            continue
         try:
             results.append(stepper.backtrace(thread))
         except LiveUnwindError as error:

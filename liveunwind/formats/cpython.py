@@ -1,0 +1,674 @@
+"""CPython's interpreter state as bytes: layouts per version, objects, and line tables.
+
+A CPython process keeps everything a Python backtrace needs in memory:
+``_PyRuntime`` heads a list of interpreters, each heads a list of thread
+states, and each thread state points at its innermost ``_PyInterpreterFrame``
+(3.11+), whose ``previous`` pointers lead outwards.  A frame names its code
+object and the instruction it is at; the code object names the function and
+file and holds the table that maps instructions to line numbers.
+
+Where each field lies depends on the version:
+
+- 3.11 and 3.12 publish nothing, so their layouts are written down here,
+  read off CPython's ``Include/internal`` headers (``pycore_runtime.h``,
+  ``pycore_interp.h``, ``cpython/pystate.h``, ``pycore_frame.h``,
+  ``cpython/code.h``, ``cpython/unicodeobject.h``).  Struct layouts do not
+  change within a minor version (the ABI is frozen at its first release).
+- 3.13 and later publish the offsets themselves: ``_PyRuntime`` starts with a
+  ``_Py_DebugOffsets`` record (cookie ``xdebugpy``, the version, then one
+  group of offsets per structure).  The record itself grows between minor
+  versions (3.14 inserted fields mid-way), so its own layout is written down
+  per minor version; an unknown one is refused rather than guessed.
+
+Everything here is pure: bytes in, records out.  The reader that fetches the
+bytes from a target is :mod:`liveunwind.modules.python`.
+"""
+
+from __future__ import annotations
+
+import operator
+import struct
+
+from liveunwind.errors import FormatError
+
+_U64 = struct.Struct("<Q")
+_I32 = struct.Struct("<i")
+_U32 = struct.Struct("<I")
+
+#: The first bytes of ``_Py_DebugOffsets``.
+DEBUG_COOKIE = b"xdebugpy"
+#: Largest structure size a layout may claim (PyInterpreterState is ~100 KiB in 3.13+).
+MAX_STRUCT_SIZE = 1 << 20
+
+
+def version_text(hex_version: int) -> str:
+    """``0x030B02F0`` → ``3.11.2``; pre-releases keep their level (``3.13.0rc2``)."""
+    major, minor, micro = hex_version >> 24, (hex_version >> 16) & 0xFF, (hex_version >> 8) & 0xFF
+    level, serial = (hex_version >> 4) & 0xF, hex_version & 0xF
+    suffix = {0xA: f"a{serial}", 0xB: f"b{serial}", 0xC: f"rc{serial}"}.get(level, "")
+    return f"{major}.{minor}.{micro}{suffix}"
+
+
+def minor_version(hex_version: int) -> tuple[int, int]:
+    """(major, minor) of a ``PY_VERSION_HEX`` value."""
+    return hex_version >> 24, (hex_version >> 16) & 0xFF
+
+
+class Layout:
+    """Where the fields a Python backtrace reads lie, for one CPython version.
+
+    Offsets are in bytes from the start of their structure.  Fields a
+    version does not have are None: ``cframe_current`` (3.13+ keep the frame
+    in the thread state), ``frame_is_entry`` (3.12+ mark an eval call's start
+    with an entry frame instead), ``code_firsttraceable`` (not published by
+    ``_Py_DebugOffsets``).
+    """
+
+    __slots__ = (
+        "ascii_length",
+        "ascii_size",
+        "ascii_state",
+        "bytes_size",
+        "bytes_sval",
+        "cframe_current",
+        "cframe_previous",
+        "code_adaptive",
+        "code_filename",
+        "code_firstlineno",
+        "code_firsttraceable",
+        "code_linetable",
+        "code_name",
+        "code_qualname",
+        "compact_size",
+        "entry_owner",
+        "executable_tag_bits",
+        "frame_code",
+        "frame_is_entry",
+        "frame_owner",
+        "frame_previous",
+        "frame_instr",
+        "interp_next",
+        "interp_threads_head",
+        "minor",
+        "object_type",
+        "runtime_interpreters_head",
+        "source",
+        "tstate_datastack",
+        "tstate_frame",
+        "tstate_interp",
+        "tstate_native_thread_id",
+        "tstate_next",
+        "tstate_root_cframe",
+    )
+
+    def __init__(self, minor: tuple[int, int], source: str, **offsets: int | None) -> None:
+        #: The (major, minor) version the layout is for.
+        self.minor = minor
+        #: Where it came from: "built in" or "_Py_DebugOffsets".
+        self.source = source
+        self.object_type = 8
+        self.cframe_current: int | None = None
+        self.cframe_previous: int | None = None
+        #: The ``_PyCFrame`` inside the thread state where every cframe chain ends (3.11, 3.12).
+        self.tstate_root_cframe: int | None = None
+        self.frame_is_entry: int | None = None
+        self.code_firsttraceable: int | None = None
+        #: The frame owner value of an eval call's entry frame (3.12+), else None.
+        self.entry_owner: int | None = None
+        #: Low bits of ``f_executable`` that tag the reference (3.14's _PyStackRef).
+        self.executable_tag_bits = 0
+        for name, value in offsets.items():
+            setattr(self, name, value)
+        # Type-checking aids: every int field is set by the tables below.
+        self.runtime_interpreters_head: int
+        self.interp_next: int
+        self.interp_threads_head: int
+        self.tstate_next: int
+        self.tstate_interp: int
+        self.tstate_native_thread_id: int
+        #: ``datastack_chunk``, the chunk frames are pushed on; ``datastack_top`` follows
+        #: it in every version (3.11-3.14), where the chunk's used part ends.
+        self.tstate_datastack: int
+        #: The thread state's ``cframe`` pointer (3.11, 3.12) or ``current_frame`` (3.13+).
+        self.tstate_frame: int
+        self.frame_code: int
+        self.frame_previous: int
+        #: ``prev_instr`` (3.11, 3.12) or ``instr_ptr`` (3.13+): either way the
+        #: instruction offset CPython turns into a line is this minus the code's start.
+        self.frame_instr: int
+        self.frame_owner: int
+        self.code_filename: int
+        self.code_name: int
+        self.code_qualname: int
+        self.code_linetable: int
+        self.code_firstlineno: int
+        self.code_adaptive: int
+        self.ascii_size: int
+        self.ascii_length: int
+        self.ascii_state: int
+        self.compact_size: int
+        self.bytes_size: int
+        self.bytes_sval: int
+
+    def __repr__(self) -> str:
+        return f"<Layout CPython {self.minor[0]}.{self.minor[1]} ({self.source})>"
+
+    @property
+    def tstate_read_size(self) -> int:
+        """Bytes of a thread state to read: up to the last field used.
+
+        With the root ``_PyCFrame`` (3.11, 3.12), which the cframe chain reads
+        last: fetched with the thread state, it costs the stop no read of its own.
+        """
+        fields = (self.tstate_next, self.tstate_interp, self.tstate_native_thread_id)
+        end = max(*fields, self.tstate_frame, self.tstate_datastack + 8) + 8
+        if self.tstate_root_cframe is not None and self.cframe_previous is not None:
+            end = max(end, self.tstate_root_cframe + self.cframe_previous + 8)
+        return end
+
+    @property
+    def frame_read_size(self) -> int:
+        fields = [self.frame_code, self.frame_previous, self.frame_instr, self.frame_owner]
+        if self.frame_is_entry is not None:
+            fields.append(self.frame_is_entry)
+        return max(fields) + 8
+
+    @property
+    def code_read_size(self) -> int:
+        fields = [
+            self.object_type,
+            self.code_filename,
+            self.code_name,
+            self.code_qualname,
+            self.code_linetable,
+            self.code_firstlineno,
+        ]
+        if self.code_firsttraceable is not None:
+            fields.append(self.code_firsttraceable)
+        return max(fields) + 8
+
+
+def _common(**offsets: int | None) -> dict[str, int | None]:
+    """Fields of objects that 3.11 and 3.12 share."""
+    shared: dict[str, int | None] = {
+        "interp_next": 0,
+        "tstate_next": 8,
+        "tstate_interp": 16,
+        "tstate_frame": 56,
+        "code_filename": 112,
+        "code_name": 120,
+        "code_qualname": 128,
+        "code_linetable": 136,
+        "ascii_length": 16,
+        "ascii_state": 32,
+        "bytes_size": 16,
+        "bytes_sval": 32,
+        "runtime_interpreters_head": 40,
+    }
+    shared.update(offsets)
+    return shared
+
+
+#: CPython 3.11: frames record ``is_entry`` on the first frame an eval call runs.
+LAYOUT_3_11 = Layout(
+    (3, 11),
+    "built in",
+    **_common(
+        interp_threads_head=16,
+        tstate_native_thread_id=160,
+        tstate_datastack=296,
+        tstate_root_cframe=336,
+        cframe_current=8,
+        cframe_previous=16,
+        frame_code=32,
+        frame_previous=48,
+        frame_instr=56,
+        frame_is_entry=68,
+        frame_owner=69,
+        code_firstlineno=72,
+        code_firsttraceable=168,
+        code_adaptive=184,
+        ascii_size=48,
+        compact_size=72,
+    ),
+)
+
+#: CPython 3.12: each eval call pushes an entry frame owned by the C stack (owner 3).
+LAYOUT_3_12 = Layout(
+    (3, 12),
+    "built in",
+    **_common(
+        interp_threads_head=72,
+        tstate_native_thread_id=144,
+        tstate_datastack=232,
+        tstate_root_cframe=272,
+        cframe_current=0,
+        cframe_previous=8,
+        frame_code=0,
+        frame_previous=8,
+        frame_instr=56,
+        frame_owner=70,
+        entry_owner=3,
+        code_firstlineno=68,
+        code_firsttraceable=176,
+        code_adaptive=192,
+        ascii_size=40,
+        compact_size=56,
+    ),
+)
+
+BUILT_IN_LAYOUTS = {(3, 11): LAYOUT_3_11, (3, 12): LAYOUT_3_12}
+
+
+# -- _Py_DebugOffsets (3.13+) ------------------------------------------------------
+
+# The record's own layout per minor version: after the 8-byte cookie, one
+# uint64 per name, groups in order.  Only the names read below matter, but
+# every field is listed so that the positions can be counted.
+_DEBUG_RECORD_3_13 = (
+    ("", "version free_threaded"),
+    ("runtime_state", "size finalizing interpreters_head"),
+    (
+        "interpreter_state",
+        "size id next threads_head gc imports_modules sysdict builtins ceval_gil"
+        " gil_runtime_state gil_runtime_state_enabled gil_runtime_state_locked"
+        " gil_runtime_state_holder",
+    ),
+    (
+        "thread_state",
+        "size prev next interp current_frame thread_id native_thread_id datastack_chunk status",
+    ),
+    ("interpreter_frame", "size previous executable instr_ptr localsplus owner"),
+    (
+        "code_object",
+        "size filename name qualname linetable firstlineno argcount localsplusnames"
+        " localspluskinds co_code_adaptive",
+    ),
+    ("pyobject", "size ob_type"),
+    ("type_object", "size tp_name tp_repr tp_flags"),
+    ("tuple_object", "size ob_item ob_size"),
+    ("list_object", "size ob_item ob_size"),
+    ("dict_object", "size ma_keys ma_values"),
+    ("float_object", "size ob_fval"),
+    ("long_object", "size lv_tag ob_digit"),
+    ("bytes_object", "size ob_size ob_sval"),
+    ("unicode_object", "size state length asciiobject_size"),
+)
+
+# 3.14 added fields to interpreter_state, interpreter_frame and code_object,
+# and a set_object group; the groups after unicode_object are not read.
+_DEBUG_RECORD_3_14 = (
+    ("", "version free_threaded"),
+    ("runtime_state", "size finalizing interpreters_head"),
+    (
+        "interpreter_state",
+        "size id next threads_head threads_main gc imports_modules sysdict builtins ceval_gil"
+        " gil_runtime_state gil_runtime_state_enabled gil_runtime_state_locked"
+        " gil_runtime_state_holder code_object_generation tlbc_generation",
+    ),
+    (
+        "thread_state",
+        "size prev next interp current_frame thread_id native_thread_id datastack_chunk status",
+    ),
+    (
+        "interpreter_frame",
+        "size previous executable instr_ptr localsplus owner stackpointer tlbc_index",
+    ),
+    (
+        "code_object",
+        "size filename name qualname linetable firstlineno argcount localsplusnames"
+        " localspluskinds co_code_adaptive co_tlbc",
+    ),
+    ("pyobject", "size ob_type"),
+    ("type_object", "size tp_name tp_repr tp_flags"),
+    ("tuple_object", "size ob_item ob_size"),
+    ("list_object", "size ob_item ob_size"),
+    ("set_object", "size used table mask"),
+    ("dict_object", "size ma_keys ma_values"),
+    ("float_object", "size ob_fval"),
+    ("long_object", "size lv_tag ob_digit"),
+    ("bytes_object", "size ob_size ob_sval"),
+    ("unicode_object", "size state length asciiobject_size"),
+)
+
+#: Per minor version: the record's layout, the owner value of an eval call's entry frame
+#: (FRAME_OWNED_BY_CSTACK in 3.13, FRAME_OWNED_BY_INTERPRETER in 3.14: both 3), and the tag
+#: bits of ``f_executable`` (a _PyStackRef in 3.14).
+_DEBUG_RECORDS = {
+    (3, 13): (_DEBUG_RECORD_3_13, 3, 0),
+    (3, 14): (_DEBUG_RECORD_3_14, 3, 1),
+}
+
+
+def debug_record_positions(minor: tuple[int, int]) -> dict[str, int]:
+    """``group.field`` → byte position in ``_Py_DebugOffsets`` of ``minor``; empty if unknown."""
+    known = _DEBUG_RECORDS.get(minor)
+    return {} if known is None else _positions(known[0])
+
+
+def _positions(record: tuple[tuple[str, str], ...]) -> dict[str, int]:
+    positions = {}
+    at = len(DEBUG_COOKIE)
+    for group, names in record:
+        for name in names.split():
+            positions[f"{group}.{name}" if group else name] = at
+            at += 8
+    return positions
+
+
+def debug_offsets_size(minor: tuple[int, int]) -> int | None:
+    """Bytes of ``_Py_DebugOffsets`` to read for ``minor``, or None if its record is unknown."""
+    known = _DEBUG_RECORDS.get(minor)
+    if known is None:
+        return None
+    return max(_positions(known[0]).values()) + 8
+
+
+def layout_from_debug_offsets(data: bytes, hex_version: int) -> Layout:
+    """The layout a 3.13+ interpreter publishes at the start of ``_PyRuntime``.
+
+    ``hex_version`` is what the binary says it is (``Py_Version``); the
+    record must carry the cookie and the same major.minor version, be of a
+    default (GIL) build, and every offset must lie inside the size it states
+    for its structure — a record that fails any of these is refused with a
+    FormatError saying which, never used.
+    """
+    minor = minor_version(hex_version)
+    known = _DEBUG_RECORDS.get(minor)
+    if known is None:
+        raise FormatError(
+            f"CPython {version_text(hex_version)}: the layout of its _Py_DebugOffsets is not known"
+        )
+    record, entry_owner, tag_bits = known
+    positions = _positions(record)
+    if len(data) < max(positions.values()) + 8:
+        raise FormatError("_Py_DebugOffsets: record cut short")
+    if data[: len(DEBUG_COOKIE)] != DEBUG_COOKIE:
+        raise FormatError("_Py_DebugOffsets: no 'xdebugpy' cookie at the start of _PyRuntime")
+
+    def field(name: str) -> int:
+        return int(_U64.unpack_from(data, positions[name])[0])
+
+    published = field("version")
+    if minor_version(published) != minor:
+        raise FormatError(
+            f"_Py_DebugOffsets says CPython {version_text(published)}, "
+            f"the binary says {version_text(hex_version)}"
+        )
+    if field("free_threaded"):
+        raise FormatError("free-threaded CPython builds are not supported")
+    checked: dict[str, int] = {}
+    for group, names in (
+        ("runtime_state", "interpreters_head"),
+        ("interpreter_state", "next threads_head"),
+        ("thread_state", "next interp current_frame native_thread_id datastack_chunk"),
+        ("interpreter_frame", "previous executable instr_ptr owner"),
+        ("code_object", "filename name qualname linetable firstlineno co_code_adaptive"),
+        ("pyobject", "ob_type"),
+        ("bytes_object", "ob_size ob_sval"),
+        ("unicode_object", "state length asciiobject_size"),
+    ):
+        size = field(f"{group}.size")
+        if not 0 < size <= MAX_STRUCT_SIZE:
+            raise FormatError(f"_Py_DebugOffsets: {group} claims {size} bytes")
+        for name in names.split():
+            value = field(f"{group}.{name}")
+            if value >= size:
+                raise FormatError(
+                    f"_Py_DebugOffsets: {group}.{name} = {value} lies outside its {size} bytes"
+                )
+            checked[f"{group}.{name}"] = value
+    ascii_size = checked["unicode_object.asciiobject_size"]
+    return Layout(
+        minor,
+        "_Py_DebugOffsets",
+        runtime_interpreters_head=checked["runtime_state.interpreters_head"],
+        interp_next=checked["interpreter_state.next"],
+        interp_threads_head=checked["interpreter_state.threads_head"],
+        tstate_next=checked["thread_state.next"],
+        tstate_interp=checked["thread_state.interp"],
+        tstate_native_thread_id=checked["thread_state.native_thread_id"],
+        tstate_datastack=checked["thread_state.datastack_chunk"],
+        tstate_frame=checked["thread_state.current_frame"],
+        frame_code=checked["interpreter_frame.executable"],
+        frame_previous=checked["interpreter_frame.previous"],
+        frame_instr=checked["interpreter_frame.instr_ptr"],
+        frame_owner=checked["interpreter_frame.owner"],
+        entry_owner=entry_owner,
+        executable_tag_bits=tag_bits,
+        object_type=checked["pyobject.ob_type"],
+        code_filename=checked["code_object.filename"],
+        code_name=checked["code_object.name"],
+        code_qualname=checked["code_object.qualname"],
+        code_linetable=checked["code_object.linetable"],
+        code_firstlineno=checked["code_object.firstlineno"],
+        code_adaptive=checked["code_object.co_code_adaptive"],
+        ascii_size=ascii_size,
+        ascii_length=checked["unicode_object.length"],
+        ascii_state=checked["unicode_object.state"],
+        # PyCompactUnicodeObject adds utf8_length and utf8 to PyASCIIObject.
+        compact_size=ascii_size + 16,
+        bytes_size=checked["bytes_object.ob_size"],
+        bytes_sval=checked["bytes_object.ob_sval"],
+    )
+
+
+# -- records ------------------------------------------------------------------------
+
+
+def word(data: bytes, offset: int) -> int:
+    """The little-endian 64-bit word at ``offset`` of ``data``."""
+    return int(_U64.unpack_from(data, offset)[0])
+
+
+class Record:
+    """Fields of a structure at known offsets, unpacked with one ``struct`` call.
+
+    ``fields`` are (offset, struct code) pairs; :meth:`unpack` returns their
+    values in the order given, whatever order their offsets are in.
+    """
+
+    __slots__ = ("_order", "_struct")
+
+    def __init__(self, fields: list[tuple[int, str]]) -> None:
+        by_offset = sorted(range(len(fields)), key=lambda index: fields[index][0])
+        layout = "<"
+        at = 0
+        for index in by_offset:
+            offset, code = fields[index]
+            if offset < at:
+                raise FormatError(f"overlapping fields at offset {offset}")
+            layout += f"{offset - at}x{code}" if offset > at else code
+            at = offset + struct.calcsize("<" + code)
+        self._struct = struct.Struct(layout)
+        #: Picks each field, in the order given, from the values in offset order.
+        self._order = operator.itemgetter(*(by_offset.index(index) for index in range(len(fields))))
+
+    def unpack(self, data: bytes, offset: int = 0) -> tuple[int, ...]:
+        """The fields of the structure at ``offset`` of ``data``."""
+        return self._order(self._struct.unpack_from(data, offset))
+
+
+def frame_record(layout: Layout) -> Record:
+    """A frame's code object, previous frame, instruction pointer and owner."""
+    return Record(
+        [
+            (layout.frame_code, "Q"),
+            (layout.frame_previous, "Q"),
+            (layout.frame_instr, "Q"),
+            (layout.frame_owner, "B"),
+        ]
+    )
+
+
+class CodeFields:
+    """The fields of a code object a Python frame's description needs (see :func:`code_record`)."""
+
+    __slots__ = (
+        "filename",
+        "firstlineno",
+        "firsttraceable",
+        "linetable",
+        "name",
+        "qualname",
+        "type",
+    )
+
+    def __init__(self, record: Record, layout: Layout, data: bytes) -> None:
+        (
+            self.type,
+            self.filename,
+            self.name,
+            self.qualname,
+            self.linetable,
+            self.firstlineno,
+        ) = record.unpack(data)
+        where = layout.code_firsttraceable
+        self.firsttraceable = 0 if where is None else int(_I32.unpack_from(data, where)[0])
+
+    @property
+    def identity(self) -> tuple[int, ...]:
+        """What tells this code object from another one later put at the same address."""
+        return (
+            self.type,
+            self.filename,
+            self.name,
+            self.qualname,
+            self.linetable,
+            self.firstlineno,
+        )
+
+
+def code_record(layout: Layout) -> Record:
+    """A code object's type, file name, name, qualified name, line table and first line."""
+    return Record(
+        [
+            (layout.object_type, "Q"),
+            (layout.code_filename, "Q"),
+            (layout.code_name, "Q"),
+            (layout.code_qualname, "Q"),
+            (layout.code_linetable, "Q"),
+            (layout.code_firstlineno, "i"),
+        ]
+    )
+
+
+# -- strings and bytes --------------------------------------------------------------
+
+#: Longest name or file name decoded (PATH_MAX is 4096 bytes).
+MAX_STRING_LENGTH = 4096
+#: Longest line table read (a 100,000-line function has a ~500 KB table).
+MAX_LINETABLE = 4 << 20
+_KIND_CODECS = {1: "latin-1", 2: "utf-16-le", 4: "utf-32-le"}
+
+
+class StringShape:
+    """Where a ``str`` object's characters are and how to decode them.
+
+    ``inline`` characters follow the header at ``offset``; otherwise
+    ``offset`` is where the header holds the pointer to them (a legacy,
+    non-compact string).
+    """
+
+    __slots__ = ("codec", "inline", "length", "offset", "size")
+
+    def __init__(self, layout: Layout, header: bytes) -> None:
+        length = word(header, layout.ascii_length)
+        if length > MAX_STRING_LENGTH:
+            raise FormatError(f"str of {length} characters (more than {MAX_STRING_LENGTH})")
+        state = int(_U32.unpack_from(header, layout.ascii_state)[0])
+        kind, compact, ascii = (state >> 2) & 7, (state >> 5) & 1, (state >> 6) & 1
+        codec = "ascii" if ascii else _KIND_CODECS.get(kind)
+        if codec is None:
+            raise FormatError(f"str of unknown kind {kind}")
+        self.length = length
+        self.codec = codec
+        #: Bytes of character data.
+        self.size = length * (1 if ascii else kind)
+        self.inline = bool(compact)
+        if not compact:
+            self.offset = layout.compact_size  # where PyUnicodeObject keeps data.any
+        else:
+            self.offset = layout.ascii_size if ascii else layout.compact_size
+
+    def decode(self, data: bytes) -> str:
+        return data.decode(self.codec, "replace")
+
+
+def header_size(layout: Layout) -> int:
+    """Bytes to read of a ``str`` object to know its shape (and a pointer past it)."""
+    return layout.compact_size + 8
+
+
+def bytes_length(layout: Layout, header: bytes) -> int:
+    """The length of a ``bytes`` object from its first ``bytes_sval`` bytes, bounded."""
+    size = word(header, layout.bytes_size)
+    if size > MAX_LINETABLE:
+        raise FormatError(f"bytes of {size} bytes (more than {MAX_LINETABLE})")
+    return size
+
+
+# -- line tables (3.11+ co_linetable) -------------------------------------------------
+
+# Each entry starts with a byte whose top bit is set: bits 3-6 are the entry's
+# code, bits 0-2 the number of code units it covers minus one.  Codes 0-9 are
+# the short form and 10-12 the one-line forms (line delta code - 10), neither
+# changing the line but those; 13 is "no column" (a signed varint line delta
+# follows), 14 the long form (signed varint line delta, then end line and
+# columns), 15 "no location" (line None for those units).
+_NO_COLUMNS, _LONG, _NO_LOCATION = 13, 14, 15
+#: Bytes per code unit (_Py_CODEUNIT).
+CODE_UNIT = 2
+
+
+def _varint(table: bytes, at: int) -> tuple[int, int]:
+    """An unsigned varint of 6-bit chunks, low first, bit 6 meaning more; (value, next)."""
+    end = len(table)
+    if at >= end:
+        raise FormatError("line table: varint past the end")
+    byte = table[at]
+    value, shift = byte & 63, 0
+    at += 1
+    while byte & 64:
+        if at >= end or shift > 28:
+            raise FormatError("line table: varint past the end")
+        byte = table[at]
+        at += 1
+        shift += 6
+        value |= (byte & 63) << shift
+    return value, at
+
+
+def line_for_offset(table: bytes, firstlineno: int, offset: int) -> int | None:
+    """The line CPython reports for byte ``offset`` of the code (``PyCode_Addr2Line``).
+
+    ``offset`` is the frame's instruction pointer minus the code's first
+    instruction, in bytes.  A negative offset (a frame not started yet) is
+    the function's first line; an offset in a range without location, or
+    past the table, has no line (None).
+    """
+    if offset < 0:
+        return firstlineno
+    line = firstlineno
+    start = 0
+    at = 0
+    end = len(table)
+    while at < end:
+        first = table[at]
+        if not first & 128:
+            raise FormatError(f"line table: entry at {at} does not start with its marker bit")
+        code = (first >> 3) & 15
+        units = (first & 7) + 1
+        at += 1
+        if code in (_NO_COLUMNS, _LONG):
+            raw, at = _varint(table, at)
+            line += -(raw >> 1) if raw & 1 else raw >> 1
+        elif 10 <= code <= 12:
+            line += code - 10
+        stop = start + units * CODE_UNIT
+        if start <= offset < stop:
+            return None if code == _NO_LOCATION else line
+        start = stop
+        while at < end and not table[at] & 128:  # the entry's remaining bytes
+            at += 1
+    return None
