@@ -381,6 +381,61 @@ def test_lines_and_merge(profiled: Profiled, tmp_path: Path) -> None:
     assert "sleeper" not in result.stdout
 
 
+SPINNING = """
+import threading
+
+
+def spin_in_python(n):
+    total = 0
+    for i in range(n):
+        total += i * i
+    return total
+
+
+def worker():
+    while True:
+        spin_in_python(10000)
+
+
+thread = threading.Thread(target=worker, daemon=True)
+thread.start()
+print("ready", flush=True)
+thread.join()
+"""
+
+
+def test_python_frames_sit_on_the_eval_loop_that_runs_them(tmp_path: Path) -> None:
+    if not Path("/usr/bin/python3").exists():
+        pytest.skip("needs Debian's python3")
+    script, folded = tmp_path / "spinning.py", tmp_path / "python.folded"
+    script.write_text(SPINNING)
+    program = subprocess.Popen(["/usr/bin/python3", str(script)], stdout=subprocess.PIPE)
+    try:
+        assert program.stdout is not None and program.stdout.readline() == b"ready\n"
+        result = cli(
+            "profile", str(program.pid), "--python", "--duration", "1",
+            "--collapsed-out", str(folded), "--json",
+        )  # fmt: skip
+    finally:
+        program.kill()
+        program.wait()
+    assert result.returncode in (0, 1), result.stderr
+    VALIDATOR.validate(json.loads(result.stdout))
+    spinning = 0
+    for line in folded.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")
+        spin = [index for index, name in enumerate(frames) if name.startswith("spin_in_python (")]
+        if spin:
+            spinning += int(count)
+            (index,) = spin
+            assert frames[index].startswith("spin_in_python (spinning.py:")
+            assert frames[index - 1] == "worker (spinning.py:14)"
+            # The Python frames follow the native frame of the eval loop that runs them.
+            assert frames[index - 2].startswith("_PyEval_EvalFrameDefault"), frames
+    assert spinning >= 50  # of about 100 samples of the busy thread
+
+
 def test_progress_is_shown_on_a_terminal_only(profiled: Profiled) -> None:
     controller, terminal = pty.openpty()
     try:

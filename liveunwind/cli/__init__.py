@@ -497,7 +497,7 @@ def _backtrace_options(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -
         verbose=getattr(arguments, "verbose", False),  # profile has no --verbose
         debug_dirs=tuple(arguments.debug_dir),
         lines=arguments.lines,
-        python=getattr(arguments, "python", False),  # profile has no --python yet
+        python=arguments.python,
     )
 
 
