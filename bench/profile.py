@@ -3,12 +3,19 @@
 Targets: bench/target.c with 9 threads 30 frames deep, and python3 running
 bench/target.py with 8 threads 20 Python frames deep, each with one thread
 working instead of sleeping ("busy") and counting its chunks of work in a
-shared file.  For every tool that applies, several times: the busy thread's
-work rate while the tool samples the process at 100 Hz for DURATION
-seconds (work per second over the whole run of the tool, start-up
-included) against its rate unprofiled for DURATION seconds just before and
-just after — the share it kept — and the rate the tool achieved, from the
-tool's own output.
+shared file.  For every tool that applies, several times, the tool
+samples the process at 100 Hz for DURATION seconds, between two unprofiled
+runs as long; over the whole run of the tool (start-up included):
+
+- rate: the samples per second the tool achieved, from its own output;
+- kept: the busy thread's work per second against the unprofiled runs';
+- free CPU: what it keeps when only the tool takes from it — the time it
+  was stopped beyond the unprofiled runs' ("stopped", read from its
+  scheduler clock: neither running nor waiting for a CPU) and the work it
+  does per CPU second (caches the tool disturbs).  On a machine busy with
+  other work "kept" measures that work as much as the tool; "free CPU" does
+  not change with it;
+- tool CPU: the CPU time the tool used, per second.
 
 - liveunwind: ``profile --rate 100 --json --stats`` (its samples and the
   mean freeze per sample);
@@ -60,33 +67,75 @@ class Target:
         if self.process.stdout.readline().strip() != "ready":
             raise RuntimeError(f"{name} did not start")
         time.sleep(0.5)
+        self.busy_tid = self._busiest_thread()
 
     @property
     def pid(self) -> int:
         return self.process.pid
 
-    def work(self) -> int:
-        return struct.unpack_from("<Q", self.counter.read_bytes(), 8)[0]
+    def _busiest_thread(self) -> int:
+        tids = [int(entry) for entry in os.listdir(f"/proc/{self.pid}/task")]
+        first = {tid: self._schedstat(tid)[0] for tid in tids}
+        time.sleep(0.5)
+        return max(tids, key=lambda tid: self._schedstat(tid)[0] - first[tid])
+
+    def _schedstat(self, tid: int) -> tuple[int, int]:
+        """Nanoseconds the thread ran, and waited for a CPU."""
+        fields = Path(f"/proc/{self.pid}/task/{tid}/schedstat").read_text().split()
+        return int(fields[0]), int(fields[1])
+
+    def reading(self) -> tuple[float, int, int, int]:
+        """Now: wall clock, work done, and the busy thread's run and CPU-wait nanoseconds."""
+        ran, waited = self._schedstat(self.busy_tid)
+        return (
+            time.perf_counter(),
+            struct.unpack_from("<Q", self.counter.read_bytes(), 8)[0],
+            ran,
+            waited,
+        )
 
     def stop(self) -> None:
         self.process.kill()
         self.process.wait()
 
 
-def work_rate(
+class Window:
+    """The busy thread over one run: work per second, work per CPU second, and time stopped.
+
+    ``stopped`` is the share of the wall time the thread neither ran nor
+    waited for a CPU: a thread that never sleeps is then stopped by the tool
+    (or, in python3, waiting for the GIL — which the unprofiled runs show).
+    Unlike the work rate, neither it nor the work per CPU second changes
+    with the machine's other work.
+    """
+
+    def __init__(self, before: tuple[float, int, int, int], after: tuple[float, int, int, int]):
+        wall = after[0] - before[0]
+        ran, waited = (after[2] - before[2]) / 1e9, (after[3] - before[3]) / 1e9
+        self.rate = (after[1] - before[1]) / wall
+        self.per_cpu_second = (after[1] - before[1]) / ran if ran > 0 else 0.0
+        self.stopped = max(0.0, 1.0 - (ran + waited) / wall)
+
+
+def measure(
     target: Target, command: list[str] | None
-) -> tuple[float, subprocess.CompletedProcess]:
-    """The busy thread's work per second while ``command`` runs (or DURATION idle seconds)."""
-    before, started = target.work(), time.perf_counter()
+) -> tuple[Window, float, subprocess.CompletedProcess]:
+    """The busy thread while ``command`` runs (or DURATION idle seconds); the tool's CPU share."""
+    before = target.reading()
+    children = os.times()
     if command is None:
         time.sleep(DURATION)
         result = subprocess.CompletedProcess([], 0, "", "")
     else:
         result = subprocess.run(command, capture_output=True, text=True, timeout=DURATION + 120)
-    rate = (target.work() - before) / (time.perf_counter() - started)
+    after = target.reading()
     if result.returncode != 0:
         raise RuntimeError(f"{command} failed: {result.stderr[-500:]}")
-    return rate, result
+    used = os.times()
+    cpu = (used.children_user - children.children_user) + (
+        used.children_system - children.children_system
+    )
+    return Window(before, after), cpu / (after[0] - before[0]), result
 
 
 def liveunwind(pid: int) -> Tool:
@@ -168,48 +217,67 @@ def tools(target: Target, work: Path, skipped: dict[str, str]) -> dict[str, Tool
 def bench_target(target: Target, work: Path, skipped: dict[str, str]) -> dict:
     """Unprofiled and profiled runs in turn; each profiled one against the runs either side.
 
-    The machine's other work changes over minutes; comparing each profiled
-    run with the unprofiled runs just before and after it cancels most of that.
+    ``kept`` is the work rate against the unprofiled runs just before and
+    after (the machine's other work changes it from run to run); ``kept on a
+    free CPU`` is what the busy thread keeps when only the tool takes from
+    it — the time it was stopped beyond the unprofiled runs', and the work
+    it does per CPU second — which other work on the machine does not change.
     """
     rows: dict[str, dict[str, list]] = {}
-    before, _ = work_rate(target, None)
+    previous, _, _ = measure(target, None)
     for _ in range(REPETITIONS):
         for tool, (command, read) in tools(target, work, skipped).items():
-            profiled, result = work_rate(target, command)
-            after, _ = work_rate(target, None)
-            alone = (before + after) / 2
-            before = after
-            row = rows.setdefault(tool, {"kept": [], "rate": [], "freeze_ms": []})
-            row["kept"].append(profiled / alone)
-            measured = read(result)
+            profiled, cpu, result = measure(target, command)
+            following, _, _ = measure(target, None)
+            alone = [previous, following]
+            previous = following
+            rate = sum(window.rate for window in alone) / 2
+            per_cpu = sum(window.per_cpu_second for window in alone) / 2
+            stopped = profiled.stopped - sum(window.stopped for window in alone) / 2
+            measured = {
+                "kept": profiled.rate / rate,
+                "kept_free_cpu": (1 - max(stopped, 0.0)) * profiled.per_cpu_second / per_cpu,
+                "stopped": max(stopped, 0.0),
+                "tool_cpu": cpu,
+                **read(result),
+            }
+            row = rows.setdefault(tool, {})
             for key, value in measured.items():
                 if value is not None:
-                    row[key].append(value)
-            print(f"  {tool}: kept {profiled / alone:.0%}, {measured}", flush=True)
+                    row.setdefault(key, []).append(value)
+            shown = {key: round(value, 3) for key, value in measured.items() if value is not None}
+            print(f"  {tool}: {shown}", flush=True)
     return {
-        tool: {key: statistics.median(values) for key, values in row.items() if values}
+        tool: {key: statistics.median(values) for key, values in row.items()}
         for tool, row in rows.items()
     }
 
 
 def format_table(results: dict) -> str:
+    load = results["load_average"]
     lines = [
         f"machine: {results['machine']}",
-        f"{RATE} Hz asked, {DURATION} s per run, median of {REPETITIONS} runs",
+        f"{RATE} Hz asked, {DURATION} s per run, median of {REPETITIONS} runs; load average "
+        f"{load['start']:.1f} at the start, {load['end']:.1f} at the end",
         "",
-        f"{'target':42} {'tool':30} {'rate Hz':>8} {'work kept':>10} {'freeze ms':>10}",
+        f"{'target':46} {'tool':28} {'rate Hz':>7} {'kept':>5} {'free CPU':>8} "
+        f"{'stopped':>7} {'tool CPU':>8} {'freeze ms':>9}",
     ]
     for name, rows in results["targets"].items():
         for tool, row in rows.items():
             rate = f"{row['rate']:.1f}" if "rate" in row else "-"
             freeze = f"{row['freeze_ms']:.2f}" if "freeze_ms" in row else "-"
-            lines.append(f"{name:42} {tool:30} {rate:>8} {row['kept']:>10.0%} {freeze:>10}")
+            lines.append(
+                f"{name:46} {tool:28} {rate:>7} {row['kept']:>5.0%} {row['kept_free_cpu']:>8.0%} "
+                f"{row['stopped']:>7.1%} {row['tool_cpu']:>8.0%} {freeze:>9}"
+            )
             name = ""
     lines += [f"{tool}: {reason}" for tool, reason in results["skipped"].items()]
     return "\n".join(lines)
 
 
 def main() -> int:
+    load_at_start = os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="liveunwind-bench-profile-"))
     c_target = work / "target"
     subprocess.run(
@@ -245,6 +313,7 @@ def main() -> int:
                 target.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    results["load_average"] = {"start": load_at_start, "end": os.getloadavg()[0]}
     (ROOT / "bench" / "profile-results.json").write_text(json.dumps(results, indent=2) + "\n")
     print(format_table(results))
     return 0

@@ -381,6 +381,61 @@ def test_lines_and_merge(profiled: Profiled, tmp_path: Path) -> None:
     assert "sleeper" not in result.stdout
 
 
+SPINNING = """
+import threading
+
+
+def spin_in_python(n):
+    total = 0
+    for i in range(n):
+        total += i * i
+    return total
+
+
+def worker():
+    while True:
+        spin_in_python(10000)
+
+
+thread = threading.Thread(target=worker, daemon=True)
+thread.start()
+print("ready", flush=True)
+thread.join()
+"""
+
+
+def test_python_frames_sit_on_the_eval_loop_that_runs_them(tmp_path: Path) -> None:
+    if not Path("/usr/bin/python3").exists():
+        pytest.skip("needs Debian's python3")
+    script, folded = tmp_path / "spinning.py", tmp_path / "python.folded"
+    script.write_text(SPINNING)
+    program = subprocess.Popen(["/usr/bin/python3", str(script)], stdout=subprocess.PIPE)
+    try:
+        assert program.stdout is not None and program.stdout.readline() == b"ready\n"
+        result = cli(
+            "profile", str(program.pid), "--python", "--duration", "1",
+            "--collapsed-out", str(folded), "--json",
+        )  # fmt: skip
+    finally:
+        program.kill()
+        program.wait()
+    assert result.returncode in (0, 1), result.stderr
+    VALIDATOR.validate(json.loads(result.stdout))
+    spinning = 0
+    for line in folded.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")
+        spin = [index for index, name in enumerate(frames) if name.startswith("spin_in_python (")]
+        if spin:
+            spinning += int(count)
+            (index,) = spin
+            assert frames[index].startswith("spin_in_python (spinning.py:")
+            assert frames[index - 1] == "worker (spinning.py:14)"
+            # The Python frames follow the native frame of the eval loop that runs them.
+            assert frames[index - 2].startswith("_PyEval_EvalFrameDefault"), frames
+    assert spinning >= 50  # of about 100 samples of the busy thread
+
+
 def test_progress_is_shown_on_a_terminal_only(profiled: Profiled) -> None:
     controller, terminal = pty.openpty()
     try:
@@ -485,26 +540,52 @@ def test_the_schedule_does_not_drift() -> None:
 
 
 class Window:
-    """The burner's chunks per second over a stretch of time, and the share it waited for a CPU."""
+    """The burner over a stretch of time, from its work counter and its scheduler clock."""
 
     def __init__(self, profiled: Profiled) -> None:
         self.profiled = profiled
         self.tid = profiled.tids["burner"]
         self.start = self._now()
 
-    def _now(self) -> tuple[float, int, int]:
+    def _now(self) -> tuple[float, int, int, int]:
         stat = Path(f"/proc/{self.profiled.pid}/task/{self.tid}/schedstat").read_text().split()
-        return time.perf_counter(), self.profiled.chunks(), int(stat[1])
+        return time.perf_counter(), self.profiled.chunks(), int(stat[0]), int(stat[1])
 
-    def close(self) -> tuple[float, float]:
-        (began, chunks, waited), (ended, chunks_now, waited_now) = self.start, self._now()
-        return (chunks_now - chunks) / (ended - began), (waited_now - waited) / 1e9 / (
-            ended - began
+    def close(self) -> Speed:
+        began, chunks, ran, waited = self.start
+        ended, chunks_now, ran_now, waited_now = self._now()
+        return Speed(
+            ended - began, chunks_now - chunks, (ran_now - ran) / 1e9, (waited_now - waited) / 1e9
         )
 
 
-def burner_rate_profiled(profiled: Profiled) -> float:
-    """The burner's chunks per second while sampled at 100 Hz for 2 s, from the first sample on."""
+class Speed:
+    """What the burner did over a window: chunks per second, per CPU second, and time shares."""
+
+    def __init__(self, wall: float, chunks: int, ran: float, waited: float) -> None:
+        self.rate = chunks / wall
+        self.per_cpu_second = chunks / ran
+        #: The share of the time it waited for a CPU, and was stopped (it never sleeps).
+        self.waiting = waited / wall
+        self.stopped = max(0.0, 1.0 - (ran + waited) / wall)
+
+    def kept_of(self, alone: Speed) -> tuple[float, float]:
+        """The speed kept against ``alone``: by the clock, and with a CPU to itself.
+
+        With a CPU to itself the burner loses only the time liveunwind
+        stopped it and whatever its stops cost the work per CPU second; on
+        a machine busy with other work, each stop also lets another process
+        take the burner's CPU for a time slice, which the clock counts too.
+        """
+        clock = self.rate / alone.rate
+        free = (1.0 - max(self.stopped - alone.stopped, 0.0)) * (
+            self.per_cpu_second / alone.per_cpu_second
+        )
+        return clock, free
+
+
+def burner_profiled(profiled: Profiled) -> Speed:
+    """The burner while sampled at 100 Hz for 2 s, from the first (cold) sample on."""
     windows: list[Window] = []
 
     def first(profile: Profile, elapsed: float) -> None:
@@ -512,33 +593,27 @@ def burner_rate_profiled(profiled: Profiled) -> float:
             windows.append(Window(profiled))
 
     record(Session(profiled.pid), rate=100, duration=2.0, on_sample=first)
-    return windows[0].close()[0]
+    return windows[0].close()
 
 
 @pytest.mark.slow
 def test_the_burning_thread_keeps_85_percent_of_its_speed_at_100_hz(profiled: Profiled) -> None:
-    """Its own work counter, unprofiled then profiled (from the first, cold, sample on).
+    """Its own work counter, unprofiled then profiled, three tries.
 
-    The burner has a CPU to itself only on a machine with a CPU to spare: on
-    one busy with other work, every stop hands its CPU to another process
-    for a time slice, which measures the machine rather than liveunwind.  So
-    a busy machine gets three tries, and if the burner waited for a CPU more
-    than a tenth of the time even unprofiled in each, the test is skipped,
-    saying so.
+    On a machine with a CPU to spare, by the clock.  On one busy with other
+    work (the burner waited for a CPU more than a tenth of the time even
+    unprofiled), every stop also hands the burner's CPU to another process
+    for a time slice, which measures the machine rather than liveunwind:
+    there the speed it keeps with a CPU to itself counts (see Speed.kept_of).
     """
-    ratios, busy = [], []
+    tries = []
     for _ in range(3):
         window = Window(profiled)
         time.sleep(2.0)
-        alone, waited = window.close()
-        busy.append(waited)
-        ratios.append(burner_rate_profiled(profiled) / alone)
-        if ratios[-1] >= 0.85:
+        alone = window.close()
+        clock, free = burner_profiled(profiled).kept_of(alone)
+        busy = alone.waiting > 0.1
+        tries.append(f"{clock:.0%} by the clock, {free:.0%} on a free CPU" + " (busy)" * busy)
+        if clock >= 0.85 or (busy and free >= 0.85):
             return
-    shown = [f"{ratio:.0%}" for ratio in ratios]
-    if min(busy) > 0.1:
-        pytest.skip(
-            f"the machine is busy: unprofiled, the burner waited for a CPU "
-            f"{[f'{share:.0%}' for share in busy]} of the time (profiled it kept {shown})"
-        )
-    pytest.fail(f"the burner kept only {shown} of its speed")
+    pytest.fail(f"the burner kept only {tries} of its speed")

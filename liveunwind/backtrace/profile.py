@@ -64,28 +64,32 @@ def frame_name(frame: Frame) -> str:
         name = f"{os.path.basename(frame.module)}+{frame.module_offset:#x}"
     else:
         name = f"{frame.pc:#x}"
-    return name.replace(";", ":").replace(" ", "_")
+    return _clean(name)
 
 
 def stack_of(thread: ThreadBacktrace) -> tuple[str, ...]:
     """The thread's frames as names, outermost first.
 
-    With source lines (``--lines``) every call inlined into a frame is a
-    level of its own, under the function it was inlined into, and each name
-    carries its line: ``function (file.c:42)``.  With ``--python`` so is
-    every Python frame, under the eval-loop frame that runs it (and above
-    the calls inlined there, which are where its innermost one is).
+    With ``--python``, the Python frames an eval-loop frame runs follow it,
+    outermost first, each ``function (file.py:line)`` as py-spy names them,
+    and before the frames the Python code called.  With source lines
+    (``--lines``) every call inlined into a frame is a level of its own,
+    under the function it was inlined into, and each name carries its line:
+    ``function (file.c:42)``.  Python frames no native frame could be found
+    to run are left out: where they belong is unknown.
     """
     names = []
     for frame in reversed(thread.frames):
         names.append(_located(frame_name(frame), frame.file, frame.line))
         for python in reversed(frame.python):
-            function = python.function.replace(";", ":").replace(" ", "_")
-            names.append(_located(function, python.file, python.line))
+            names.append(_located(_clean(python.function), python.file, python.line))
         for place in reversed(frame.inlined):
-            function = (place.function or "??").replace(";", ":").replace(" ", "_")
-            names.append(_located(function, place.file, place.line))
+            names.append(_located(_clean(place.function or "??"), place.file, place.line))
     return tuple(names)
+
+
+def _clean(name: str) -> str:
+    return name.replace(";", ":").replace(" ", "_")
 
 
 def _located(name: str, file: str | None, line: int | None) -> str:
@@ -128,8 +132,7 @@ class ThreadProfile:
     @property
     def label(self) -> str:
         """The thread's root frame in folded stacks: ``name-tid`` (names repeat, tids do not)."""
-        name = (self.name or "?").replace(";", ":").replace(" ", "_")
-        return f"{name}-{self.tid}"
+        return f"{_clean(self.name or '?')}-{self.tid}"
 
     def top_function(self) -> tuple[str, int] | None:
         """The function most often innermost in this thread's samples, and how often."""

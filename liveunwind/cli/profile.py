@@ -197,7 +197,7 @@ def format_text(profile: Profile, written: dict[str, str]) -> str:
         lines.append(f"Sampling ended early ({profile.end}{detail}).")
     lines += ["", *_thread_table(profile.by_cpu(), profile)]
     hottest = profile.hottest(HOTTEST)
-    lines += ["", "Hottest stacks (samples in which the thread was running):"]
+    lines += ["", "Hottest stacks (samples in which the thread was running or ready to run):"]
     if not hottest:
         lines.append("  no thread was seen running")
     for thread, stack, count in hottest:
