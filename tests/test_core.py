@@ -579,6 +579,14 @@ def test_exe_that_does_not_match_a_qemu_core(qemu_core) -> None:
     assert_one_line_error(result, 64, "does not match the core", "entry point")
 
 
+def test_exe_of_another_machine_for_a_qemu_core(qemu_core) -> None:
+    """An x86_64 EXE for an aarch64 core is turned down naming both machines."""
+    core = qemu_core("crash-O2", "leaf")
+    wrong = str(CRASH / "build" / "crash-O2")
+    result = run_cli(str(core), wrong, "--sysroot", str(AARCH64_SYSROOT))
+    assert_one_line_error(result, 64, "does not match the core", "x86_64, the core is aarch64")
+
+
 def test_core_of_unknown_architecture(kernel_core, tmp_path) -> None:
     data = bytearray(kernel_core("crash-O2", "leaf").read_bytes())
     data[18:20] = struct.pack("<H", 21)  # EM_PPC64

@@ -30,6 +30,9 @@ SHT_SYMTAB = 2
 SHT_NOBITS = 8
 SHT_DYNSYM = 11
 _MAX_HEADERS = 65535
+_MACHINES = {2: "SPARC", 3: "i386", 8: "MIPS", 20: "PowerPC", 21: "PowerPC64", 22: "s390",
+             40: "ARM", 43: "SPARC64", 62: "x86_64", 183: "aarch64", 243: "RISC-V",
+             258: "LoongArch"}  # fmt: skip
 #: Longest symbol name decoded (a corrupt string table could have no NUL for megabytes).
 MAX_SYMBOL_NAME = 512
 #: Elf64_Sym (st_name, st_info, st_other, st_shndx, st_value, st_size) in each byte order.
@@ -327,6 +330,11 @@ def _find_build_id(notes: memoryview, order: str) -> bytes | None:
             return bytes(notes[desc_start:desc_end])
         position = desc_start + _align4(descsz)
     return None
+
+
+def machine_name(machine: int) -> str:
+    """The usual name of ELF machine ``machine``, for messages."""
+    return _MACHINES.get(machine, f"ELF machine {machine}")
 
 
 def _align4(value: int) -> int:

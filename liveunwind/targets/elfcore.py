@@ -9,7 +9,8 @@ memory is read from the mapped files, found on this machine by
 are the files the process had (same build-id, or the same layout where the
 core holds no build-id).  Which file is mapped where comes from the NT_FILE
 note, or — for cores without one — from the auxiliary vector and the
-dynamic linker's link_map list (:mod:`liveunwind.targets.linkmap`).
+dynamic linker's link_map list, as for any target without /proc
+(:mod:`liveunwind.targets.loadedfiles`, which finds and checks every file).
 
 Cores do not record thread names; the main thread gets the process name from
 NT_PRPSINFO and the thread that received the fatal signal is listed first
@@ -19,40 +20,31 @@ NT_PRPSINFO and the thread that received the fatal signal is listed first
 from __future__ import annotations
 
 import bisect
-import os
 import struct
 from collections.abc import Callable, Sequence
 
 from liveunwind.arch import Arch, arch_by_elf_machine
 from liveunwind.errors import CoreFileError, FormatError, MemoryReadError, UsageError
 from liveunwind.formats import corenotes
-from liveunwind.formats.corenotes import (
-    AT_BASE,
-    AT_ENTRY,
-    AT_EXECFN,
-    AT_PHDR,
-    AT_PHNUM,
-    AT_SYSINFO_EHDR,
-    CoreNotes,
-)
-from liveunwind.formats.elf import PT_DYNAMIC, PT_LOAD, PT_NOTE, ElfImage
+from liveunwind.formats.corenotes import AT_ENTRY, AT_SYSINFO_EHDR, CoreNotes
+from liveunwind.formats.elf import PT_LOAD, PT_NOTE, ElfImage, machine_name
 from liveunwind.frames import CrashInfo
 from liveunwind.targets import linkmap
 from liveunwind.targets.base import AddressSpace, Mapping, ThreadState
 from liveunwind.targets.coredata import open_core_data
-from liveunwind.targets.filefinder import FileFinder, FoundFile, open_image
+from liveunwind.targets.filefinder import FileFinder
 from liveunwind.targets.files import FileError, open_file
+from liveunwind.targets.loadedfiles import LoadedFiles, WrongExecutable, without_overlaps
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from liveunwind.targets.coredata import CoreData
+    from liveunwind.targets.filefinder import FoundFile
     from liveunwind.targets.files import RegularFile
 
 ET_CORE = 4
 _ELF_TYPES = {0: "an ELF file of no type", 1: "a relocatable object", 2: "an executable",
               3: "a shared object or PIE executable"}  # fmt: skip
-_MACHINES = {2: "SPARC", 3: "i386", 8: "MIPS", 20: "PowerPC", 21: "PowerPC64", 22: "s390",
-             40: "ARM", 43: "SPARC64", 243: "RISC-V", 258: "LoongArch"}  # fmt: skip
 #: Most program headers accepted (the kernel's PN_XNUM scheme allows 2^32; a
 #: process has one mapping per header, vm.max_map_count is 65530 by default).
 _MAX_SEGMENTS = 1 << 20
@@ -111,21 +103,20 @@ class ElfCore(AddressSpace):
         self._executable_argument = executable
         self._finder = finder or FileFinder()
         self.problems: list[str] = []
-        self._files: dict[str, FoundFile | None] = {}
-        self._rejections: dict[str, list[str]] = {}
-        self._inodes: dict[str, int] = {}
         self._mappings: list[Mapping] = []
         self._mapping_starts: list[int] = []
         machine, self._segments, note_segments = self._read_headers()
         try:
             self.arch: Arch = arch_by_elf_machine(machine)
         except UsageError:
-            what = _MACHINES.get(machine, f"ELF machine {machine}")
             raise CoreFileError(
-                f"{self.name} is a core of an unsupported architecture ({what}); "
+                f"{self.name} is a core of an unsupported architecture ({machine_name(machine)}); "
                 "x86_64 and aarch64 are supported"
             ) from None
         self._starts = [segment.vaddr for segment in self._segments]
+        self._loaded = LoadedFiles(
+            self.arch, self._read_core_only, self._finder, target="the core", problems=self.problems
+        )
         self._decode, register_size = _register_decoder(self.arch)
         self.notes: CoreNotes = corenotes.parse_notes(note_segments, register_size)
         self.problems += self.notes.problems
@@ -134,10 +125,19 @@ class ElfCore(AddressSpace):
         self.pid: int | None = self.notes.pid or self.notes.threads[0].tid
         #: The executable's path as the core records it (NT_FILE, AT_EXECFN, arguments).
         self._core_executable = ""
-        self._mappings = self._build_mappings()
-        self._mapping_starts = [mapping.start for mapping in self._mappings]
-        if self.notes.files and executable is not None:
-            self._use_executable_argument(self._core_executable or executable)
+        try:
+            self._mappings = self._build_mappings()
+            self._mapping_starts = [mapping.start for mapping in self._mappings]
+            if self.notes.files and executable is not None:
+                recorded = self._core_executable or executable
+                header = self._header_of(recorded)
+                self._loaded.use_executable(executable, recorded, self.notes.auxv, header)
+        except WrongExecutable as error:
+            name = self._core_executable or self.notes.name or "unknown"
+            raise UsageError(
+                f"{error.path} does not match the core: {error.reason}; "
+                f"the core's executable is {name}"
+            ) from None
         self._complete_permissions()
 
     @classmethod
@@ -245,7 +245,7 @@ class ElfCore(AddressSpace):
             mappings = self._mappings_from_file_note(files, vdso)
             self._core_executable = self._path_at(mappings, auxv.get(AT_ENTRY))
             return mappings
-        return self._mappings_from_link_map(vdso)
+        return self._mappings_from_link_map()
 
     def _mappings_from_file_note(
         self, files: list[corenotes.FileEntry], vdso: int | None
@@ -261,7 +261,7 @@ class ElfCore(AddressSpace):
                         segment.end,
                         segment.perms,
                         entry.offset,
-                        self._inode(entry.path),
+                        self._loaded.inode(entry.path),
                         entry.path,
                     )
                 )
@@ -277,11 +277,11 @@ class ElfCore(AddressSpace):
                     entry.end,
                     _UNKNOWN_PERMS,
                     entry.offset,
-                    self._inode(entry.path),
+                    self._loaded.inode(entry.path),
                     entry.path,
                 )
             )
-        return _without_overlaps(mappings)
+        return without_overlaps(mappings)
 
     def _complete_permissions(self) -> None:
         """Permissions of mappings the core has no segment for, from their files' headers."""
@@ -293,69 +293,25 @@ class ElfCore(AddressSpace):
             perms = "r--p" if flags is None else _perms(flags)
             self._mappings[index] = mapping._replace(perms=perms)
 
-    def _mappings_from_link_map(self, vdso: int | None) -> list[Mapping]:
-        """QEMU and some gdb cores: the executable from auxv, libraries from link_map."""
-        auxv = self.notes.auxv
-        recorded = self._execfn() or self._first_argument()
-        self._core_executable = recorded
-        synthesized: list[Mapping] = []
-        if self._executable_argument is not None:
-            recorded = self._executable_argument
-            found: FoundFile | None = self._use_executable_argument(recorded)
-        elif recorded:
-            found = self._file_for(recorded, check=self._executable_check)
-        else:
-            self.problems.append("the core names no executable; give it as EXE")
-            found = None
-        if found is not None:
-            if not recorded.startswith("/"):
-                # Mappings of files have absolute paths; QEMU records the program as run.
-                recorded = os.path.abspath(found.path)
-                self._files[recorded] = found
-            image = found.image
-            bias = auxv.get(AT_ENTRY, image.entry) - image.entry
-            synthesized += linkmap.mappings_of_image(image, bias, recorded, self._inode(recorded))
-            synthesized += self._libraries(image, bias, vdso)
-        if vdso:
-            synthesized += self._vdso_mapping(vdso)
-        return _overlay(synthesized, self._segments)
+    def _mappings_from_link_map(self) -> list[Mapping]:
+        """QEMU and some gdb cores: the executable from auxv, libraries from link_map.
 
-    def _libraries(self, image: ElfImage, bias: int, vdso: int | None) -> list[Mapping]:
-        """Every library on the link_map list; just the dynamic linker if there is none."""
-        read = self._read_core_only
-        head = linkmap.first_link_map(read, image, bias)
-        objects: list[linkmap.LoadedObject] = []
-        if head is not None:
-            objects, problems = linkmap.follow_link_map(read, head)
-            self.problems += problems
-        elif self.notes.auxv.get(AT_BASE):
-            interpreter = _interpreter(image)
-            if interpreter:
-                objects = [linkmap.LoadedObject(interpreter, self.notes.auxv[AT_BASE], 0)]
-        mappings = []
-        for loaded in objects:
-            if not loaded.name and loaded.base and loaded.base == self.notes.auxv.get(AT_BASE):
-                # The dynamic linker's l_name points into the executable's PT_INTERP,
-                # in read-only memory that QEMU does not dump.
-                loaded = loaded._replace(name=_interpreter(image))
-            if not loaded.name or loaded.base == vdso or loaded.base == bias:
-                continue  # the executable itself, and the vDSO (it has no file)
-            found = self._file_for(loaded.name, check=_dynamic_check(loaded, self.arch))
-            if found is not None:
-                mappings += linkmap.mappings_of_image(
-                    found.image, loaded.base, loaded.name, self._inode(loaded.name)
-                )
-        return mappings
+        The vDSO's extent is its core segment's; the rest of the core's
+        segments are anonymous memory around the files.
+        """
+        auxv = self.notes.auxv
+        self._core_executable = self._loaded.execfn(auxv) or self._first_argument()
+        files = self._loaded.mappings(
+            auxv, self._core_executable, self._executable_argument, vdso_extent=self._vdso_mapping
+        )
+        return _overlay(files, self._segments)
 
     def _vdso_mapping(self, vdso: int) -> list[Mapping]:
+        """The vDSO as long as the core's segment at its address."""
         index = bisect.bisect_right(self._starts, vdso) - 1
         if index < 0 or self._segments[index].vaddr != vdso:
             return []
         return [Mapping(vdso, self._segments[index].end, "r-xp", 0, 0, "[vdso]")]
-
-    def _execfn(self) -> str:
-        address = self.notes.auxv.get(AT_EXECFN)
-        return linkmap.read_c_string(self._read_core_only, address) if address else ""
 
     def _first_argument(self) -> str:
         return self.notes.arguments.split(" ", 1)[0]
@@ -372,111 +328,16 @@ class ElfCore(AddressSpace):
             return "[vsyscall]"
         return ""
 
-    def _inode(self, path: str) -> int:
-        """Cores record no inodes; a number per path keeps each file's mappings together."""
-        return self._inodes.setdefault(path, len(self._inodes) + 1)
-
-    # -- the executable -------------------------------------------------------
-
-    def _use_executable_argument(self, recorded: str) -> FoundFile:
-        """The EXE the user named stands for ``recorded`` — if it is the core's executable."""
-        assert self._executable_argument is not None
-        path = self._executable_argument
-        image = open_image(path)
-        reason = "it is not a readable ELF file" if image is None else None
-        if image is not None:
-            reason = self._acceptor(recorded, self._executable_check)(image)
-        if reason is not None:
-            name = self._core_executable or self.notes.name or "unknown"
-            raise UsageError(
-                f"{path} does not match the core: {reason}; the core's executable is {name}"
-            )
-        assert image is not None
-        found = FoundFile(path, image)
-        self._files[recorded] = found
-        return found
-
-    def _executable_check(self, image: ElfImage) -> str | None:
-        """The auxiliary vector fixes the entry point and program headers of the executable."""
-        reason = _machine_check(image, self.arch)
-        if reason is not None:
-            return reason
-        auxv = self.notes.auxv
-        entry, phdr, phnum = auxv.get(AT_ENTRY), auxv.get(AT_PHDR), auxv.get(AT_PHNUM)
-        if entry is None:
-            return None
-        bias = entry - image.entry
-        if image.type == 2 and bias != 0:
-            return f"its entry point is {image.entry:#x}, the process's was {entry:#x}"
-        if bias % _PAGE:
-            return f"its entry point {image.entry:#x} cannot have been loaded at {entry:#x}"
-        try:
-            segments = image.segments
-        except FormatError as error:
-            return str(error)
-        if phnum is not None and phnum != len(segments):
-            return f"it has {len(segments)} program headers, the process's executable had {phnum}"
-        headers = [header for header in segments if header.type == 6]  # PT_PHDR
-        if phdr is not None and headers and headers[0].vaddr + bias != phdr:
-            return "its program headers are not where the process's executable had them"
-        return None
-
     # -- files ----------------------------------------------------------------
 
-    def _file_for(
-        self, recorded: str, check: Callable[[ElfImage], str | None] | None = None
-    ) -> FoundFile | None:
-        """The file behind ``recorded`` (cached), checked against what the core remembers."""
-        if recorded in self._files:
-            return self._files[recorded]
-        build_id = self._core_build_id(recorded)
-        found, rejected = self._finder.find(recorded, build_id, self._acceptor(recorded, check))
-        self._files[recorded] = found
-        self._rejections[recorded] = rejected
-        if found is None:
-            if rejected:
-                self.problems.append(f"{recorded}: not using " + "; ".join(rejected))
-            else:
-                self.problems.append(f"{recorded}: file not found; its code is not in the core")
-        return found
+    def _file_for(self, recorded: str) -> FoundFile | None:
+        """The file behind ``recorded``, checked against the ELF headers the core holds."""
+        return self._loaded.find(recorded, self._header_of(recorded))
 
-    def _acceptor(
-        self, recorded: str, check: Callable[[ElfImage], str | None] | None
-    ) -> Callable[[ElfImage], str | None]:
-        """Says why a file is not the one the core had mapped as ``recorded`` (None: it is)."""
-        build_id = self._core_build_id(recorded)
-
-        def accept(image: ElfImage) -> str | None:
-            reason = _machine_check(image, self.arch)
-            if reason is None and build_id is not None:
-                theirs = _build_id(image)
-                if theirs != build_id:
-                    reason = (
-                        f"its build-id {theirs.hex() if theirs else '(none)'} differs from "
-                        f"{build_id.hex()} in the core"
-                    )
-            if reason is None and check is not None:
-                reason = check(image)
-            return reason
-
-        return accept
-
-    def _core_build_id(self, recorded: str) -> bytes | None:
-        """The build-id in the ELF headers the core holds for ``recorded``, if any."""
-        heads = [m for m in self._mappings_for_path(recorded) if m.offset == 0]
-        if not heads:
-            return None
-        start = min(mapping.start for mapping in heads)
-        page = self._read_core_only(start, _PAGE, partial=True)
-        if len(page) < 64:
-            return None
-        try:
-            return ElfImage(page, origin=recorded).build_id
-        except FormatError:
-            return None
-
-    def _mappings_for_path(self, path: str) -> list[Mapping]:
-        return [m for m in self._mappings if m.path == path]
+    def _header_of(self, recorded: str) -> int | None:
+        """Where the core's mappings of ``recorded`` start with its ELF header, if they do."""
+        heads = [m.start for m in self._mappings if m.path == recorded and m.offset == 0]
+        return min(heads, default=None)
 
     # -- AddressSpace -----------------------------------------------------------
 
@@ -613,17 +474,12 @@ class ElfCore(AddressSpace):
         offset = mapping.offset + (address - mapping.start)
         return bytes(found.image.data[offset : offset + min(end, mapping.end) - address])
 
-    def _read_core_only(self, address: int, size: int, *, partial: bool = False) -> bytes:
+    def _read_core_only(self, address: int, size: int) -> bytes:
         """Core bytes only, never from files (build-ids and strings must be the process's own)."""
         pieces = []
         position, end = address, address + size
         while position < end:
-            try:
-                piece = self._read_piece(position, end, use_files=False)
-            except MemoryReadError:
-                if partial:
-                    break
-                raise
+            piece = self._read_piece(position, end, use_files=False)
             pieces.append(piece)
             position += len(piece)
         return b"".join(pieces)
@@ -684,61 +540,8 @@ def _register_decoder(arch: Arch) -> tuple[Callable[[bytes], dict[int, int]], in
     return aarch64.registers_from_user_regs, aarch64.USER_REGS_SIZE
 
 
-def _machine_check(image: ElfImage, arch: Arch) -> str | None:
-    if image.machine != arch.elf_machine:
-        what = _MACHINES.get(image.machine, f"ELF machine {image.machine}")
-        return f"it is built for {what}, the core is {arch.name}"
-    return None
-
-
-def _build_id(image: ElfImage) -> bytes | None:
-    try:
-        return image.build_id
-    except FormatError:
-        return None
-
-
-def _dynamic_check(loaded: linkmap.LoadedObject, arch: Arch) -> Callable[[ElfImage], str | None]:
-    """A library is the loaded one if its dynamic section sits where ``l_ld`` says."""
-
-    def check(image: ElfImage) -> str | None:
-        if not loaded.dynamic:
-            return None
-        try:
-            dynamic = image.segments_of_type(PT_DYNAMIC)
-        except FormatError as error:
-            return str(error)
-        if not dynamic or dynamic[0].vaddr + loaded.base != loaded.dynamic:
-            return f"its dynamic section is not at {loaded.dynamic:#x} where the loaded one was"
-        return None
-
-    return check
-
-
-def _interpreter(image: ElfImage) -> str:
-    """The PT_INTERP path of an executable ("" for static ones)."""
-    try:
-        headers = [header for header in image.segments if header.type == 3]  # PT_INTERP
-        if not headers:
-            return ""
-        return bytes(image.segment_data(headers[0])).split(b"\0", 1)[0].decode("utf-8", "replace")
-    except FormatError:
-        return ""
-
-
-def _without_overlaps(mappings: list[Mapping]) -> list[Mapping]:
-    """Sorted by start; a mapping overlapping an earlier one is dropped (corrupt notes)."""
-    result: list[Mapping] = []
-    for mapping in sorted(mappings, key=lambda m: (m.start, m.end)):
-        if result and mapping.start < result[-1].end:
-            continue
-        result.append(mapping)
-    return result
-
-
 def _overlay(files: list[Mapping], segments: list[_Segment]) -> list[Mapping]:
-    """File mappings, plus the parts of core segments they do not cover as anonymous memory."""
-    files = _without_overlaps(files)
+    """File mappings (sorted, none overlapping), plus what else core segments hold, as anonymous."""
     ends = [mapping.end for mapping in files]  # sorted too: the mappings do not overlap
     result = list(files)
     for segment in segments:

@@ -1,17 +1,21 @@
-"""What a process without /proc has loaded where, and which files on this machine those are.
+"""What a target without /proc has loaded where, and which files on this machine those are.
 
-A target seen through a debugger stub has no ``/proc/PID/maps``.  Its
-auxiliary vector places the executable (``AT_ENTRY`` against the file's
-entry point) and the vDSO (``AT_SYSINFO_EHDR``); the dynamic linker's own
-list — from the stub's ``qXfer:libraries-svr4`` or read from memory through
-``DT_DEBUG`` (:mod:`liveunwind.targets.linkmap`) — places each shared
-object by its load bias.  Each file is looked for on this machine
+A target seen through a debugger stub, and a core without an NT_FILE note
+(QEMU's, some gdb cores), have no list of mappings.  The auxiliary vector
+places the executable (``AT_ENTRY`` against the file's entry point) and the
+vDSO (``AT_SYSINFO_EHDR``); the dynamic linker's own list — from the stub's
+``qXfer:libraries-svr4`` or read from memory through ``DT_DEBUG``
+(:mod:`liveunwind.targets.linkmap`) — places each shared object by its load
+bias.  The mappings are made from the files' PT_LOAD headers, so the rest
+of liveunwind sees what /proc/PID/maps would have shown for the code.
+
+Every file of such a target, and every file an ELF core's NT_FILE note
+names, is looked for on this machine
 (:class:`~liveunwind.targets.filefinder.FileFinder`: ``--sysroot``,
 ``--search-path``, build-id folders) and used only if it is the one loaded:
-the build-id in the ELF headers in target memory, the executable's entry
-point and program header count, a library's dynamic section at ``l_ld``.
-The mappings are made from the files' PT_LOAD headers, so the rest of
-liveunwind sees what /proc/PID/maps would have shown for the code.
+built for the target's machine, the build-id in the ELF headers in target
+memory, the executable's entry point and program headers, a library's
+dynamic section at ``l_ld``.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from liveunwind.formats.corenotes import (
     AT_PHNUM,
     AT_SYSINFO_EHDR,
 )
-from liveunwind.formats.elf import PT_DYNAMIC, PT_LOAD, ElfImage
+from liveunwind.formats.elf import PT_DYNAMIC, PT_LOAD, ElfImage, machine_name
 from liveunwind.targets import linkmap
 from liveunwind.targets.base import Mapping
 from liveunwind.targets.filefinder import FoundFile, open_image
@@ -45,15 +49,32 @@ if TYPE_CHECKING:
 _PAGE = linkmap.PAGE_SIZE
 #: Largest vDSO accepted (real ones are two to four pages).
 _MAX_VDSO = 64 * _PAGE
-#: PT_INTERP.
 _PT_INTERP = 3
+_PT_PHDR = 6
+_ET_EXEC = 2
+
+
+class WrongExecutable(UsageError):
+    """The EXE the user named is not the target's executable; ``reason`` says why."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path} is not the target's executable: {reason}")
+        self.path = path
+        self.reason = reason
 
 
 class LoadedFiles:
-    """The files one target has loaded, as found on this machine."""
+    """The files one target has loaded, as found on this machine (each looked for once)."""
 
     def __init__(
-        self, arch: Arch, read_memory: ReadMemory, finder: FileFinder, *, header_read: int = _PAGE
+        self,
+        arch: Arch,
+        read_memory: ReadMemory,
+        finder: FileFinder,
+        *,
+        header_read: int = _PAGE,
+        target: str = "the target",
+        problems: list[str] | None = None,
     ) -> None:
         self.arch = arch
         #: Reads target memory itself (never a local file): build-ids, the loader's list.
@@ -61,41 +82,81 @@ class LoadedFiles:
         self._finder = finder
         #: Bytes read first for an ELF header in memory (a page, or what one request carries).
         self._header_read = min(header_read, _PAGE)
-        self.problems: list[str] = []
-        self._files: dict[str, FoundFile] = {}
+        #: What messages call the target ("the core": its build-ids are in the core).
+        self._target = target
+        #: Shared with the caller's list when given, so later finds report there too.
+        self.problems: list[str] = [] if problems is None else problems
+        self._files: dict[str, FoundFile | None] = {}
         self._inodes: dict[str, int] = {}
 
     def file(self, mapping: Mapping) -> FoundFile | None:
         """The file found for a file mapping this made, if one was."""
         return self._files.get(mapping.path) if mapping.is_file else None
 
+    def find(
+        self, recorded: str, header: int | None, check: Check | None = None
+    ) -> FoundFile | None:
+        """This machine's copy of the target's ``recorded`` (cached, None too).
+
+        It must be built for the target, have the build-id of the ELF headers
+        at ``header`` in target memory (when they are there) and pass ``check``.
+        """
+        if recorded in self._files:
+            return self._files[recorded]
+        build_id = self._build_id_at(header)
+        found, rejected = self._finder.find(recorded, build_id, self._acceptor(build_id, check))
+        self._files[recorded] = found
+        if found is None:
+            if rejected:
+                self.problems.append(f"{recorded}: not using " + "; ".join(rejected))
+            else:
+                self.problems.append(f"{recorded}: file not found on this machine")
+        return found
+
+    def use_executable(
+        self, path: str, recorded: str, auxv: dict[int, int], header: int | None
+    ) -> None:
+        """The EXE the user named stands for ``recorded``; WrongExecutable if it is not it."""
+        self._files[recorded] = self._executable_argument(path, auxv, header)
+
+    def execfn(self, auxv: dict[int, int]) -> str:
+        """``AT_EXECFN``: the executable's path as it was started ("" if unknown)."""
+        address = auxv.get(AT_EXECFN)
+        return linkmap.read_c_string(self._read, address) if address else ""
+
+    def inode(self, path: str) -> int:
+        """Inodes are not known: a number per path keeps a file's mappings together."""
+        return self._inodes.setdefault(path, len(self._inodes) + 1)
+
     def mappings(
         self,
         auxv: dict[int, int],
         recorded: str,
         executable: str | None,
-        loader_list: Callable[[], list[linkmap.LoadedObject] | None],
+        loader_list: Callable[[], list[linkmap.LoadedObject] | None] | None = None,
+        vdso_extent: Callable[[int], list[Mapping]] | None = None,
     ) -> list[Mapping]:
-        """Mappings of the executable, every library and the vDSO.
+        """Mappings of the executable, every library and the vDSO, sorted, none overlapping.
 
         ``recorded`` is the executable's path as the target knows it ("" if
         the stub does not say; then ``AT_EXECFN`` is read), ``executable``
         the file the user named for it, and ``loader_list`` gives the
-        loader's list when someone else has read it (else None: it is read
-        from memory here).
+        loader's list when someone else has read it (without it, or when it
+        gives None, the list is read from memory here).  ``vdso_extent``
+        maps the vDSO when the caller knows its size (a core's segment);
+        else the ELF headers in memory say.
         """
-        if not recorded and auxv.get(AT_EXECFN):
-            recorded = linkmap.read_c_string(self._read, auxv[AT_EXECFN])
+        recorded = recorded or self.execfn(auxv)
         mappings: list[Mapping] = []
         found = self._executable(auxv, recorded, executable)
         if found is not None:
             path, image, bias = found
-            mappings += linkmap.mappings_of_image(image, bias, path, self._inode(path))
+            mappings += linkmap.mappings_of_image(image, bias, path, self.inode(path))
             mappings += self._libraries(image, bias, auxv, loader_list)
         vdso = auxv.get(AT_SYSINFO_EHDR)
         if vdso:
-            mappings += self._vdso(vdso)
-        return _without_overlaps(mappings)
+            mappings += (vdso_extent or self._vdso)(vdso)
+        return without_overlaps(mappings)
 
     # -- the executable -----------------------------------------------------------
 
@@ -103,20 +164,13 @@ class LoadedFiles:
         self, auxv: dict[int, int], recorded: str, executable: str | None
     ) -> tuple[str, ElfImage, int] | None:
         """The path the executable's mappings carry, its image, and its load bias."""
-        check = self._executable_check(auxv)
+        phdr = auxv.get(AT_PHDR)
+        header = None if phdr is None else phdr - phdr % _PAGE
         found: FoundFile | None
         if executable is not None:
-            image = open_image(executable)
-            reason = "it is not a readable ELF file" if image is None else check(image)
-            if reason is not None:
-                raise UsageError(f"{executable} is not the target's executable: {reason}")
-            assert image is not None
-            found = FoundFile(executable, image)
-            recorded = recorded or os.path.abspath(executable)
+            found = self._executable_argument(executable, auxv, header)
         elif recorded:
-            phdr = auxv.get(AT_PHDR)
-            header = None if phdr is None else phdr - phdr % _PAGE
-            found = self._find(recorded, self._build_id_at(header), check)
+            found = self.find(recorded, header, _executable_check(auxv, self._target))
         else:
             self.problems.append("the target names no executable; give it as EXE")
             return None
@@ -128,30 +182,18 @@ class LoadedFiles:
         entry = auxv.get(AT_ENTRY, found.image.entry)
         return recorded, found.image, entry - found.image.entry
 
-    def _executable_check(self, auxv: dict[int, int]) -> Check:
-        """The auxiliary vector fixes the executable's machine, entry point and header count."""
-        arch = self.arch
-
-        def check(image: ElfImage) -> str | None:
-            if image.machine != arch.elf_machine:
-                return f"it is not built for {arch.name}"
-            entry, phnum = auxv.get(AT_ENTRY), auxv.get(AT_PHNUM)
-            if entry is None:
-                return None
-            bias = entry - image.entry
-            if image.type == 2 and bias != 0:
-                return f"its entry point is {image.entry:#x}, the target's is {entry:#x}"
-            if bias % _PAGE:
-                return f"its entry point {image.entry:#x} cannot have been loaded at {entry:#x}"
-            try:
-                count = len(image.segments)
-            except FormatError as error:
-                return str(error)
-            if phnum is not None and phnum != count:
-                return f"it has {count} program headers, the target's executable has {phnum}"
-            return None
-
-        return check
+    def _executable_argument(
+        self, path: str, auxv: dict[int, int], header: int | None
+    ) -> FoundFile:
+        """The EXE the user named, if it passes every check the found one would."""
+        image = open_image(path)
+        if image is None:
+            raise WrongExecutable(path, "it is not a readable ELF file")
+        check = _executable_check(auxv, self._target)
+        reason = self._acceptor(self._build_id_at(header), check)(image)
+        if reason is not None:
+            raise WrongExecutable(path, reason)
+        return FoundFile(path, image)
 
     # -- libraries and the vDSO ---------------------------------------------------
 
@@ -160,10 +202,10 @@ class LoadedFiles:
         image: ElfImage,
         bias: int,
         auxv: dict[int, int],
-        loader_list: Callable[[], list[linkmap.LoadedObject] | None],
+        loader_list: Callable[[], list[linkmap.LoadedObject] | None] | None,
     ) -> list[Mapping]:
         """Every shared object on the loader's list; just the dynamic linker if there is none."""
-        objects = loader_list()
+        objects = loader_list() if loader_list is not None else None
         if objects is None:
             head = linkmap.first_link_map(self._read, image, bias)
             objects = []
@@ -178,14 +220,14 @@ class LoadedFiles:
         mappings = []
         for loaded in objects:
             if not loaded.name and loaded.base and loaded.base == auxv.get(AT_BASE):
-                loaded = loaded._replace(name=_interpreter(image))  # ld.so's l_name is often ""
+                # ld.so's l_name is often "" (or points into the executable's
+                # PT_INTERP, in read-only memory that QEMU does not dump).
+                loaded = loaded._replace(name=_interpreter(image))
             if not loaded.name.startswith("/") or loaded.base in (vdso, bias):
                 continue  # the executable itself, the vDSO, or a name that is no path
-            check = _dynamic_check(loaded, self.arch)
-            found = self._find(loaded.name, self._build_id_at(loaded.base), check)
+            found = self.find(loaded.name, loaded.base, _dynamic_check(loaded, self._target))
             if found is not None:
-                self._files[loaded.name] = found
-                inode = self._inode(loaded.name)
+                inode = self.inode(loaded.name)
                 mappings += linkmap.mappings_of_image(found.image, loaded.base, loaded.name, inode)
         return mappings
 
@@ -205,10 +247,13 @@ class LoadedFiles:
 
     # -- matching files -------------------------------------------------------------
 
-    def _find(self, recorded: str, build_id: bytes | None, check: Check) -> FoundFile | None:
-        """This machine's copy of the target's ``recorded``, checked by build-id and ``check``."""
+    def _acceptor(self, build_id: bytes | None, check: Check | None) -> Check:
+        """Says why an image is not the loaded one: machine, build-id ``build_id``, ``check``."""
+        arch, target = self.arch, self._target
 
         def accept(image: ElfImage) -> str | None:
+            if image.machine != arch.elf_machine:
+                return f"it is built for {machine_name(image.machine)}, {target} is {arch.name}"
             if build_id is not None:
                 try:
                     theirs = image.build_id
@@ -216,16 +261,10 @@ class LoadedFiles:
                     theirs = None
                 if theirs != build_id:
                     shown = theirs.hex() if theirs else "(none)"
-                    return f"its build-id {shown} differs from {build_id.hex()} in the target"
-            return check(image)
+                    return f"its build-id {shown} differs from {build_id.hex()} in {target}"
+            return None if check is None else check(image)
 
-        found, rejected = self._finder.find(recorded, build_id, accept)
-        if found is None:
-            if rejected:
-                self.problems.append(f"{recorded}: not using " + "; ".join(rejected))
-            else:
-                self.problems.append(f"{recorded}: file not found on this machine")
-        return found
+        return accept
 
     def _build_id_at(self, address: int | None) -> bytes | None:
         """The build-id in the ELF headers at ``address`` in target memory, if there are any."""
@@ -255,17 +294,37 @@ class LoadedFiles:
             return image
         return None
 
-    def _inode(self, path: str) -> int:
-        """The target's inodes are not known: a number per path keeps a file's mappings together."""
-        return self._inodes.setdefault(path, len(self._inodes) + 1)
 
-
-def _dynamic_check(loaded: linkmap.LoadedObject, arch: Arch) -> Check:
-    """A library is the loaded one if it is built for ``arch`` with its dynamic section at l_ld."""
+def _executable_check(auxv: dict[int, int], target: str) -> Check:
+    """The auxiliary vector fixes the executable's entry point and program headers."""
+    entry, phdr, phnum = auxv.get(AT_ENTRY), auxv.get(AT_PHDR), auxv.get(AT_PHNUM)
 
     def check(image: ElfImage) -> str | None:
-        if image.machine != arch.elf_machine:
-            return f"it is not built for {arch.name}"
+        if entry is None:
+            return None
+        bias = entry - image.entry
+        if image.type == _ET_EXEC and bias != 0:
+            return f"its entry point is {image.entry:#x}, {target}'s is {entry:#x}"
+        if bias % _PAGE:
+            return f"its entry point {image.entry:#x} cannot have been loaded at {entry:#x}"
+        try:
+            segments = image.segments
+        except FormatError as error:
+            return str(error)
+        if phnum is not None and phnum != len(segments):
+            return f"it has {len(segments)} program headers, {target}'s executable has {phnum}"
+        headers = [header for header in segments if header.type == _PT_PHDR]
+        if phdr is not None and headers and headers[0].vaddr + bias != phdr:
+            return f"its program headers are not where {target}'s executable has them"
+        return None
+
+    return check
+
+
+def _dynamic_check(loaded: linkmap.LoadedObject, target: str) -> Check:
+    """A library is the loaded one if its dynamic section sits where ``l_ld`` says."""
+
+    def check(image: ElfImage) -> str | None:
         if not loaded.dynamic:
             return None
         try:
@@ -273,7 +332,7 @@ def _dynamic_check(loaded: linkmap.LoadedObject, arch: Arch) -> Check:
         except FormatError as error:
             return str(error)
         if not dynamic or dynamic[0].vaddr + loaded.base != loaded.dynamic:
-            return f"its dynamic section is not at {loaded.dynamic:#x} where the loaded one is"
+            return f"its dynamic section is not at {loaded.dynamic:#x} where {target}'s is"
         return None
 
     return check
@@ -290,7 +349,7 @@ def _interpreter(image: ElfImage) -> str:
         return ""
 
 
-def _without_overlaps(mappings: list[Mapping]) -> list[Mapping]:
+def without_overlaps(mappings: list[Mapping]) -> list[Mapping]:
     """Sorted by start; a mapping overlapping an earlier one is dropped (a confused target)."""
     result: list[Mapping] = []
     for mapping in sorted(mappings, key=lambda m: (m.start, m.end)):
