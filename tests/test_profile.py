@@ -423,7 +423,8 @@ def test_python_frames_sit_on_the_eval_loop_that_runs_them(tmp_path: Path) -> No
     document = json.loads(result.stdout)
     VALIDATOR.validate(document)
     # How many samples there are depends on the machine's load; where they fall does not.
-    worker = sum(thread["samples"] for thread in document["threads"] if thread["tid"] != program.pid)
+    threads = document["threads"]
+    worker = sum(thread["samples"] for thread in threads if thread["tid"] != program.pid)
     spinning = 0
     for line in folded.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
@@ -436,7 +437,7 @@ def test_python_frames_sit_on_the_eval_loop_that_runs_them(tmp_path: Path) -> No
             assert frames[index - 1] == "worker (spinning.py:14)"
             # The Python frames follow the native frame of the eval loop that runs them.
             assert frames[index - 2].startswith("_PyEval_EvalFrameDefault"), frames
-    assert worker >= 20, document["threads"]  # of about 100 asked for
+    assert worker >= 20, threads  # of about 100 asked for
     assert spinning >= 0.8 * worker  # the busy thread is nearly always inside spin_in_python
 
 
