@@ -28,6 +28,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import resource
 import shutil
 import struct
@@ -562,6 +563,22 @@ def test_the_command_prints_python_frames_under_their_native_frame(parked: Parke
     found = parse_text(command("pid", str(parked.pid), "--python").stdout)
     for tid, frames in parked.truth.items():
         assert found[tid] == frames, f"thread {tid}"
+
+
+def test_folded_stacks_have_a_level_per_python_frame(parked: Parked) -> None:
+    """``--collapsed`` names Python frames as ``profile`` does, outermost first."""
+    folded = command("pid", str(parked.pid), "--python", "--collapsed").stdout
+    stacks = [line.rpartition(" ")[0].split(";") for line in folded.splitlines()]
+    # Without --lines only Python frames carry a place: "function (file:line)".
+    python_levels = [
+        [level for level in stack if re.search(r" \(.+:\d+\)$", level)] for stack in stacks
+    ]
+    for tid, frames in parked.truth.items():
+        expected = [
+            f"{function.replace(' ', '_')} ({os.path.basename(file)}:{line})"
+            for function, file, line in reversed(frames)
+        ]
+        assert expected in python_levels, f"thread {tid}"
 
 
 def test_without_python_no_frame_has_python_frames(parked: Parked) -> None:

@@ -193,13 +193,14 @@ def format_collapsed(backtraces: Iterable[Backtrace]) -> str:
     """Folded stacks, as flame-graph tools read them: ``thread;outer;…;inner count``.
 
     Identical stacks of threads with the same name are counted together,
-    across every backtrace given (one per ``--repeat`` sample).
+    across every backtrace given (one per ``--repeat`` sample).  The levels
+    are the profile's: with ``--python`` a level per Python frame under the
+    eval-loop frame that runs it, with ``--lines`` one per inlined call.
     """
-    from liveunwind.backtrace.profile import frame_name  # the profile's names, one rule
+    from liveunwind.backtrace.profile import stack_of  # the profile's names, one rule
 
     counts: Counter[str] = Counter()
     for backtrace in backtraces:
         for thread in backtrace.threads:
-            names = [frame_name(frame) for frame in reversed(thread.frames)]
-            counts[";".join([thread.name or str(thread.tid), *names])] += 1
+            counts[";".join([thread.name or str(thread.tid), *stack_of(thread)])] += 1
     return "".join(f"{stack} {count}\n" for stack, count in sorted(counts.items()))
