@@ -59,6 +59,7 @@ from liveunwind.modules.python import (
     collect,
     describe,
     find_interpreter,
+    finish,
     prepare,
     python_stacks,
 )
@@ -233,7 +234,10 @@ class LiveResult:
         collected: Collected,
         backtrace: Backtrace,
         problems: list[str],
+        deferred: int = 0,
     ) -> None:
+        #: How many threads the stop left to be walked after it.
+        self.deferred = deferred
         self.interpreter = interpreter
         self.snapshot = snapshot
         self.collected = collected
@@ -257,21 +261,45 @@ def frozen_batches(snapshot: Snapshot):  # type: ignore[no-untyped-def]
     return read_many
 
 
-def read_live(parked: Parked, *, batches: bool = True) -> LiveResult:
-    """Stops the process, copies its stacks and Python state, lets it go, then unwinds."""
+def read_live(
+    parked: Parked,
+    *,
+    batches: bool = True,
+    ahead: bool = True,
+    stop_reads: list[list[tuple[int, int]]] | None = None,
+) -> LiveResult:
+    """Stops the process, copies its stacks and Python state, lets it go, then unwinds.
+
+    As a session does: with ``ahead``, the running process is walked before
+    the stop (:func:`prepare`); what the stop left is walked after it
+    (:func:`finish`).  ``stop_reads`` collects the batches the stop reads.
+    """
     debug_dirs = ("/usr/lib/debug",) if parked.python.debug else ()
     problems: list[str] = []
     process = PtraceProcess(parked.pid)
     before = ModuleMap(process, debug_dirs=debug_dirs)
     interpreter = find_interpreter(process, before.modules, problems)
     assert interpreter is not None, problems
+    if ahead:
+        prepare(process.read, interpreter, process.read_frozen_many)
     with process:
         snapshot = Snapshot.capture(process)
-        collected = capture(snapshot, interpreter, frozen_batches(snapshot) if batches else None)
+        read_many = frozen_batches(snapshot) if batches else None
+        if read_many is not None and stop_reads is not None:
+            counted = read_many
+
+            def read_many(ranges: list[tuple[int, int]]) -> list[bytes | None]:
+                stop_reads.append(list(ranges))
+                return counted(ranges)
+
+        captured = capture(snapshot, interpreter, read_many)
     assert not process.stopped
+    collected = finish(captured, snapshot)
     modules = ModuleMap(snapshot, debug_dirs=debug_dirs, previous=before)
     backtrace = Backtracer(BacktraceOptions()).backtrace(snapshot, {}, modules=modules)
-    return LiveResult(interpreter, snapshot, collected, backtrace, problems)
+    return LiveResult(
+        interpreter, snapshot, collected, backtrace, problems, len(captured.deferred)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -380,17 +408,61 @@ def _names_static_functions(python: Python) -> bool:
 
 
 def test_the_snapshot_keeps_everything_the_python_walk_read(live: LiveResult) -> None:
-    """After the process runs again the same walk, from scratch, reads only the copy."""
-    fresh = Interpreter(
-        live.interpreter.module,
-        live.interpreter.runtime,
-        live.interpreter.version,
-        live.interpreter.layout,
-        live.interpreter.types,
-    )
-    again = collect(Memory(live.snapshot.read_frozen), fresh)
+    """After the process runs again the same walk reads only the copy.
+
+    Thread states, frames and code objects' headers are all in it; the names
+    and line tables were read ahead, into the interpreter's code cache.
+    """
+    again = collect(Memory(live.snapshot.read_frozen), live.interpreter)
     assert again.problems == []
     assert [frames_of(t) for t in describe(again)] == [frames_of(t) for t in live.threads]
+
+
+def test_the_stop_reads_the_plan_with_one_request_and_walks_after_it(parked: Parked) -> None:
+    """Read ahead, the stop fetches one batch and leaves the parked threads for after it."""
+    stop_reads: list[list[tuple[int, int]]] = []
+    result = read_live(parked, stop_reads=stop_reads)
+    assert_equal_to_truth(result.threads, parked.truth)
+    assert result.collected.problems == []
+    assert len(stop_reads) == 1, stop_reads
+    assert result.deferred == len(result.collected.threads) == THREADS  # all of them parked
+    plan = result.interpreter.plan
+    assert stop_reads[0] == plan and plan == sorted(plan)
+
+
+def test_without_the_read_ahead_the_stop_walks_every_thread(parked: Parked) -> None:
+    """Nothing seen before the stop: every thread is walked in it, and nothing is late."""
+    if parked.python.name != "debian":
+        pytest.skip("one interpreter is enough")
+    result = read_live(parked, ahead=False)
+    assert_equal_to_truth(result.threads, parked.truth)
+    assert result.collected.problems == []
+
+
+def test_what_the_stop_did_not_copy_is_read_after_it_and_said(parked: Parked) -> None:
+    """A plan that leaves out the code objects: they are read late, and the walk says so."""
+    if parked.python.name != "debian":
+        pytest.skip("one interpreter is enough")
+    problems: list[str] = []
+    process = PtraceProcess(parked.pid)
+    interpreter = find_interpreter(process, ModuleMap(process).modules, problems)
+    assert interpreter is not None, problems
+    ahead = collect(Memory(process.read, process.read_frozen_many), interpreter)  # prepare()
+    codes = [address for address, code in ahead.codes.items() if code is not None]
+    assert codes
+    interpreter.plan = [
+        (start, size)
+        for start, size in interpreter.plan
+        if not any(start <= code < start + size for code in codes)
+    ]
+    with process:
+        snapshot = Snapshot.capture(process)
+        captured = capture(snapshot, interpreter, snapshot.read_frozen_many)
+    assert captured.deferred, "the parked threads did not move: they are left for after the stop"
+    collected = finish(captured, snapshot)
+    assert_equal_to_truth(describe(collected), parked.truth)
+    late = [problem for problem in collected.problems if "after it ran again" in problem]
+    assert late and all("reads of code objects" in problem for problem in late), collected.problems
 
 
 def test_without_batched_reads_the_frames_are_the_same(parked: Parked) -> None:

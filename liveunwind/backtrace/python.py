@@ -22,9 +22,11 @@ live process in a pid namespace (a container) by the id it has there.
 :class:`PythonReader` is what a :class:`~liveunwind.backtrace.backtracer.Backtracer`
 asked for Python frames keeps between backtraces: the interpreter it found
 (with the code objects it has read) until the module holding it moves.  A
-live process is read in three steps around its stop (before it, read ahead;
-in it, the snapshot; after it, describe and place), any other target in one
-step after the native walk.
+live process is read in three steps around its stop (before it, a walk of
+the running process that reads code objects ahead and plans the stop's copy;
+in it, that copy, one request, and the walk of any thread that moved since;
+after it, the walk of the others from the copy, then describe and place),
+any other target in one step after the native walk.
 """
 
 from __future__ import annotations
@@ -32,14 +34,22 @@ from __future__ import annotations
 import contextlib
 
 from liveunwind.errors import LiveUnwindError
-from liveunwind.modules.python import Memory, capture, collect, describe, find_interpreter, prepare
+from liveunwind.modules.python import (
+    Memory,
+    capture,
+    collect,
+    describe,
+    find_interpreter,
+    finish,
+    prepare,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from liveunwind.frames import Backtrace, Frame, PythonFrame, ThreadBacktrace
     from liveunwind.modules.module import Module
     from liveunwind.modules.modulemap import ModuleMap
-    from liveunwind.modules.python import Collected, Interpreter, PythonThread, Read
+    from liveunwind.modules.python import Captured, Interpreter, PythonThread, Read, ReadMany
     from liveunwind.targets.base import AddressSpace
 
 #: The eval loop's symbol (its hot/cold split parts share the prefix).
@@ -161,7 +171,7 @@ class PythonReader:
         #: ids inside its pid namespace, the ids the interpreter knows them by.
         self.live_pid: int | None = None
         #: What a stop read, for the backtrace of that stop.
-        self._captured: Collected | None = None
+        self._captured: Captured | None = None
 
     def interpreter(self, modules: ModuleMap) -> Interpreter | None:
         """The target's CPython runtime: the one found before if its module did not move."""
@@ -187,8 +197,8 @@ class PythonReader:
         )
         return interpreter
 
-    def before_stop(self, modules: ModuleMap, read: Read) -> bool:
-        """Finds the interpreter of a running process and reads its code objects ahead.
+    def before_stop(self, modules: ModuleMap, read: Read, read_many: ReadMany) -> bool:
+        """Finds the interpreter of a running process and walks it ahead: code objects, plan.
 
         Returns whether there is one, i.e. whether :meth:`capture` has
         anything to do in the stop.  What goes wrong reading ahead costs
@@ -200,11 +210,15 @@ class PythonReader:
             return False
         # The stop reads what this misses; a process that is gone fails its attach.
         with contextlib.suppress(LiveUnwindError, OSError):
-            prepare(read, interpreter)
+            prepare(read, interpreter, read_many)
         return True
 
     def capture(self, space: AddressSpace) -> None:
-        """While the process is stopped: reads its Python stacks through the snapshot."""
+        """While the process is stopped: copies its Python stacks through the snapshot.
+
+        Only what must be read in the stop is (see :func:`~liveunwind.modules.python.capture`);
+        :meth:`add_frames` walks the rest after the process runs again.
+        """
         interpreter = self._interpreter
         if interpreter is not None:
             self._captured = capture(space, interpreter, space.read_frozen_many)
@@ -212,11 +226,12 @@ class PythonReader:
     def add_frames(self, space: AddressSpace, modules: ModuleMap, backtrace: Backtrace) -> None:
         """Puts each thread's Python frames on the native frames of ``backtrace``.
 
-        What the stop captured, if :meth:`capture` ran; otherwise ``space``
-        is read now (a core, a process still stopped).  Problems are added
-        to the backtrace's.
+        What the stop captured, if :meth:`capture` ran (the threads it left
+        are walked now, from its copy); otherwise ``space`` is read now (a
+        core, a process still stopped).  Problems are added to the backtrace's.
         """
-        collected, self._captured = self._captured, None
+        captured, self._captured = self._captured, None
+        collected = None if captured is None else finish(captured, space)
         if collected is None:
             interpreter = self.interpreter(modules)
             if interpreter is not None:
