@@ -297,9 +297,7 @@ def read_live(
     collected = finish(captured, snapshot)
     modules = ModuleMap(snapshot, debug_dirs=debug_dirs, previous=before)
     backtrace = Backtracer(BacktraceOptions()).backtrace(snapshot, {}, modules=modules)
-    return LiveResult(
-        interpreter, snapshot, collected, backtrace, problems, len(captured.deferred)
-    )
+    return LiveResult(interpreter, snapshot, collected, backtrace, problems, len(captured.deferred))
 
 
 @pytest.fixture(scope="module")

@@ -433,17 +433,16 @@ class Memory:
 
 #: Room for frames pushed since the last walk, fetched with a frame stack's used part.
 DATASTACK_SLACK = 512
-_PAGE = 4096
 
 
 def _grown(start: int, end: int) -> int:
-    """The end of a frame stack's used part plus some slack, up to a page boundary.
+    """The end of a frame stack's used part plus some slack.
 
-    A chunk is whole pages of memory, so the page after its used end is
-    there unless the chunk ends; if it does, the fetch fails and the exact
-    part is fetched on its own.
+    No more: every byte fetched in the stop is memory liveunwind touches for
+    the first time while the process waits.  Where the chunk ends within
+    the slack the fetch fails and the exact part is fetched on its own.
     """
-    return min((end + DATASTACK_SLACK + _PAGE - 1) & -_PAGE, start + MAX_CHUNK_PREFETCH)
+    return min(end + DATASTACK_SLACK, start + MAX_CHUNK_PREFETCH)
 
 
 #: One past the last address: pointers read from the target plus offsets may pass it.
@@ -574,6 +573,12 @@ class RawThread:
         #: Frames the walk found outside it (generators', older chunks'): the next plan's.
         self.outside: list[tuple[int, int]] = []
         self.runs: list[tuple[int | None, list[RawFrame]]] = []
+
+    @property
+    def fetchable(self) -> bool:
+        """Whether the used part of the frame stack is fetched whole (not absurdly large)."""
+        start, end = self.datastack
+        return bool(start) and 0 < end - start <= MAX_CHUNK_PREFETCH
 
 
 class Collected:
@@ -737,13 +742,11 @@ def read_threads(memory: Memory, interpreter: Interpreter) -> Collected:
             collected.problems.append(f"python: interpreter at {interp:#x}: {error}")
             break
     collected.interpreters = list(seen_interpreters)
-    wanted = [
-        thread
-        for thread in collected.threads
-        if thread.datastack[0] and 0 < thread.datastack[1] - thread.datastack[0] <= MAX_CHUNK_PREFETCH
-    ]
+    wanted = [thread for thread in collected.threads if thread.fetchable]
     # What grew past the plan or is new (nothing, mostly).
-    memory.prefetch([(start, end - start) for start, end in (thread.datastack for thread in wanted)])
+    memory.prefetch(
+        [(start, end - start) for start, end in (thread.datastack for thread in wanted)]
+    )
     for thread in wanted:
         start, end = thread.datastack
         try:
@@ -770,8 +773,9 @@ def _conclude(collected: Collected, codes: list[int]) -> Collected:
             *((thread.thread_state, layout.tstate_read_size) for thread in collected.threads),
             *(
                 (start, _grown(start, end) - start)
-                for start, end in (thread.datastack for thread in collected.threads)
-                if start and 0 < end - start <= MAX_CHUNK_PREFETCH
+                for start, end in (
+                    thread.datastack for thread in collected.threads if thread.fetchable
+                )
             ),
             *(range_ for thread in collected.threads for range_ in thread.outside),
             *((address, layout.code_read_size) for address in codes),

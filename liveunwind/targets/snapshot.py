@@ -153,23 +153,31 @@ class Snapshot(AddressSpace):
         """
         if not self._live.stopped:
             return super().read_frozen_many(ranges)
-        results: list[bytes | None] = []
+        results: list[bytes | None] = [None] * len(ranges)
         missing: list[int] = []
+        # The process is stopped: every loop turn here is frozen time, so the test
+        # whether a range starts in a stack copy is made inline.
+        starts, ends = self._copies.bounds()
+        bisect_right, limit = bisect.bisect_right, MAX_FROZEN_RANGE
         for index, (address, size) in enumerate(ranges):
-            data = None
-            if _plausible(address, size):
+            if address < 0 or not 0 <= size <= limit or address + size > _SPACE_END:
+                continue
+            at = bisect_right(starts, address) - 1
+            if at >= 0 and address < ends[at]:
                 data = self._from_stacks(address, size)
-                if data is None:
-                    missing.append(index)
-            results.append(data)
+                if data is not None:
+                    results[index] = data
+                    continue
+            missing.append(index)
         try:
             fetched = syscalls.read_remote(self.pid, [ranges[index] for index in missing])
         except OSError:  # process_vm_readv refused: one read at a time, as read_frozen does
             return super().read_frozen_many(ranges)
+        add = self._frozen.add
         for index, data in zip(missing, fetched):
-            results[index] = data
             if data is not None:
-                self._frozen.add(ranges[index][0], data)
+                results[index] = data
+                add(ranges[index][0], data)
         return results
 
     def read_word(self, address: int) -> int:
@@ -214,12 +222,13 @@ class _Copies:
     them were copied at the same instant.
     """
 
-    __slots__ = ("_blocks", "_last", "_pieces", "_starts")
+    __slots__ = ("_blocks", "_ends", "_last", "_pieces", "_starts")
 
     def __init__(self, pieces: list[tuple[int, Block]]) -> None:
         self._pieces = pieces
         self._blocks: list[tuple[int, Block]] = []
         self._starts: list[int] = []
+        self._ends: list[int] = []
         #: The block the last word came from: the stepper reads one stack at a time.
         self._last: tuple[int, Block] = (0, b"")
 
@@ -248,6 +257,12 @@ class _Copies:
         if offset < len(data):
             raise MemoryReadError(address, size, "beyond the copied part")
         return None
+
+    def bounds(self) -> tuple[list[int], list[int]]:
+        """Where the blocks start and end, sorted: for a caller that tests many addresses."""
+        if self._pieces:
+            self._merge_pieces()
+        return self._starts, self._ends
 
     def word(self, address: int) -> int | None:
         """The word at ``address`` when a block holds all of it, else None."""
@@ -284,6 +299,7 @@ class _Copies:
                 end = start + len(data)
         self._blocks = [_join(run) for run in runs]
         self._starts = [start for start, _ in self._blocks]
+        self._ends = [start + len(data) for start, data in self._blocks]
         self._pieces = []
 
 
@@ -291,9 +307,8 @@ class _Copies:
 MAX_FROZEN_RANGE = 16 << 20
 
 
-def _plausible(address: int, size: int) -> bool:
-    """A range that can be asked of the kernel: inside the address space, not absurdly large."""
-    return address >= 0 and 0 <= size <= MAX_FROZEN_RANGE and address + size <= 1 << 64
+#: One past the last address.
+_SPACE_END = 1 << 64
 
 
 def _join(run: list[tuple[int, Block]]) -> tuple[int, Block]:
