@@ -51,6 +51,8 @@ if TYPE_CHECKING:
     from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.modules.python import Captured, Interpreter, PythonThread, Read, ReadMany
     from liveunwind.targets.base import AddressSpace
+    from liveunwind.targets.snapshot import Snapshot
+    from liveunwind.targets.syscalls import PlannedRead
 
 #: The eval loop's symbol (its hot/cold split parts share the prefix).
 EVAL_FUNCTION = "_PyEval_EvalFrameDefault"
@@ -170,6 +172,8 @@ class PythonReader:
         #: The pid of a live target (set by its session): its threads may have other
         #: ids inside its pid namespace, the ids the interpreter knows them by.
         self.live_pid: int | None = None
+        #: The stop's read of the plan, made ready before it (see :meth:`before_stop`).
+        self._planned: PlannedRead | None = None
         #: What a stop read, for the backtrace of that stop.
         self._captured: Captured | None = None
 
@@ -211,17 +215,21 @@ class PythonReader:
         # The stop reads what this misses; a process that is gone fails its attach.
         with contextlib.suppress(LiveUnwindError, OSError):
             prepare(read, interpreter, read_many)
+        from liveunwind.targets.syscalls import PlannedRead
+
+        self._planned = PlannedRead(interpreter.plan) if interpreter.plan else None
         return True
 
-    def capture(self, space: AddressSpace) -> None:
+    def capture(self, snapshot: Snapshot) -> None:
         """While the process is stopped: copies its Python stacks through the snapshot.
 
         Only what must be read in the stop is (see :func:`~liveunwind.modules.python.capture`);
         :meth:`add_frames` walks the rest after the process runs again.
         """
-        interpreter = self._interpreter
+        interpreter, planned, self._planned = self._interpreter, self._planned, None
         if interpreter is not None:
-            self._captured = capture(space, interpreter, space.read_frozen_many)
+            fetched = None if planned is None else (planned.ranges, snapshot.read_planned(planned))
+            self._captured = capture(snapshot, interpreter, snapshot.read_frozen_many, fetched)
 
     def add_frames(self, space: AddressSpace, modules: ModuleMap, backtrace: Backtrace) -> None:
         """Puts each thread's Python frames on the native frames of ``backtrace``.

@@ -91,7 +91,7 @@ class Session:
                     timings["registry"] = time.perf_counter() - copied
                 if python is not None:
                     reading = time.perf_counter()
-                    python.capture(space)
+                    python.capture(snapshot)
                     timings["python_copy"] = time.perf_counter() - reading
             else:
                 backtrace = self._backtracer.backtrace(

@@ -484,7 +484,7 @@ class Record:
         #: Picks each field, in the order given, from the values in offset order.
         self._order = operator.itemgetter(*(by_offset.index(index) for index in range(len(fields))))
 
-    def unpack(self, data: bytes, offset: int = 0) -> tuple[int, ...]:
+    def unpack(self, data: bytes | bytearray, offset: int = 0) -> tuple[int, ...]:
         """The fields of the structure at ``offset`` of ``data``."""
         return self._order(self._struct.unpack_from(data, offset))
 

@@ -51,7 +51,7 @@ from liveunwind.frames import PythonFrame
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Sequence
 
     from liveunwind.formats.elf import ElfImage
     from liveunwind.modules.module import Module
@@ -59,6 +59,10 @@ if TYPE_CHECKING:
 
     Read = Callable[[int, int], bytes]
     ReadMany = Callable[[list[tuple[int, int]]], list[bytes | None]]
+    #: Memory as fetched: bytes, or the bytearray the kernel wrote into.
+    Data = bytes | bytearray
+    #: Ranges and what was read of each (None: unreadable).
+    Fetched = tuple[list[tuple[int, int]], Sequence[Data | None]]
     #: One frame as read in the stop: its code object's address, where it is in the
     #: code, and whether a generator owns it.  A tuple: the stop makes one per frame.
     RawFrame = tuple[int, int, bool]
@@ -334,8 +338,8 @@ class Memory:
         self._read = read
         self._read_many = read_many
         self._starts: list[int] = []
-        self._blocks: list[tuple[int, bytes]] = []
-        self._last: tuple[int, bytes] = (0, b"")
+        self._blocks: list[tuple[int, Data]] = []
+        self._last: tuple[int, Data] = (0, b"")
         #: Reads :meth:`after_stop`'s reader had to take from the running process.
         self.late = 0
 
@@ -348,7 +352,7 @@ class Memory:
                 [
                     (start, size)
                     for start, size in ranges
-                    if start + size <= _END and not self._holds(start, size)
+                    if start + size <= _END and not self.holds(start, size)
                 ]
             )
         )
@@ -359,24 +363,22 @@ class Memory:
         The plan a walk leaves for the next one is all that already: in the
         stop it goes to the target without being looked at again.
         """
-        if self._read_many is None or not ranges:
-            return
-        fetched = [
-            (start, data)
-            for (start, _), data in zip(ranges, self._read_many(ranges))
-            if data is not None
-        ]
+        if self._read_many is not None and ranges:
+            self.take(ranges, self._read_many(ranges))
+
+    def take(self, ranges: list[tuple[int, int]], results: Sequence[Data | None]) -> None:
+        """Keeps what was read of ``ranges`` (sorted, disjoint): one result per range, or None."""
+        fetched = [(start, data) for (start, _), data in zip(ranges, results) if data is not None]
         self._blocks = sorted([*self._blocks, *fetched]) if self._blocks else fetched
         self._starts = [start for start, _ in self._blocks]
 
-    def read_kept(self, address: int, size: int) -> bytes:
-        """``read``, keeping what was not fetched yet: later reads inside it see these bytes."""
-        if self._holds(address, size):
-            return self.read(address, size)
-        data = self._read(address, size)
-        self._blocks = sorted([*self._blocks, (address, data)])
-        self._starts = [start for start, _ in self._blocks]
-        return data
+    def locate_kept(self, address: int, size: int) -> tuple[Data, int]:
+        """``locate``, keeping what was not fetched yet: later reads inside it see these bytes."""
+        if not self.holds(address, size):
+            data = self._read(address, size)
+            self._blocks = sorted([*self._blocks, (address, data)])
+            self._starts = [start for start, _ in self._blocks]
+        return self.locate(address, size)
 
     def after_stop(self, frozen: Read, live: Read, frozen_many: ReadMany) -> None:
         """From now on reads the stop's copy (``frozen``), and what it lacks from ``live``.
@@ -395,7 +397,7 @@ class Memory:
         self._read = read
         self._read_many = frozen_many
 
-    def _holds(self, address: int, size: int) -> bool:
+    def holds(self, address: int, size: int) -> bool:
         """Whether a fetched block holds all of the range (the nearest block below it)."""
         index = bisect.bisect_right(self._starts, address) - 1
         if index < 0:
@@ -405,9 +407,11 @@ class Memory:
 
     def read(self, address: int, size: int) -> bytes:
         data, offset = self.locate(address, size)
+        if type(data) is not bytes:
+            return bytes(memoryview(data)[offset : offset + size])
         return data[offset : offset + size] if offset or len(data) != size else data
 
-    def locate(self, address: int, size: int) -> tuple[bytes, int]:
+    def locate(self, address: int, size: int) -> tuple[Data, int]:
         """Where the ``size`` bytes at ``address`` are: a fetched block and their offset in it.
 
         Lets a walk unpack a structure where it lies instead of copying it out first.
@@ -568,11 +572,31 @@ class RawThread:
             cpython.word(data, layout.tstate_datastack),
             cpython.word(data, layout.tstate_datastack + 8),
         )
-        #: The bytes of that used part, where it was fetched whole.
-        self.stack: bytes | None = None
+        #: Where the bytes of that used part are, if fetched whole: a block and the offset
+        #: in it (not copied out: in the stop they are only compared).
+        self.stack: tuple[Data, int] | None = None
         #: Frames the walk found outside it (generators', older chunks'): the next plan's.
         self.outside: list[tuple[int, int]] = []
         self.runs: list[tuple[int | None, list[RawFrame]]] = []
+
+    @property
+    def stack_bytes(self) -> bytes:
+        """The used part of the frame stack (``stack`` must be known)."""
+        assert self.stack is not None
+        data, offset = self.stack
+        start, end = self.datastack
+        return bytes(memoryview(data)[offset : offset + end - start])
+
+    def unchanged(self, seen: tuple[int, bytes] | None) -> bool:
+        """Whether frame pointer and frame stack are what an earlier walk ``seen``.
+
+        Compared where the bytes lie, without copying them out.
+        """
+        if seen is None or self.stack is None or seen[0] != self.frame:
+            return False
+        data, offset = self.stack
+        start, end = self.datastack
+        return len(seen[1]) == end - start and data.startswith(seen[1], offset)
 
     @property
     def fetchable(self) -> bool:
@@ -613,12 +637,15 @@ class Captured:
         self.memory = memory
         self.collected = collected
         self.deferred = deferred
-        #: Code objects the threads walked in the stop run.
+        #: Code objects the threads walked in the stop run (read there unless copied).
         self.codes = codes
 
 
 def capture(
-    space: AddressSpace, interpreter: Interpreter, read_many: ReadMany | None = None
+    space: AddressSpace,
+    interpreter: Interpreter,
+    read_many: ReadMany | None = None,
+    planned: Fetched | None = None,
 ) -> Captured:
     """While a live target is stopped: the part of the walk that must happen in the stop.
 
@@ -630,23 +657,25 @@ def capture(
     copied.  The others (a thread that ran since) are walked here, with the
     code objects they run, as before.  Reads go through ``space.read_frozen``,
     so the snapshot keeps every byte; ``read_many`` batches a level (see
-    :class:`Memory`) and must read the same frozen memory.
+    :class:`Memory`) and must read the same frozen memory.  ``planned`` is
+    the plan as the caller already read it in the stop (ranges, results),
+    with a system call it made ready before the stop.
     """
     memory = Memory(space.read_frozen, read_many)
-    collected = read_threads(memory, interpreter)
+    collected = read_threads(memory, interpreter, planned)
     deferred: list[RawThread] = []
     codes: dict[int, None] = {}
     known = interpreter.stacks
     record = interpreter.frame_record
     for thread in collected.threads:
-        if thread.stack is not None and known.get(thread.thread_state) == (
-            thread.frame,
-            thread.stack,
-        ):
+        if thread.unchanged(known.get(thread.thread_state)):
             deferred.append(thread)
         else:
             _walk_thread(memory, collected, thread, record, codes)
-    _collect_codes(memory, collected, list(codes))
+    # Code objects whose header the stop copied are checked after it; the others,
+    # with their names and line tables, now (a thread that moved to new code).
+    size = interpreter.layout.code_read_size
+    _collect_codes(memory, collected, [code for code in codes if not memory.holds(code, size)])
     return Captured(memory, collected, deferred, list(codes))
 
 
@@ -711,16 +740,21 @@ def collect(memory: Memory, interpreter: Interpreter) -> Collected:
     return _conclude(collected, list(codes))
 
 
-def read_threads(memory: Memory, interpreter: Interpreter) -> Collected:
+def read_threads(
+    memory: Memory, interpreter: Interpreter, planned: Fetched | None = None
+) -> Collected:
     """The interpreters, their thread states and the used parts of their frame stacks.
 
-    Starts by fetching the last walk's plan in one request: in a process
-    that moved on little (the walk before the stop was a moment ago) that
-    is everything.
+    Starts by fetching the last walk's plan in one request (or taking it as
+    ``planned`` already read it): in a process that moved on little (the
+    walk before the stop was a moment ago) that is everything.
     """
     collected = Collected(interpreter)
     layout = interpreter.layout
-    memory.fetch(interpreter.plan)
+    if planned is None:
+        memory.fetch(interpreter.plan)
+    else:
+        memory.take(*planned)
     try:
         head = cpython.word(
             memory.read(interpreter.runtime + layout.runtime_interpreters_head, 8), 0
@@ -750,7 +784,7 @@ def read_threads(memory: Memory, interpreter: Interpreter) -> Collected:
     for thread in wanted:
         start, end = thread.datastack
         try:
-            thread.stack = memory.read_kept(start, end - start)
+            thread.stack = memory.locate_kept(start, end - start)
         except MemoryReadError:
             continue  # its frames are read one by one, where the walk needs them
     return collected
@@ -782,7 +816,7 @@ def _conclude(collected: Collected, codes: list[int]) -> Collected:
         ]
     )
     interpreter.stacks = {
-        thread.thread_state: (thread.frame, thread.stack)
+        thread.thread_state: (thread.frame, thread.stack_bytes)
         for thread in collected.threads
         if thread.stack is not None
     }
@@ -859,7 +893,8 @@ def _collect_frames(
     frames: list[RawFrame] = []
     #: Address of each run's innermost frame (3.11 matches them to _PyCFrames).
     firsts: list[int] = []
-    block, block_start = b"", 0  # where the last frame was: the next one mostly is too
+    block: Data = b""  # where the last frame was: the next one mostly is too
+    block_start = 0
     #: Frames outside the used part of the frame stack go to the next walk's plan.
     low, high = thread.datastack
     outside = thread.outside

@@ -30,6 +30,7 @@ from liveunwind.targets.base import AddressSpace
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import mmap
+    from collections.abc import Sequence
 
     from liveunwind.targets.base import Mapping, ThreadState
     from liveunwind.targets.files import RegularFile
@@ -180,6 +181,25 @@ class Snapshot(AddressSpace):
                 add(ranges[index][0], data)
         return results
 
+    def read_planned(self, planned: syscalls.PlannedRead) -> Sequence[bytes | bytearray | None]:
+        """``read_frozen_many(planned.ranges)``, with the system call made ready before the stop.
+
+        While stopped the ranges go to the kernel as they are, those the
+        stack copies hold too (the process is stopped: the bytes are the
+        same), and what was read is kept as ``read_frozen`` keeps it.
+        """
+        if not self._live.stopped:
+            return self.read_frozen_many(planned.ranges)
+        try:
+            fetched = planned.run(self.pid)
+        except OSError:  # process_vm_readv refused: one read at a time, as read_frozen does
+            return self.read_frozen_many(planned.ranges)
+        add = self._frozen.add
+        for (start, _), data in zip(planned.ranges, fetched):
+            if data is not None:
+                add(start, data)
+        return fetched
+
     def read_word(self, address: int) -> int:
         """The little-endian word at ``address``: the stepper's fast path for saved registers."""
         value = self._copies.word(address)
@@ -232,7 +252,7 @@ class _Copies:
         #: The block the last word came from: the stepper reads one stack at a time.
         self._last: tuple[int, Block] = (0, b"")
 
-    def add(self, start: int, data: bytes) -> None:
+    def add(self, start: int, data: Block) -> None:
         if data:
             self._pieces.append((start, data))
 
