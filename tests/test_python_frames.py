@@ -658,6 +658,45 @@ def test_a_session_keeps_the_interpreter_and_reads_again_in_each_stop(parked: Pa
         assert_equal_to_truth(_as_threads(backtrace), parked.truth)
 
 
+def test_a_session_stop_reads_python_with_one_system_call(
+    parked: Parked, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a session's stop the Python state of the parked program is one planned read."""
+    if parked.python.name != "debian":
+        pytest.skip("one interpreter is enough")
+    from liveunwind.backtrace.python import PythonReader
+    from liveunwind.targets import syscalls
+
+    calls: list[str] = []
+    monkeypatch.setattr(
+        syscalls, "read_remote", _counted(calls, "read_remote", syscalls.read_remote)
+    )
+    monkeypatch.setattr(
+        syscalls.PlannedRead, "run", _counted(calls, "planned", syscalls.PlannedRead.run)
+    )
+    in_stop: list[list[str]] = []
+    real_capture = PythonReader.capture
+
+    def capture(reader: PythonReader, snapshot: Snapshot) -> None:
+        calls.clear()
+        real_capture(reader, snapshot)
+        in_stop.append(list(calls))
+
+    monkeypatch.setattr(PythonReader, "capture", capture)
+    backtrace = Session(parked.pid, options=BacktraceOptions(python=True)).backtrace()
+    assert in_stop == [["planned"]]
+    assert backtrace.problems == []
+    assert_equal_to_truth(_as_threads(backtrace), parked.truth)
+
+
+def _counted(calls: list[str], name: str, function):  # type: ignore[no-untyped-def]
+    def counting(*arguments):  # type: ignore[no-untyped-def]
+        calls.append(name)
+        return function(*arguments)
+
+    return counting
+
+
 def _as_threads(backtrace: Backtrace) -> list[PythonThread]:
     """The Python frames a backtrace carries, as PythonThreads (one run per thread)."""
     from liveunwind.modules.python import PythonRun
@@ -1252,6 +1291,50 @@ def test_read_frozen_many_fetches_what_the_stacks_lack_in_one_call(
     assert calls == []
     with pytest.raises(MemoryReadError):
         snapshot.read_frozen(data.start + 64, 8)  # never read while stopped
+
+
+def test_a_planned_read_made_before_the_stop_reads_what_read_frozen_many_reads(
+    run_program,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """PlannedRead: built while the process runs, one system call in the stop, kept alike.
+
+    A range that cannot be read is None, and the ranges after it in the
+    batch are read all the same; the buffers are handed over, so it runs once.
+    """
+    from liveunwind.targets import syscalls
+
+    program = run_program("threads-O2")
+    process = PtraceProcess(program.pid)
+    heap = [m for m in process.mappings() if m.readable and m.writable and not m.is_file]
+    data = next(m for m in process.mappings() if m.is_file and m.readable)
+    ranges = [(data.start, 16), (data.start + 64, 24), (8, 16), (heap[0].start + 8, 32)]
+    planned = syscalls.PlannedRead(ranges)
+    calls: list[int] = []
+    real = syscalls._process_vm_readv
+
+    def counting(*arguments):  # type: ignore[no-untyped-def]
+        calls.append(arguments[2])
+        return real(*arguments)
+
+    monkeypatch.setattr(syscalls, "_process_vm_readv", counting)
+    with process:
+        snapshot = Snapshot.capture(process)
+        calls.clear()
+        stopped = snapshot.read_planned(planned)
+        assert calls[0] == len(ranges)  # the whole plan in one call, the rest after the hole
+        assert sum(calls) == len(ranges) + 1 and len(calls) == 2
+        assert list(stopped) == snapshot.read_frozen_many(ranges)
+        assert stopped[2] is None and all(stopped[index] for index in (0, 1, 3))
+        with pytest.raises(RuntimeError):
+            planned.run(program.pid)
+    calls.clear()
+    assert [snapshot.read_frozen(*range_) for range_ in (ranges[0], ranges[1], ranges[3])] == [
+        bytes(stopped[0]),  # type: ignore[arg-type]
+        bytes(stopped[1]),  # type: ignore[arg-type]
+        bytes(stopped[3]),  # type: ignore[arg-type]
+    ]
+    assert calls == []  # afterwards: the copy
 
 
 def test_find_symbol_copies_no_symbol_table() -> None:
