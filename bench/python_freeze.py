@@ -10,8 +10,8 @@ the order reversed every other round, so that a machine whose load changes
 weighs on all of them alike.  Target and tool run under ``chrt -f 50``
 (unless ``--no-rt``): on a machine shared with other work the scheduler
 would otherwise put its own delays into the gap.  Prints, per variant, the
-median heartbeat freeze (min-max), its ratio to the first variant, and the
-medians of the ``--stats`` phases of the stop.
+median heartbeat freeze (min-max), its ratio to the first variant, the
+median wall time and the medians of the ``--stats`` phases of the stop.
 
 Example: python3 bench/python_freeze.py main=/work/main=--python \
     mine=.=--python plain=.
@@ -60,19 +60,22 @@ def main() -> int:
                 print("the target did not start", file=sys.stderr)
                 return 1
             time.sleep(0.5)  # let every thread park
-            freezes, phases = run_rounds(target.pid, heartbeat, variants, arguments.rounds, rt)
+            freezes, walls, phases = run_rounds(
+                target.pid, heartbeat, variants, arguments.rounds, rt
+            )
         finally:
             target.kill()
             target.wait()
-    report(variants, freezes, phases)
+    report(variants, freezes, walls, phases)
     return 0
 
 
 def run_rounds(
     pid: int, heartbeat: Path, variants: list[list[str]], rounds: int, rt: list[str]
-) -> tuple[dict[str, list[float]], dict[str, dict[str, list[float]]]]:
-    """Each variant once per round; the heartbeat's longest gap and the --stats phases of each."""
+) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, dict[str, list[float]]]]:
+    """Each variant once per round: the heartbeat's longest gap, wall ms, --stats phases."""
     freezes: dict[str, list[float]] = {name: [] for name, *_ in variants}
+    walls: dict[str, list[float]] = {name: [] for name, *_ in variants}
     phases: dict[str, dict[str, list[float]]] = {name: {} for name, *_ in variants}
     for number in range(rounds):
         order = variants if number % 2 == 0 else variants[::-1]
@@ -80,6 +83,7 @@ def run_rounds(
             with open(heartbeat, "r+b") as stream:
                 stream.write(struct.pack("d", 0.0))
             time.sleep(0.02)
+            started = time.perf_counter()
             result = subprocess.run(
                 [*rt, sys.executable, "-m", "liveunwind", "pid", str(pid), *flags, "--stats"],
                 capture_output=True,
@@ -88,6 +92,7 @@ def run_rounds(
                 cwd="/",  # python -m puts the working directory first on sys.path
                 timeout=120,
             )
+            walls[name].append((time.perf_counter() - started) * 1000)
             if result.returncode not in (0, 1):
                 raise RuntimeError(f"{name} failed: {result.stderr[-300:]}")
             time.sleep(0.02)  # the heartbeat's next wake-up records the gap
@@ -95,16 +100,20 @@ def run_rounds(
             for phase, value in re.findall(r"(\w+) ([0-9.]+) ms", result.stderr):
                 if phase in PHASES:
                     phases[name].setdefault(phase, []).append(float(value))
-    return freezes, phases
+    return freezes, walls, phases
 
 
 def report(
     variants: list[list[str]],
     freezes: dict[str, list[float]],
+    walls: dict[str, list[float]],
     phases: dict[str, dict[str, list[float]]],
 ) -> None:
     first = statistics.median(freezes[variants[0][0]])
-    print(f"{'variant':12} {'freeze ms (min-max)':>22} {'ratio':>6}  stop phases (medians, ms)")
+    print(
+        f"{'variant':12} {'freeze ms (min-max)':>22} {'ratio':>6} {'wall ms':>8}"
+        "  stop phases (medians, ms)"
+    )
     for name, *_ in variants:
         values = freezes[name]
         median = statistics.median(values)
@@ -115,7 +124,7 @@ def report(
         )
         print(
             f"{name:12} {median:8.2f} ({min(values):.2f}-{max(values):.2f}) "
-            f"{median / first:6.2f}  {stats}"
+            f"{median / first:6.2f} {statistics.median(walls[name]):8.1f}  {stats}"
         )
 
 
