@@ -7,7 +7,8 @@ the heartbeat thread whose longest gap is the freeze), then runs
 ``python -m liveunwind pid PID --stats`` from each CHECKOUT (its tree on
 PYTHONPATH, with FLAGs such as ``--python``) in turn, round after round,
 the order reversed every other round, so that a machine whose load changes
-weighs on all of them alike.  Target and tool run under ``chrt -f 50``
+weighs on all of them alike; a first round, not counted, compiles each
+checkout's bytecode (into a cache outside the trees).  Target and tool run under ``chrt -f 50``
 (unless ``--no-rt``): on a machine shared with other work the scheduler
 would otherwise put its own delays into the gap.  Prints, per variant, the
 median heartbeat freeze (min-max), its ratio to the first variant, the
@@ -77,7 +78,13 @@ def run_rounds(
     freezes: dict[str, list[float]] = {name: [] for name, *_ in variants}
     walls: dict[str, list[float]] = {name: [] for name, *_ in variants}
     phases: dict[str, dict[str, list[float]]] = {name: {} for name, *_ in variants}
-    for number in range(rounds):
+    # Each checkout's bytecode goes to one cache outside the trees (none is written
+    # into them), made by a first round that is not counted.
+    environment = {
+        key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"
+    }
+    environment["PYTHONPYCACHEPREFIX"] = str(heartbeat.parent / "pycache")
+    for number in range(-1, rounds):
         order = variants if number % 2 == 0 else variants[::-1]
         for name, checkout, *flags in order:
             with open(heartbeat, "r+b") as stream:
@@ -88,14 +95,17 @@ def run_rounds(
                 [*rt, sys.executable, "-m", "liveunwind", "pid", str(pid), *flags, "--stats"],
                 capture_output=True,
                 text=True,
-                env={**os.environ, "PYTHONPATH": str(Path(checkout).resolve())},
+                env={**environment, "PYTHONPATH": str(Path(checkout).resolve())},
                 cwd="/",  # python -m puts the working directory first on sys.path
                 timeout=120,
             )
-            walls[name].append((time.perf_counter() - started) * 1000)
+            wall = (time.perf_counter() - started) * 1000
             if result.returncode not in (0, 1):
                 raise RuntimeError(f"{name} failed: {result.stderr[-300:]}")
             time.sleep(0.02)  # the heartbeat's next wake-up records the gap
+            if number < 0:
+                continue  # the warm-up round
+            walls[name].append(wall)
             freezes[name].append(struct.unpack("d", heartbeat.read_bytes()[:8])[0])
             for phase, value in re.findall(r"(\w+) ([0-9.]+) ms", result.stderr):
                 if phase in PHASES:
