@@ -7,10 +7,11 @@ batch of reads, and — in a process that can have JIT code — the run-time
 registries (libunwind's dynamic list, the GDB JIT interface) and, with
 ``--python``, the interpreter's thread states, frames and code objects,
 which the session reads through :meth:`Snapshot.read_frozen` (or
-``read_frozen_many``, a whole level of pointers in one system call) while
-the process is stopped; afterwards ``read_frozen`` answers from the copy
-only, so a JIT that changes its registrations, or an interpreter that moves
-on to its next line, as soon as it runs again cannot change what is shown.
+``read_frozen_many``, a whole level of pointers in one system call, or
+``read_planned``, one made ready before the stop) while the process is
+stopped; afterwards ``read_frozen`` answers from the copy only, so a JIT
+that changes its registrations, or an interpreter that moves on to its next
+line, as soon as it runs again cannot change what is shown.
 Everything else is read from the (running) process: code, read-only data
 and unwind tables, which do not change while it runs.  The
 one blind spot is other writable memory, which the stepper reads only for
