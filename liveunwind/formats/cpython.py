@@ -489,6 +489,20 @@ class Record:
         return self._order(self._struct.unpack_from(data, offset))
 
 
+def tstate_record(layout: Layout) -> Record:
+    """A thread state's next, interpreter, native id, frame pointer and frame stack (start, top)."""
+    return Record(
+        [
+            (layout.tstate_next, "Q"),
+            (layout.tstate_interp, "Q"),
+            (layout.tstate_native_thread_id, "Q"),
+            (layout.tstate_frame, "Q"),
+            (layout.tstate_datastack, "Q"),
+            (layout.tstate_datastack + 8, "Q"),
+        ]
+    )
+
+
 def frame_record(layout: Layout) -> Record:
     """A frame's code object, previous frame, instruction pointer and owner."""
     return Record(

@@ -154,6 +154,7 @@ class Interpreter:
         #: frames that walk followed, all inside the plan (see :func:`capture`).
         self.stacks: dict[int, tuple[int, bytes]] = {}
         #: The frame and code-object fields, each unpacked with one call.
+        self.tstate_record = cpython.tstate_record(layout)
         self.frame_record = cpython.frame_record(layout)
         self.code_record = cpython.code_record(layout)
 
@@ -562,16 +563,16 @@ class RawThread:
 
     __slots__ = ("datastack", "frame", "native_id", "outside", "runs", "stack", "thread_state")
 
-    def __init__(self, layout: cpython.Layout, thread_state: int, data: bytes) -> None:
+    def __init__(
+        self, thread_state: int, native_id: int, frame: int, datastack: tuple[int, int]
+    ) -> None:
         self.thread_state = thread_state
-        self.native_id = cpython.word(data, layout.tstate_native_thread_id)
+        #: The kernel's id of the thread (``native_thread_id``).
+        self.native_id = native_id
         #: ``cframe`` (3.11, 3.12) or ``current_frame`` (3.13+).
-        self.frame = cpython.word(data, layout.tstate_frame)
+        self.frame = frame
         #: The used part of the frame stack chunk: (start, end).
-        self.datastack = (
-            cpython.word(data, layout.tstate_datastack),
-            cpython.word(data, layout.tstate_datastack + 8),
-        )
+        self.datastack = datastack
         #: Where the bytes of that used part are, if fetched whole: a block and the offset
         #: in it (not copied out: in the stop they are only compared).
         self.stack: tuple[Data, int] | None = None
@@ -849,20 +850,22 @@ def _walk_thread(
 def _collect_thread_states(memory: Memory, collected: Collected, interp: int) -> None:
     layout = collected.interpreter.layout
     tstate = cpython.word(memory.read(interp + layout.interp_threads_head, 8), 0)
+    size, unpack = layout.tstate_read_size, collected.interpreter.tstate_record.unpack
     seen: set[int] = set()
     while tstate and tstate not in seen:
         if len(seen) >= MAX_THREADS:
             collected.problems.append(f"python: more than {MAX_THREADS} thread states")
             return
         seen.add(tstate)
-        data = memory.read(tstate, layout.tstate_read_size)
-        if cpython.word(data, layout.tstate_interp) != interp:
+        data, at = memory.locate(tstate, size)
+        following, owner, native_id, frame, start, end = unpack(data, at)
+        if owner != interp:
             raise FormatError(
                 f"thread state {tstate:#x} does not point back at its interpreter: "
                 f"the {collected.interpreter.version_text} layout does not match this binary"
             )
-        collected.threads.append(RawThread(layout, tstate, data))
-        tstate = cpython.word(data, layout.tstate_next)
+        collected.threads.append(RawThread(tstate, native_id, frame, (start, end)))
+        tstate = following
 
 
 def _collect_frames(
