@@ -880,9 +880,10 @@ def _collect_frames(
     pointer = thread.frame
     cframes: list[tuple[int, int]] = []
     if layout.frame_is_entry is not None:
-        cframes = _cframe_chain(memory, layout, pointer)
+        cframes = _cframe_chain(memory, layout, pointer, thread.outside)
         pointer = cframes[0][1] if cframes else 0
     elif layout.cframe_current is not None:
+        thread.outside.append((pointer + layout.cframe_current, 8))  # on the C stack, mostly
         pointer = cpython.word(memory.read(pointer + layout.cframe_current, 8), 0)
     size = layout.frame_read_size
     # The loop runs for every frame while the process is stopped: its lookups are hoisted.
@@ -898,7 +899,9 @@ def _collect_frames(
     firsts: list[int] = []
     block: Data = b""  # where the last frame was: the next one mostly is too
     block_start = 0
-    #: Frames outside the used part of the frame stack go to the next walk's plan.
+    #: Frames outside the used part of the frame stack go to the next walk's plan (the
+    #: eval calls' records on the C stack too: read from the plan, the stop need not
+    #: look in the stack copies).
     low, high = thread.datastack
     outside = thread.outside
     address = pointer
@@ -940,8 +943,13 @@ def _collect_frames(
 _GENERATOR = 1
 
 
-def _cframe_chain(memory: Memory, layout: cpython.Layout, cframe: int) -> list[tuple[int, int]]:
-    """(address, current frame) of each ``_PyCFrame`` from the innermost eval call outwards."""
+def _cframe_chain(
+    memory: Memory, layout: cpython.Layout, cframe: int, read: list[tuple[int, int]]
+) -> list[tuple[int, int]]:
+    """(address, current frame) of each ``_PyCFrame`` from the innermost eval call outwards.
+
+    What it read is added to ``read`` (up to :data:`MAX_PLANNED_OUTSIDE` ranges).
+    """
     assert layout.cframe_current is not None and layout.cframe_previous is not None
     size = max(layout.cframe_current, layout.cframe_previous) + 8
     chain: list[tuple[int, int]] = []
@@ -949,6 +957,8 @@ def _cframe_chain(memory: Memory, layout: cpython.Layout, cframe: int) -> list[t
     while cframe and cframe not in seen and len(chain) < MAX_EVAL_CALLS:
         seen.add(cframe)
         data = memory.read(cframe, size)
+        if len(read) < MAX_PLANNED_OUTSIDE:
+            read.append((cframe, size))
         chain.append((cframe, cpython.word(data, layout.cframe_current)))
         cframe = cpython.word(data, layout.cframe_previous)
     return chain
