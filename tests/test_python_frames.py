@@ -1235,6 +1235,14 @@ def test_pointers_past_the_address_space_are_refused_not_crashed_on() -> None:
     collected = collect(Memory(memory.read, FakeMemory().read_many), interpreter)
     assert [thread.frames for thread in describe(collected)] == [[]]
     assert any("beyond the address space" in problem for problem in collected.problems)
+    # Nor does the next stop's plan ask the kernel for what the address space cannot hold.
+    from liveunwind.targets.syscalls import PlannedRead
+
+    memory.put(0x3000 + layout.tstate_frame, (1 << 64) - 4)  # the cframe itself runs past
+    collected = collect(Memory(memory.read, FakeMemory().read_many), interpreter)
+    assert any("beyond the address space" in problem for problem in collected.problems)
+    assert interpreter.plan and all(start + size <= 1 << 64 for start, size in interpreter.plan)
+    PlannedRead(interpreter.plan)
 
 
 def test_a_huge_string_is_refused() -> None:

@@ -208,7 +208,7 @@ class PythonReader:
         anything to do in the stop.  What goes wrong reading ahead costs
         only speed: the stop reads what was missed.
         """
-        self._captured = None
+        self._captured = self._planned = None
         interpreter = self.interpreter(modules)
         if interpreter is None:
             return False

@@ -796,24 +796,11 @@ def _conclude(collected: Collected, codes: list[int]) -> Collected:
     interpreter = collected.interpreter
     if collected.interpreters is None:
         return collected
-    layout = interpreter.layout
     interpreter.plan = _coalesce(
         [
-            (interpreter.runtime + layout.runtime_interpreters_head, 8),
-            *(
-                (address + offset, 8)
-                for address in collected.interpreters
-                for offset in (layout.interp_next, layout.interp_threads_head)
-            ),
-            *((thread.thread_state, layout.tstate_read_size) for thread in collected.threads),
-            *(
-                (start, _grown(start, end) - start)
-                for start, end in (
-                    thread.datastack for thread in collected.threads if thread.fetchable
-                )
-            ),
-            *(range_ for thread in collected.threads for range_ in thread.outside),
-            *((address, layout.code_read_size) for address in codes),
+            (start, size)
+            for start, size in _read_ranges(collected, codes)
+            if start + size <= _END  # pointers from corrupt memory plus offsets may pass it
         ]
     )
     interpreter.stacks = {
@@ -831,6 +818,28 @@ def _conclude(collected: Collected, codes: list[int]) -> Collected:
             f"{mismatch}: none of the {len(codes)} objects its frames point at is a code object"
         )
     return collected
+
+
+def _read_ranges(collected: Collected, codes: list[int]) -> list[tuple[int, int]]:
+    """Every range a walk read, for the next walk's plan."""
+    interpreter = collected.interpreter
+    assert collected.interpreters is not None
+    layout = interpreter.layout
+    return [
+        (interpreter.runtime + layout.runtime_interpreters_head, 8),
+        *(
+            (address + offset, 8)
+            for address in collected.interpreters
+            for offset in (layout.interp_next, layout.interp_threads_head)
+        ),
+        *((thread.thread_state, layout.tstate_read_size) for thread in collected.threads),
+        *(
+            (start, _grown(start, end) - start)
+            for start, end in (thread.datastack for thread in collected.threads if thread.fetchable)
+        ),
+        *(range_ for thread in collected.threads for range_ in thread.outside),
+        *((address, layout.code_read_size) for address in codes),
+    ]
 
 
 def _walk_thread(
