@@ -60,6 +60,7 @@ from liveunwind.modules.python import (
     collect,
     describe,
     find_interpreter,
+    finish,
     prepare,
     python_stacks,
 )
@@ -234,7 +235,10 @@ class LiveResult:
         collected: Collected,
         backtrace: Backtrace,
         problems: list[str],
+        deferred: int = 0,
     ) -> None:
+        #: How many threads the stop left to be walked after it.
+        self.deferred = deferred
         self.interpreter = interpreter
         self.snapshot = snapshot
         self.collected = collected
@@ -258,21 +262,43 @@ def frozen_batches(snapshot: Snapshot):  # type: ignore[no-untyped-def]
     return read_many
 
 
-def read_live(parked: Parked, *, batches: bool = True) -> LiveResult:
-    """Stops the process, copies its stacks and Python state, lets it go, then unwinds."""
+def read_live(
+    parked: Parked,
+    *,
+    batches: bool = True,
+    ahead: bool = True,
+    stop_reads: list[list[tuple[int, int]]] | None = None,
+) -> LiveResult:
+    """Stops the process, copies its stacks and Python state, lets it go, then unwinds.
+
+    As a session does: with ``ahead``, the running process is walked before
+    the stop (:func:`prepare`); what the stop left is walked after it
+    (:func:`finish`).  ``stop_reads`` collects the batches the stop reads.
+    """
     debug_dirs = ("/usr/lib/debug",) if parked.python.debug else ()
     problems: list[str] = []
     process = PtraceProcess(parked.pid)
     before = ModuleMap(process, debug_dirs=debug_dirs)
     interpreter = find_interpreter(process, before.modules, problems)
     assert interpreter is not None, problems
+    if ahead:
+        prepare(process.read, interpreter, process.read_frozen_many)
     with process:
         snapshot = Snapshot.capture(process)
-        collected = capture(snapshot, interpreter, frozen_batches(snapshot) if batches else None)
+        read_many = frozen_batches(snapshot) if batches else None
+        if read_many is not None and stop_reads is not None:
+            counted = read_many
+
+            def read_many(ranges: list[tuple[int, int]]) -> list[bytes | None]:
+                stop_reads.append(list(ranges))
+                return counted(ranges)
+
+        captured = capture(snapshot, interpreter, read_many)
     assert not process.stopped
+    collected = finish(captured, snapshot)
     modules = ModuleMap(snapshot, debug_dirs=debug_dirs, previous=before)
     backtrace = Backtracer(BacktraceOptions()).backtrace(snapshot, {}, modules=modules)
-    return LiveResult(interpreter, snapshot, collected, backtrace, problems)
+    return LiveResult(interpreter, snapshot, collected, backtrace, problems, len(captured.deferred))
 
 
 @pytest.fixture(scope="module")
@@ -381,17 +407,61 @@ def _names_static_functions(python: Python) -> bool:
 
 
 def test_the_snapshot_keeps_everything_the_python_walk_read(live: LiveResult) -> None:
-    """After the process runs again the same walk, from scratch, reads only the copy."""
-    fresh = Interpreter(
-        live.interpreter.module,
-        live.interpreter.runtime,
-        live.interpreter.version,
-        live.interpreter.layout,
-        live.interpreter.types,
-    )
-    again = collect(Memory(live.snapshot.read_frozen), fresh)
+    """After the process runs again the same walk reads only the copy.
+
+    Thread states, frames and code objects' headers are all in it; the names
+    and line tables were read ahead, into the interpreter's code cache.
+    """
+    again = collect(Memory(live.snapshot.read_frozen), live.interpreter)
     assert again.problems == []
     assert [frames_of(t) for t in describe(again)] == [frames_of(t) for t in live.threads]
+
+
+def test_the_stop_reads_the_plan_with_one_request_and_walks_after_it(parked: Parked) -> None:
+    """Read ahead, the stop fetches one batch and leaves the parked threads for after it."""
+    stop_reads: list[list[tuple[int, int]]] = []
+    result = read_live(parked, stop_reads=stop_reads)
+    assert_equal_to_truth(result.threads, parked.truth)
+    assert result.collected.problems == []
+    assert len(stop_reads) == 1, stop_reads
+    assert result.deferred == len(result.collected.threads) == THREADS  # all of them parked
+    plan = result.interpreter.plan
+    assert stop_reads[0] == plan and plan == sorted(plan)
+
+
+def test_without_the_read_ahead_the_stop_walks_every_thread(parked: Parked) -> None:
+    """Nothing seen before the stop: every thread is walked in it, and nothing is late."""
+    if parked.python.name != "debian":
+        pytest.skip("one interpreter is enough")
+    result = read_live(parked, ahead=False)
+    assert_equal_to_truth(result.threads, parked.truth)
+    assert result.collected.problems == []
+
+
+def test_what_the_stop_did_not_copy_is_read_after_it_and_said(parked: Parked) -> None:
+    """A plan that leaves out the code objects: they are read late, and the walk says so."""
+    if parked.python.name != "debian":
+        pytest.skip("one interpreter is enough")
+    problems: list[str] = []
+    process = PtraceProcess(parked.pid)
+    interpreter = find_interpreter(process, ModuleMap(process).modules, problems)
+    assert interpreter is not None, problems
+    ahead = collect(Memory(process.read, process.read_frozen_many), interpreter)  # prepare()
+    codes = [address for address, code in ahead.codes.items() if code is not None]
+    assert codes
+    interpreter.plan = [
+        (start, size)
+        for start, size in interpreter.plan
+        if not any(start <= code < start + size for code in codes)
+    ]
+    with process:
+        snapshot = Snapshot.capture(process)
+        captured = capture(snapshot, interpreter, snapshot.read_frozen_many)
+    assert captured.deferred, "the parked threads did not move: they are left for after the stop"
+    collected = finish(captured, snapshot)
+    assert_equal_to_truth(describe(collected), parked.truth)
+    late = [problem for problem in collected.problems if "after it ran again" in problem]
+    assert late and all("reads of code objects" in problem for problem in late), collected.problems
 
 
 def test_without_batched_reads_the_frames_are_the_same(parked: Parked) -> None:
@@ -603,6 +673,45 @@ def test_a_session_keeps_the_interpreter_and_reads_again_in_each_stop(parked: Pa
     for backtrace in (first, second):
         assert {"python_copy", "python"} <= set(backtrace.timings)
         assert_equal_to_truth(_as_threads(backtrace), parked.truth)
+
+
+def test_a_session_stop_reads_python_with_one_system_call(
+    parked: Parked, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a session's stop the Python state of the parked program is one planned read."""
+    if parked.python.name != "debian":
+        pytest.skip("one interpreter is enough")
+    from liveunwind.backtrace.python import PythonReader
+    from liveunwind.targets import syscalls
+
+    calls: list[str] = []
+    monkeypatch.setattr(
+        syscalls, "read_remote", _counted(calls, "read_remote", syscalls.read_remote)
+    )
+    monkeypatch.setattr(
+        syscalls.PlannedRead, "run", _counted(calls, "planned", syscalls.PlannedRead.run)
+    )
+    in_stop: list[list[str]] = []
+    real_capture = PythonReader.capture
+
+    def capture(reader: PythonReader, snapshot: Snapshot) -> None:
+        calls.clear()
+        real_capture(reader, snapshot)
+        in_stop.append(list(calls))
+
+    monkeypatch.setattr(PythonReader, "capture", capture)
+    backtrace = Session(parked.pid, options=BacktraceOptions(python=True)).backtrace()
+    assert in_stop == [["planned"]]
+    assert backtrace.problems == []
+    assert_equal_to_truth(_as_threads(backtrace), parked.truth)
+
+
+def _counted(calls: list[str], name: str, function):  # type: ignore[no-untyped-def]
+    def counting(*arguments):  # type: ignore[no-untyped-def]
+        calls.append(name)
+        return function(*arguments)
+
+    return counting
 
 
 def _as_threads(backtrace: Backtrace) -> list[PythonThread]:
@@ -1143,6 +1252,14 @@ def test_pointers_past_the_address_space_are_refused_not_crashed_on() -> None:
     collected = collect(Memory(memory.read, FakeMemory().read_many), interpreter)
     assert [thread.frames for thread in describe(collected)] == [[]]
     assert any("beyond the address space" in problem for problem in collected.problems)
+    # Nor does the next stop's plan ask the kernel for what the address space cannot hold.
+    from liveunwind.targets.syscalls import PlannedRead
+
+    memory.put(0x3000 + layout.tstate_frame, (1 << 64) - 4)  # the cframe itself runs past
+    collected = collect(Memory(memory.read, FakeMemory().read_many), interpreter)
+    assert any("beyond the address space" in problem for problem in collected.problems)
+    assert interpreter.plan and all(start + size <= 1 << 64 for start, size in interpreter.plan)
+    PlannedRead(interpreter.plan)
 
 
 def test_a_huge_string_is_refused() -> None:
@@ -1199,6 +1316,50 @@ def test_read_frozen_many_fetches_what_the_stacks_lack_in_one_call(
     assert calls == []
     with pytest.raises(MemoryReadError):
         snapshot.read_frozen(data.start + 64, 8)  # never read while stopped
+
+
+def test_a_planned_read_made_before_the_stop_reads_what_read_frozen_many_reads(
+    run_program,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """PlannedRead: built while the process runs, one system call in the stop, kept alike.
+
+    A range that cannot be read is None, and the ranges after it in the
+    batch are read all the same; the buffers are handed over, so it runs once.
+    """
+    from liveunwind.targets import syscalls
+
+    program = run_program("threads-O2")
+    process = PtraceProcess(program.pid)
+    heap = [m for m in process.mappings() if m.readable and m.writable and not m.is_file]
+    data = next(m for m in process.mappings() if m.is_file and m.readable)
+    ranges = [(data.start, 16), (data.start + 64, 24), (8, 16), (heap[0].start + 8, 32)]
+    planned = syscalls.PlannedRead(ranges)
+    calls: list[int] = []
+    real = syscalls._process_vm_readv
+
+    def counting(*arguments):  # type: ignore[no-untyped-def]
+        calls.append(arguments[2])
+        return real(*arguments)
+
+    monkeypatch.setattr(syscalls, "_process_vm_readv", counting)
+    with process:
+        snapshot = Snapshot.capture(process)
+        calls.clear()
+        stopped = snapshot.read_planned(planned)
+        assert calls[0] == len(ranges)  # the whole plan in one call, the rest after the hole
+        assert sum(calls) == len(ranges) + 1 and len(calls) == 2
+        assert list(stopped) == snapshot.read_frozen_many(ranges)
+        assert stopped[2] is None and all(stopped[index] for index in (0, 1, 3))
+        with pytest.raises(RuntimeError):
+            planned.run(program.pid)
+    calls.clear()
+    assert [snapshot.read_frozen(*range_) for range_ in (ranges[0], ranges[1], ranges[3])] == [
+        bytes(stopped[0]),  # type: ignore[arg-type]
+        bytes(stopped[1]),  # type: ignore[arg-type]
+        bytes(stopped[3]),  # type: ignore[arg-type]
+    ]
+    assert calls == []  # afterwards: the copy
 
 
 def test_find_symbol_copies_no_symbol_table() -> None:

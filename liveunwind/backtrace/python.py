@@ -22,9 +22,11 @@ live process in a pid namespace (a container) by the id it has there.
 :class:`PythonReader` is what a :class:`~liveunwind.backtrace.backtracer.Backtracer`
 asked for Python frames keeps between backtraces: the interpreter it found
 (with the code objects it has read) until the module holding it moves.  A
-live process is read in three steps around its stop (before it, read ahead;
-in it, the snapshot; after it, describe and place), any other target in one
-step after the native walk.
+live process is read in three steps around its stop (before it, a walk of
+the running process that reads code objects ahead and plans the stop's copy;
+in it, that copy, one request, and the walk of any thread that moved since;
+after it, the walk of the others from the copy, then describe and place),
+any other target in one step after the native walk.
 """
 
 from __future__ import annotations
@@ -32,15 +34,25 @@ from __future__ import annotations
 import contextlib
 
 from liveunwind.errors import LiveUnwindError
-from liveunwind.modules.python import Memory, capture, collect, describe, find_interpreter, prepare
+from liveunwind.modules.python import (
+    Memory,
+    capture,
+    collect,
+    describe,
+    find_interpreter,
+    finish,
+    prepare,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from liveunwind.frames import Backtrace, Frame, PythonFrame, ThreadBacktrace
     from liveunwind.modules.module import Module
     from liveunwind.modules.modulemap import ModuleMap
-    from liveunwind.modules.python import Collected, Interpreter, PythonThread, Read
+    from liveunwind.modules.python import Captured, Interpreter, PythonThread, Read, ReadMany
     from liveunwind.targets.base import AddressSpace
+    from liveunwind.targets.snapshot import Snapshot
+    from liveunwind.targets.syscalls import PlannedRead
 
 #: The eval loop's symbol (its hot/cold split parts share the prefix).
 EVAL_FUNCTION = "_PyEval_EvalFrameDefault"
@@ -160,8 +172,10 @@ class PythonReader:
         #: The pid of a live target (set by its session): its threads may have other
         #: ids inside its pid namespace, the ids the interpreter knows them by.
         self.live_pid: int | None = None
+        #: The stop's read of the plan, made ready before it (see :meth:`before_stop`).
+        self._planned: PlannedRead | None = None
         #: What a stop read, for the backtrace of that stop.
-        self._captured: Collected | None = None
+        self._captured: Captured | None = None
 
     def interpreter(self, modules: ModuleMap) -> Interpreter | None:
         """The target's CPython runtime: the one found before if its module did not move."""
@@ -187,36 +201,45 @@ class PythonReader:
         )
         return interpreter
 
-    def before_stop(self, modules: ModuleMap, read: Read) -> bool:
-        """Finds the interpreter of a running process and reads its code objects ahead.
+    def before_stop(self, modules: ModuleMap, read: Read, read_many: ReadMany) -> bool:
+        """Finds the interpreter of a running process and walks it ahead: code objects, plan.
 
         Returns whether there is one, i.e. whether :meth:`capture` has
         anything to do in the stop.  What goes wrong reading ahead costs
         only speed: the stop reads what was missed.
         """
-        self._captured = None
+        self._captured = self._planned = None
         interpreter = self.interpreter(modules)
         if interpreter is None:
             return False
         # The stop reads what this misses; a process that is gone fails its attach.
         with contextlib.suppress(LiveUnwindError, OSError):
-            prepare(read, interpreter)
+            prepare(read, interpreter, read_many)
+        from liveunwind.targets.syscalls import PlannedRead
+
+        self._planned = PlannedRead(interpreter.plan) if interpreter.plan else None
         return True
 
-    def capture(self, space: AddressSpace) -> None:
-        """While the process is stopped: reads its Python stacks through the snapshot."""
-        interpreter = self._interpreter
+    def capture(self, snapshot: Snapshot) -> None:
+        """While the process is stopped: copies its Python stacks through the snapshot.
+
+        Only what must be read in the stop is (see :func:`~liveunwind.modules.python.capture`);
+        :meth:`add_frames` walks the rest after the process runs again.
+        """
+        interpreter, planned, self._planned = self._interpreter, self._planned, None
         if interpreter is not None:
-            self._captured = capture(space, interpreter, space.read_frozen_many)
+            fetched = None if planned is None else (planned.ranges, snapshot.read_planned(planned))
+            self._captured = capture(snapshot, interpreter, snapshot.read_frozen_many, fetched)
 
     def add_frames(self, space: AddressSpace, modules: ModuleMap, backtrace: Backtrace) -> None:
         """Puts each thread's Python frames on the native frames of ``backtrace``.
 
-        What the stop captured, if :meth:`capture` ran; otherwise ``space``
-        is read now (a core, a process still stopped).  Problems are added
-        to the backtrace's.
+        What the stop captured, if :meth:`capture` ran (the threads it left
+        are walked now, from its copy); otherwise ``space`` is read now (a
+        core, a process still stopped).  Problems are added to the backtrace's.
         """
-        collected, self._captured = self._captured, None
+        captured, self._captured = self._captured, None
+        collected = None if captured is None else finish(captured, space)
         if collected is None:
             interpreter = self.interpreter(modules)
             if interpreter is not None:

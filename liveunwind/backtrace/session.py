@@ -91,7 +91,7 @@ class Session:
                     timings["registry"] = time.perf_counter() - copied
                 if python is not None:
                     reading = time.perf_counter()
-                    python.capture(space)
+                    python.capture(snapshot)
                     timings["python_copy"] = time.perf_counter() - reading
             else:
                 backtrace = self._backtracer.backtrace(
@@ -140,7 +140,7 @@ class Session:
         modules = self._backtracer.modules
         if python is None or modules is None or modules.space is not process:
             return False
-        return python.before_stop(modules, process.read)
+        return python.before_stop(modules, process.read, process.read_frozen_many)
 
     def _copy_registry(self, space: AddressSpace, perf_map: str) -> ModuleMap:
         """While the process is stopped: reads its JIT registry into the snapshot.

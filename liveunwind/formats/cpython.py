@@ -484,9 +484,23 @@ class Record:
         #: Picks each field, in the order given, from the values in offset order.
         self._order = operator.itemgetter(*(by_offset.index(index) for index in range(len(fields))))
 
-    def unpack(self, data: bytes, offset: int = 0) -> tuple[int, ...]:
+    def unpack(self, data: bytes | bytearray, offset: int = 0) -> tuple[int, ...]:
         """The fields of the structure at ``offset`` of ``data``."""
         return self._order(self._struct.unpack_from(data, offset))
+
+
+def tstate_record(layout: Layout) -> Record:
+    """A thread state's next, interpreter, native id, frame pointer and frame stack (start, top)."""
+    return Record(
+        [
+            (layout.tstate_next, "Q"),
+            (layout.tstate_interp, "Q"),
+            (layout.tstate_native_thread_id, "Q"),
+            (layout.tstate_frame, "Q"),
+            (layout.tstate_datastack, "Q"),
+            (layout.tstate_datastack + 8, "Q"),
+        ]
+    )
 
 
 def frame_record(layout: Layout) -> Record:

@@ -10,20 +10,27 @@ publishes in ``_Py_DebugOffsets`` for 3.13 and later.  A version without a
 layout, or a published record that disagrees with the binary, is refused
 with a note saying so: an unknown layout would only print garbage.
 
-Reading the frames is split in two so that a live process need only be
-stopped for the first half:
+Reading the frames is split so that a live process need only be stopped
+for the least of it:
 
 1. :func:`collect` follows pointers — interpreters, thread states, frame
    chains, and the code objects, names and line tables the frames refer
    to — level by level through a :class:`Memory`, which fetches each level
    in one batch where the target can (``read_many``) and reads one object at
-   a time where it cannot.  For a live process it reads the snapshot's
-   ``read_frozen`` while the process is stopped (:func:`capture`), and what
-   it returns holds every byte the second half needs.  Code objects already
-   read for an earlier backtrace of the process are recognised by their
-   fields and not read again (:class:`CodeCache`, kept by the
-   :class:`Interpreter`).
-2. :func:`describe` turns what was collected into ``PythonFrame`` records
+   a time where it cannot.  Code objects already read for an earlier
+   backtrace of the process are recognised by their fields and not read
+   again (:class:`CodeCache`, kept by the :class:`Interpreter`), and each
+   walk leaves the next one its *plan*: every range it read, sorted and
+   coalesced, fetched by the next walk with one request.
+2. For a live process the walk is split around the stop: :func:`prepare`
+   walks the running process before the stop (reading code objects ahead,
+   making the plan); in the stop :func:`capture` fetches the plan, reads the
+   thread states and walks only the threads whose frame stack is not byte
+   for byte what ``prepare`` saw; after the process runs again :func:`finish`
+   walks the others from the stop's copy — their frames are where
+   ``prepare`` found them, inside the plan — and says so of anything it had
+   to read from the running process instead.
+3. :func:`describe` turns what was collected into ``PythonFrame`` records
    (function, file, line) without reading anything; its line-table decoding
    is the CPU-bound part, done after the process runs again.
 
@@ -44,7 +51,7 @@ from liveunwind.frames import PythonFrame
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Sequence
 
     from liveunwind.formats.elf import ElfImage
     from liveunwind.modules.module import Module
@@ -52,6 +59,10 @@ if TYPE_CHECKING:
 
     Read = Callable[[int, int], bytes]
     ReadMany = Callable[[list[tuple[int, int]]], list[bytes | None]]
+    #: Memory as fetched: bytes, or the bytearray the kernel wrote into.
+    Data = bytes | bytearray
+    #: Ranges and what was read of each (None: unreadable).
+    Fetched = tuple[list[tuple[int, int]], Sequence[Data | None]]
     #: One frame as read in the stop: its code object's address, where it is in the
     #: code, and whether a generator owns it.  A tuple: the stop makes one per frame.
     RawFrame = tuple[int, int, bool]
@@ -64,6 +75,8 @@ MAX_THREADS = 16384
 MAX_FRAMES = 50000
 #: Eval calls (``_PyCFrame`` records, 3.11) followed per thread.
 MAX_EVAL_CALLS = MAX_FRAMES
+#: Frames outside a thread's frame stack (generators', older chunks') kept in the plan.
+MAX_PLANNED_OUTSIDE = 1024
 
 
 class PythonRun:
@@ -131,14 +144,17 @@ class Interpreter:
         #: Addresses of ``PyCode_Type``, ``PyUnicode_Type`` and ``PyBytes_Type``, where found.
         self.types = types
         self.codes = CodeCache()
-        #: Interpreters and thread states the last walk found, fetched in one batch
-        #: (with ``_PyRuntime``'s head) to start the next one.
-        self.interpreters: list[int] = []
-        self.thread_states: list[int] = []
-        #: The used parts of the frame stacks and the code objects the last walk's frames ran.
-        self.datastacks: list[tuple[int, int]] = []
-        self.code_objects: list[int] = []
+        #: What the last walk read (``_PyRuntime``'s head, interpreters, thread states,
+        #: the used parts of the frame stacks with room to grow, frames outside them and
+        #: the code objects' headers), sorted and coalesced: the next walk fetches it
+        #: with one request, so the stop need not build it.
+        self.plan: list[tuple[int, int]] = []
+        #: Each thread state's frame pointer and frame-stack bytes as the last walk saw
+        #: them: a thread whose stack is byte for byte the same in the stop has the
+        #: frames that walk followed, all inside the plan (see :func:`capture`).
+        self.stacks: dict[int, tuple[int, bytes]] = {}
         #: The frame and code-object fields, each unpacked with one call.
+        self.tstate_record = cpython.tstate_record(layout)
         self.frame_record = cpython.frame_record(layout)
         self.code_record = cpython.code_record(layout)
 
@@ -323,31 +339,66 @@ class Memory:
         self._read = read
         self._read_many = read_many
         self._starts: list[int] = []
-        self._blocks: list[tuple[int, bytes]] = []
-        self._last: tuple[int, bytes] = (0, b"")
+        self._blocks: list[tuple[int, Data]] = []
+        self._last: tuple[int, Data] = (0, b"")
+        #: Reads :meth:`after_stop`'s reader had to take from the running process.
+        self.late = 0
 
     def prefetch(self, ranges: list[tuple[int, int]]) -> None:
         """Fetches ``ranges`` in one request, leaving out those already fetched."""
         if self._read_many is None or not ranges:
             return
-        wanted = _coalesce(
-            [
-                (start, size)
-                for start, size in ranges
-                if start + size <= _END and not self._holds(start, size)
-            ]
+        self.fetch(
+            _coalesce(
+                [
+                    (start, size)
+                    for start, size in ranges
+                    if start + size <= _END and not self.holds(start, size)
+                ]
+            )
         )
-        if not wanted:
-            return
-        fetched = [
-            (start, data)
-            for (start, _), data in zip(wanted, self._read_many(wanted))
-            if data is not None
-        ]
-        self._blocks = sorted([*self._blocks, *fetched])
+
+    def fetch(self, ranges: list[tuple[int, int]]) -> None:
+        """Fetches ``ranges`` — sorted, coalesced, in the address space — as they are.
+
+        The plan a walk leaves for the next one is all that already: in the
+        stop it goes to the target without being looked at again.
+        """
+        if self._read_many is not None and ranges:
+            self.take(ranges, self._read_many(ranges))
+
+    def take(self, ranges: list[tuple[int, int]], results: Sequence[Data | None]) -> None:
+        """Keeps what was read of ``ranges`` (sorted, disjoint): one result per range, or None."""
+        fetched = [(start, data) for (start, _), data in zip(ranges, results) if data is not None]
+        self._blocks = sorted([*self._blocks, *fetched]) if self._blocks else fetched
         self._starts = [start for start, _ in self._blocks]
 
-    def _holds(self, address: int, size: int) -> bool:
+    def locate_kept(self, address: int, size: int) -> tuple[Data, int]:
+        """``locate``, keeping what was not fetched yet: later reads inside it see these bytes."""
+        if not self.holds(address, size):
+            data = self._read(address, size)
+            self._blocks = sorted([*self._blocks, (address, data)])
+            self._starts = [start for start, _ in self._blocks]
+        return self.locate(address, size)
+
+    def after_stop(self, frozen: Read, live: Read, frozen_many: ReadMany) -> None:
+        """From now on reads the stop's copy (``frozen``), and what it lacks from ``live``.
+
+        Each read the copy could not answer counts in :attr:`late`, for the
+        walk to say which of what it shows is not of the stop's instant.
+        """
+
+        def read(address: int, size: int) -> bytes:
+            try:
+                return frozen(address, size)
+            except MemoryReadError:
+                self.late += 1
+                return live(address, size)
+
+        self._read = read
+        self._read_many = frozen_many
+
+    def holds(self, address: int, size: int) -> bool:
         """Whether a fetched block holds all of the range (the nearest block below it)."""
         index = bisect.bisect_right(self._starts, address) - 1
         if index < 0:
@@ -357,9 +408,11 @@ class Memory:
 
     def read(self, address: int, size: int) -> bytes:
         data, offset = self.locate(address, size)
+        if type(data) is not bytes:
+            return bytes(memoryview(data)[offset : offset + size])
         return data[offset : offset + size] if offset or len(data) != size else data
 
-    def locate(self, address: int, size: int) -> tuple[bytes, int]:
+    def locate(self, address: int, size: int) -> tuple[Data, int]:
         """Where the ``size`` bytes at ``address`` are: a fetched block and their offset in it.
 
         Lets a walk unpack a structure where it lies instead of copying it out first.
@@ -385,17 +438,16 @@ class Memory:
 
 #: Room for frames pushed since the last walk, fetched with a frame stack's used part.
 DATASTACK_SLACK = 512
-_PAGE = 4096
 
 
 def _grown(start: int, end: int) -> int:
-    """The end of a frame stack's used part plus some slack, up to a page boundary.
+    """The end of a frame stack's used part plus some slack.
 
-    A chunk is whole pages of memory, so the page after its used end is
-    there unless the chunk ends; if it does, the fetch fails and the exact
-    part is fetched on its own.
+    No more: every byte fetched in the stop is memory liveunwind touches for
+    the first time while the process waits.  Where the chunk ends within
+    the slack the fetch fails and the exact part is fetched on its own.
     """
-    return min((end + DATASTACK_SLACK + _PAGE - 1) & -_PAGE, start + MAX_CHUNK_PREFETCH)
+    return min(end + DATASTACK_SLACK, start + MAX_CHUNK_PREFETCH)
 
 
 #: One past the last address: pointers read from the target plus offsets may pass it.
@@ -509,57 +561,167 @@ class CodeCache:
 class RawThread:
     """One thread state as read: its native id and its frames in runs (anchor, frames)."""
 
-    __slots__ = ("datastack", "frame", "native_id", "runs", "thread_state")
+    __slots__ = ("datastack", "frame", "native_id", "outside", "runs", "stack", "thread_state")
 
-    def __init__(self, layout: cpython.Layout, thread_state: int, data: bytes) -> None:
+    def __init__(
+        self, thread_state: int, native_id: int, frame: int, datastack: tuple[int, int]
+    ) -> None:
         self.thread_state = thread_state
-        self.native_id = cpython.word(data, layout.tstate_native_thread_id)
+        #: The kernel's id of the thread (``native_thread_id``).
+        self.native_id = native_id
         #: ``cframe`` (3.11, 3.12) or ``current_frame`` (3.13+).
-        self.frame = cpython.word(data, layout.tstate_frame)
+        self.frame = frame
         #: The used part of the frame stack chunk: (start, end).
-        self.datastack = (
-            cpython.word(data, layout.tstate_datastack),
-            cpython.word(data, layout.tstate_datastack + 8),
-        )
+        self.datastack = datastack
+        #: Where the bytes of that used part are, if fetched whole: a block and the offset
+        #: in it (not copied out: in the stop they are only compared).
+        self.stack: tuple[Data, int] | None = None
+        #: Frames the walk found outside it (generators', older chunks'): the next plan's.
+        self.outside: list[tuple[int, int]] = []
         self.runs: list[tuple[int | None, list[RawFrame]]] = []
+
+    @property
+    def stack_bytes(self) -> bytes:
+        """The used part of the frame stack (``stack`` must be known)."""
+        assert self.stack is not None
+        data, offset = self.stack
+        start, end = self.datastack
+        return bytes(memoryview(data)[offset : offset + end - start])
+
+    def unchanged(self, seen: tuple[int, bytes] | None) -> bool:
+        """Whether frame pointer and frame stack are what an earlier walk ``seen``.
+
+        Compared where the bytes lie, without copying them out.
+        """
+        if seen is None or self.stack is None or seen[0] != self.frame:
+            return False
+        data, offset = self.stack
+        start, end = self.datastack
+        return len(seen[1]) == end - start and data.startswith(seen[1], offset)
+
+    @property
+    def fetchable(self) -> bool:
+        """Whether the used part of the frame stack is fetched whole (not absurdly large)."""
+        start, end = self.datastack
+        return bool(start) and 0 < end - start <= MAX_CHUNK_PREFETCH
 
 
 class Collected:
     """Everything :func:`collect` read: threads, the code objects they run, and what went wrong."""
 
-    __slots__ = ("codes", "interpreter", "problems", "threads")
+    __slots__ = ("codes", "interpreter", "interpreters", "problems", "threads")
 
     def __init__(self, interpreter: Interpreter) -> None:
         self.interpreter = interpreter
+        #: The interpreters found; None when ``_PyRuntime`` itself could not be read.
+        self.interpreters: list[int] | None = None
         self.threads: list[RawThread] = []
         #: Code object address → what was read of it (None: unreadable or not a code object).
         self.codes: dict[int, RawCode | None] = {}
         self.problems: list[str] = []
 
 
-def capture(
-    space: AddressSpace, interpreter: Interpreter, read_many: ReadMany | None = None
-) -> Collected:
-    """While a live target is stopped: reads its Python stacks, through the snapshot.
+class Captured:
+    """What a stop read: its memory, the thread states, and the threads left for after it.
 
-    Reads through ``space.read_frozen``, so a snapshot keeps every byte
-    read, and what it returns holds all that :func:`describe` (after the
-    process runs again) needs.  ``read_many`` batches the reads of a whole
-    level (see :class:`Memory`); it must read the same frozen memory.
+    ``deferred`` are the threads whose frame stack was, in the stop, byte for
+    byte what the walk before it followed: their frames are where that walk
+    found them, inside the plan the stop copied, so they are followed after
+    the process runs again (:func:`finish`), from the copy.
     """
-    return collect(Memory(space.read_frozen, read_many), interpreter)
+
+    __slots__ = ("codes", "collected", "deferred", "memory")
+
+    def __init__(
+        self, memory: Memory, collected: Collected, deferred: list[RawThread], codes: list[int]
+    ) -> None:
+        self.memory = memory
+        self.collected = collected
+        self.deferred = deferred
+        #: Code objects the threads walked in the stop run (read there unless copied).
+        self.codes = codes
 
 
-def prepare(read: Read, interpreter: Interpreter) -> None:
-    """Before the stop: reads the code objects on the stacks of the still running process.
+def capture(
+    space: AddressSpace,
+    interpreter: Interpreter,
+    read_many: ReadMany | None = None,
+    planned: Fetched | None = None,
+) -> Captured:
+    """While a live target is stopped: the part of the walk that must happen in the stop.
+
+    One request fetches the plan the last walk made (:attr:`Interpreter.plan`)
+    — a second only for a frame stack that grew past it or a thread that is
+    new — and the thread states are read from it.  A thread whose frame
+    stack (and frame pointer) is byte for byte what the last walk saw is
+    left for :func:`finish`: every frame it will follow is in what the stop
+    copied.  The others (a thread that ran since) are walked here, with the
+    code objects they run, as before.  Reads go through ``space.read_frozen``,
+    so the snapshot keeps every byte; ``read_many`` batches a level (see
+    :class:`Memory`) and must read the same frozen memory.  ``planned`` is
+    the plan as the caller already read it in the stop (ranges, results),
+    with a system call it made ready before the stop.
+    """
+    memory = Memory(space.read_frozen, read_many)
+    collected = read_threads(memory, interpreter, planned)
+    deferred: list[RawThread] = []
+    codes: dict[int, None] = {}
+    known = interpreter.stacks
+    record = interpreter.frame_record
+    for thread in collected.threads:
+        if thread.unchanged(known.get(thread.thread_state)):
+            deferred.append(thread)
+        else:
+            _walk_thread(memory, collected, thread, record, codes)
+    # Code objects whose header the stop copied are checked after it; the others,
+    # with their names and line tables, now (a thread that moved to new code).
+    size = interpreter.layout.code_read_size
+    _collect_codes(memory, collected, [code for code in codes if not memory.holds(code, size)])
+    return Captured(memory, collected, deferred, list(codes))
+
+
+def finish(captured: Captured, space: AddressSpace) -> Collected:
+    """After the process runs again: walks the threads :func:`capture` left, from its copy.
+
+    What the copy lacks (a frame or code object the walk before the stop
+    did not see, so it was not planned) is read from the running process,
+    and said in the problems, per thread for frames: such frames may be of
+    a later instant than the native stack.
+    """
+    memory, collected = captured.memory, captured.collected
+    memory.after_stop(space.read_frozen, space.read, space.read_frozen_many)
+    codes: dict[int, None] = dict.fromkeys(captured.codes)
+    record = collected.interpreter.frame_record
+    for thread in captured.deferred:
+        late = memory.late
+        _walk_thread(memory, collected, thread, record, codes)
+        if memory.late > late:
+            collected.problems.append(
+                f"python: thread {thread.native_id}: {memory.late - late} reads of its frames "
+                "were not in the stop's copy and came from the process after it ran again"
+            )
+    late = memory.late
+    _collect_codes(memory, collected, [code for code in codes if code not in collected.codes])
+    if memory.late > late:
+        collected.problems.append(
+            f"python: {memory.late - late} reads of code objects were not in the stop's copy "
+            "and came from the process after it ran again"
+        )
+    return _conclude(collected, list(codes))
+
+
+def prepare(read: Read, interpreter: Interpreter, read_many: ReadMany | None = None) -> None:
+    """Before the stop: walks the still running process, for its code objects and the plan.
 
     The names and line tables of code objects never change, so reading
     them ahead leaves the stop only the frames and the code objects'
     headers to read — the cache recognises each code object by those (see
-    :class:`CodeCache`).  What the running process changes under this read
-    costs nothing: an object that is not what it should be is not kept.
+    :class:`CodeCache`) — and the walk leaves the plan of what the stop
+    copies.  What the running process changes under this read costs
+    nothing: an object that is not what it should be is not kept, and a
+    thread that moved is walked in the stop.
     """
-    collect(Memory(read), interpreter)
+    collect(Memory(read, read_many), interpreter)
 
 
 def collect(memory: Memory, interpreter: Interpreter) -> Collected:
@@ -570,23 +732,30 @@ def collect(memory: Memory, interpreter: Interpreter) -> Collected:
     chunk, the frames (mostly inside those chunks), the code objects they
     run, then the names and line tables of code objects not seen before.
     """
+    collected = read_threads(memory, interpreter)
+    codes: dict[int, None] = {}  # ordered set: each code object once
+    record = interpreter.frame_record
+    for thread in collected.threads:
+        _walk_thread(memory, collected, thread, record, codes)
+    _collect_codes(memory, collected, list(codes))
+    return _conclude(collected, list(codes))
+
+
+def read_threads(
+    memory: Memory, interpreter: Interpreter, planned: Fetched | None = None
+) -> Collected:
+    """The interpreters, their thread states and the used parts of their frame stacks.
+
+    Starts by fetching the last walk's plan in one request (or taking it as
+    ``planned`` already read it): in a process that moved on little (the
+    walk before the stop was a moment ago) that is everything.
+    """
     collected = Collected(interpreter)
     layout = interpreter.layout
-    # What the last walk read, fetched at once: in a process that moved on
-    # little (the walk before the stop was a moment ago) that is everything.
-    memory.prefetch(
-        [
-            (interpreter.runtime + layout.runtime_interpreters_head, 8),
-            *(
-                (address + offset, 8)
-                for address in interpreter.interpreters
-                for offset in (layout.interp_next, layout.interp_threads_head)
-            ),
-            *((address, layout.tstate_read_size) for address in interpreter.thread_states),
-            *((start, _grown(start, end) - start) for start, end in interpreter.datastacks),
-            *((address, layout.code_read_size) for address in interpreter.code_objects),
-        ]
-    )
+    if planned is None:
+        memory.fetch(interpreter.plan)
+    else:
+        memory.take(*planned)
     try:
         head = cpython.word(
             memory.read(interpreter.runtime + layout.runtime_interpreters_head, 8), 0
@@ -594,37 +763,51 @@ def collect(memory: Memory, interpreter: Interpreter) -> Collected:
     except MemoryReadError as error:
         collected.problems.append(f"python: cannot read _PyRuntime: {error}")
         return collected
-    seen_interpreters: set[int] = set()
+    seen_interpreters: dict[int, None] = {}
     interp = head
     while interp and interp not in seen_interpreters:
         if len(seen_interpreters) >= MAX_INTERPRETERS:
             collected.problems.append(f"python: more than {MAX_INTERPRETERS} interpreters")
             break
-        seen_interpreters.add(interp)
+        seen_interpreters[interp] = None
         try:
             _collect_thread_states(memory, collected, interp)
             interp = cpython.word(memory.read(interp + layout.interp_next, 8), 0)
         except (MemoryReadError, FormatError) as error:
             collected.problems.append(f"python: interpreter at {interp:#x}: {error}")
             break
-    datastacks = [
-        (start, end)
-        for start, end in (thread.datastack for thread in collected.threads)
-        if start and 0 < end - start <= MAX_CHUNK_PREFETCH
-    ]
-    memory.prefetch([(start, end - start) for start, end in datastacks])  # what grew or is new
-    codes: dict[int, None] = {}  # ordered set: each code object once
-    record = interpreter.frame_record
-    for thread in collected.threads:
+    collected.interpreters = list(seen_interpreters)
+    wanted = [thread for thread in collected.threads if thread.fetchable]
+    # What grew past the plan or is new (nothing, mostly).
+    memory.prefetch(
+        [(start, end - start) for start, end in (thread.datastack for thread in wanted)]
+    )
+    for thread in wanted:
+        start, end = thread.datastack
         try:
-            _collect_frames(memory, collected, thread, record, codes)
-        except (MemoryReadError, FormatError) as error:
-            collected.problems.append(f"python: thread {thread.native_id}: cut short: {error}")
-    _collect_codes(memory, collected, list(codes))
-    interpreter.interpreters = list(seen_interpreters)
-    interpreter.datastacks = datastacks
-    interpreter.code_objects = list(codes)
-    interpreter.thread_states = [thread.thread_state for thread in collected.threads]
+            thread.stack = memory.locate_kept(start, end - start)
+        except MemoryReadError:
+            continue  # its frames are read one by one, where the walk needs them
+    return collected
+
+
+def _conclude(collected: Collected, codes: list[int]) -> Collected:
+    """Notes a layout that cannot be right, and leaves the next walk its plan."""
+    interpreter = collected.interpreter
+    if collected.interpreters is None:
+        return collected
+    interpreter.plan = _coalesce(
+        [
+            (start, size)
+            for start, size in _read_ranges(collected, codes)
+            if start + size <= _END  # pointers from corrupt memory plus offsets may pass it
+        ]
+    )
+    interpreter.stacks = {
+        thread.thread_state: (thread.frame, thread.stack_bytes)
+        for thread in collected.threads
+        if thread.stack is not None
+    }
     mismatch = f"python: the CPython {interpreter.version_text} layout does not match this binary"
     if not collected.threads:  # a running interpreter has at least its main thread's
         collected.problems.append(
@@ -637,23 +820,61 @@ def collect(memory: Memory, interpreter: Interpreter) -> Collected:
     return collected
 
 
+def _read_ranges(collected: Collected, codes: list[int]) -> list[tuple[int, int]]:
+    """Every range a walk read, for the next walk's plan."""
+    interpreter = collected.interpreter
+    assert collected.interpreters is not None
+    layout = interpreter.layout
+    return [
+        (interpreter.runtime + layout.runtime_interpreters_head, 8),
+        *(
+            (address + offset, 8)
+            for address in collected.interpreters
+            for offset in (layout.interp_next, layout.interp_threads_head)
+        ),
+        *((thread.thread_state, layout.tstate_read_size) for thread in collected.threads),
+        *(
+            (start, _grown(start, end) - start)
+            for start, end in (thread.datastack for thread in collected.threads if thread.fetchable)
+        ),
+        *(range_ for thread in collected.threads for range_ in thread.outside),
+        *((address, layout.code_read_size) for address in codes),
+    ]
+
+
+def _walk_thread(
+    memory: Memory,
+    collected: Collected,
+    thread: RawThread,
+    record: cpython.Record,
+    codes: dict[int, None],
+) -> None:
+    """:func:`_collect_frames`, with what goes wrong noted instead of raised."""
+    try:
+        _collect_frames(memory, collected, thread, record, codes)
+    except (MemoryReadError, FormatError) as error:
+        collected.problems.append(f"python: thread {thread.native_id}: cut short: {error}")
+
+
 def _collect_thread_states(memory: Memory, collected: Collected, interp: int) -> None:
     layout = collected.interpreter.layout
     tstate = cpython.word(memory.read(interp + layout.interp_threads_head, 8), 0)
+    size, unpack = layout.tstate_read_size, collected.interpreter.tstate_record.unpack
     seen: set[int] = set()
     while tstate and tstate not in seen:
         if len(seen) >= MAX_THREADS:
             collected.problems.append(f"python: more than {MAX_THREADS} thread states")
             return
         seen.add(tstate)
-        data = memory.read(tstate, layout.tstate_read_size)
-        if cpython.word(data, layout.tstate_interp) != interp:
+        data, at = memory.locate(tstate, size)
+        following, owner, native_id, frame, start, end = unpack(data, at)
+        if owner != interp:
             raise FormatError(
                 f"thread state {tstate:#x} does not point back at its interpreter: "
                 f"the {collected.interpreter.version_text} layout does not match this binary"
             )
-        collected.threads.append(RawThread(layout, tstate, data))
-        tstate = cpython.word(data, layout.tstate_next)
+        collected.threads.append(RawThread(tstate, native_id, frame, (start, end)))
+        tstate = following
 
 
 def _collect_frames(
@@ -668,9 +889,10 @@ def _collect_frames(
     pointer = thread.frame
     cframes: list[tuple[int, int]] = []
     if layout.frame_is_entry is not None:
-        cframes = _cframe_chain(memory, layout, pointer)
+        cframes = _cframe_chain(memory, layout, pointer, thread.outside)
         pointer = cframes[0][1] if cframes else 0
     elif layout.cframe_current is not None:
+        thread.outside.append((pointer + layout.cframe_current, 8))  # on the C stack, mostly
         pointer = cpython.word(memory.read(pointer + layout.cframe_current, 8), 0)
     size = layout.frame_read_size
     # The loop runs for every frame while the process is stopped: its lookups are hoisted.
@@ -684,7 +906,13 @@ def _collect_frames(
     frames: list[RawFrame] = []
     #: Address of each run's innermost frame (3.11 matches them to _PyCFrames).
     firsts: list[int] = []
-    block, block_start = b"", 0  # where the last frame was: the next one mostly is too
+    block: Data = b""  # where the last frame was: the next one mostly is too
+    block_start = 0
+    #: Frames outside the used part of the frame stack go to the next walk's plan (the
+    #: eval calls' records on the C stack too: read from the plan, the stop need not
+    #: look in the stack copies).
+    low, high = thread.datastack
+    outside = thread.outside
     address = pointer
     while address and address not in seen:
         if len(seen) >= MAX_FRAMES:
@@ -695,6 +923,8 @@ def _collect_frames(
         if at < 0 or at + size > len(block):
             block, at = locate(address, size)
             block_start = address - at
+            if not low <= address < high and len(outside) < MAX_PLANNED_OUTSIDE:
+                outside.append((address, size))
         code, previous, instr, owner = unpack(block, at)
         if owner >= entry_owner:
             # 3.12+: the entry frame of an eval call, a local of that C call.
@@ -722,8 +952,13 @@ def _collect_frames(
 _GENERATOR = 1
 
 
-def _cframe_chain(memory: Memory, layout: cpython.Layout, cframe: int) -> list[tuple[int, int]]:
-    """(address, current frame) of each ``_PyCFrame`` from the innermost eval call outwards."""
+def _cframe_chain(
+    memory: Memory, layout: cpython.Layout, cframe: int, read: list[tuple[int, int]]
+) -> list[tuple[int, int]]:
+    """(address, current frame) of each ``_PyCFrame`` from the innermost eval call outwards.
+
+    What it read is added to ``read`` (up to :data:`MAX_PLANNED_OUTSIDE` ranges).
+    """
     assert layout.cframe_current is not None and layout.cframe_previous is not None
     size = max(layout.cframe_current, layout.cframe_previous) + 8
     chain: list[tuple[int, int]] = []
@@ -731,6 +966,8 @@ def _cframe_chain(memory: Memory, layout: cpython.Layout, cframe: int) -> list[t
     while cframe and cframe not in seen and len(chain) < MAX_EVAL_CALLS:
         seen.add(cframe)
         data = memory.read(cframe, size)
+        if len(read) < MAX_PLANNED_OUTSIDE:
+            read.append((cframe, size))
         chain.append((cframe, cpython.word(data, layout.cframe_current)))
         cframe = cpython.word(data, layout.cframe_previous)
     return chain

@@ -7,10 +7,11 @@ batch of reads, and — in a process that can have JIT code — the run-time
 registries (libunwind's dynamic list, the GDB JIT interface) and, with
 ``--python``, the interpreter's thread states, frames and code objects,
 which the session reads through :meth:`Snapshot.read_frozen` (or
-``read_frozen_many``, a whole level of pointers in one system call) while
-the process is stopped; afterwards ``read_frozen`` answers from the copy
-only, so a JIT that changes its registrations, or an interpreter that moves
-on to its next line, as soon as it runs again cannot change what is shown.
+``read_frozen_many``, a whole level of pointers in one system call, or
+``read_planned``, one made ready before the stop) while the process is
+stopped; afterwards ``read_frozen`` answers from the copy only, so a JIT
+that changes its registrations, or an interpreter that moves on to its next
+line, as soon as it runs again cannot change what is shown.
 Everything else is read from the (running) process: code, read-only data
 and unwind tables, which do not change while it runs.  The
 one blind spot is other writable memory, which the stepper reads only for
@@ -30,6 +31,7 @@ from liveunwind.targets.base import AddressSpace
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import mmap
+    from collections.abc import Sequence
 
     from liveunwind.targets.base import Mapping, ThreadState
     from liveunwind.targets.files import RegularFile
@@ -153,24 +155,51 @@ class Snapshot(AddressSpace):
         """
         if not self._live.stopped:
             return super().read_frozen_many(ranges)
-        results: list[bytes | None] = []
+        results: list[bytes | None] = [None] * len(ranges)
         missing: list[int] = []
+        # The process is stopped: every loop turn here is frozen time, so the test
+        # whether a range starts in a stack copy is made inline.
+        starts, ends = self._copies.bounds()
+        bisect_right, limit = bisect.bisect_right, MAX_FROZEN_RANGE
         for index, (address, size) in enumerate(ranges):
-            data = None
-            if _plausible(address, size):
+            if address < 0 or not 0 <= size <= limit or address + size > _SPACE_END:
+                continue
+            at = bisect_right(starts, address) - 1
+            if at >= 0 and address < ends[at]:
                 data = self._from_stacks(address, size)
-                if data is None:
-                    missing.append(index)
-            results.append(data)
+                if data is not None:
+                    results[index] = data
+                    continue
+            missing.append(index)
         try:
             fetched = syscalls.read_remote(self.pid, [ranges[index] for index in missing])
         except OSError:  # process_vm_readv refused: one read at a time, as read_frozen does
             return super().read_frozen_many(ranges)
+        add = self._frozen.add
         for index, data in zip(missing, fetched):
-            results[index] = data
             if data is not None:
-                self._frozen.add(ranges[index][0], data)
+                results[index] = data
+                add(ranges[index][0], data)
         return results
+
+    def read_planned(self, planned: syscalls.PlannedRead) -> Sequence[bytes | bytearray | None]:
+        """``read_frozen_many(planned.ranges)``, with the system call made ready before the stop.
+
+        While stopped the ranges go to the kernel as they are, those the
+        stack copies hold too (the process is stopped: the bytes are the
+        same), and what was read is kept as ``read_frozen`` keeps it.
+        """
+        if not self._live.stopped:
+            return self.read_frozen_many(planned.ranges)
+        try:
+            fetched = planned.run(self.pid)
+        except OSError:  # process_vm_readv refused: one read at a time, as read_frozen does
+            return self.read_frozen_many(planned.ranges)
+        add = self._frozen.add
+        for (start, _), data in zip(planned.ranges, fetched):
+            if data is not None:
+                add(start, data)
+        return fetched
 
     def read_word(self, address: int) -> int:
         """The little-endian word at ``address``: the stepper's fast path for saved registers."""
@@ -214,16 +243,17 @@ class _Copies:
     them were copied at the same instant.
     """
 
-    __slots__ = ("_blocks", "_last", "_pieces", "_starts")
+    __slots__ = ("_blocks", "_ends", "_last", "_pieces", "_starts")
 
     def __init__(self, pieces: list[tuple[int, Block]]) -> None:
         self._pieces = pieces
         self._blocks: list[tuple[int, Block]] = []
         self._starts: list[int] = []
+        self._ends: list[int] = []
         #: The block the last word came from: the stepper reads one stack at a time.
         self._last: tuple[int, Block] = (0, b"")
 
-    def add(self, start: int, data: bytes) -> None:
+    def add(self, start: int, data: Block) -> None:
         if data:
             self._pieces.append((start, data))
 
@@ -248,6 +278,12 @@ class _Copies:
         if offset < len(data):
             raise MemoryReadError(address, size, "beyond the copied part")
         return None
+
+    def bounds(self) -> tuple[list[int], list[int]]:
+        """Where the blocks start and end, sorted: for a caller that tests many addresses."""
+        if self._pieces:
+            self._merge_pieces()
+        return self._starts, self._ends
 
     def word(self, address: int) -> int | None:
         """The word at ``address`` when a block holds all of it, else None."""
@@ -284,6 +320,7 @@ class _Copies:
                 end = start + len(data)
         self._blocks = [_join(run) for run in runs]
         self._starts = [start for start, _ in self._blocks]
+        self._ends = [start + len(data) for start, data in self._blocks]
         self._pieces = []
 
 
@@ -291,9 +328,8 @@ class _Copies:
 MAX_FROZEN_RANGE = 16 << 20
 
 
-def _plausible(address: int, size: int) -> bool:
-    """A range that can be asked of the kernel: inside the address space, not absurdly large."""
-    return address >= 0 and 0 <= size <= MAX_FROZEN_RANGE and address + size <= 1 << 64
+#: One past the last address.
+_SPACE_END = 1 << 64
 
 
 def _join(run: list[tuple[int, Block]]) -> tuple[int, Block]:

@@ -131,6 +131,69 @@ def _iovecs(ranges: list[tuple[int, int]]) -> bytearray:
     return bytearray(struct.pack(f"{2 * len(ranges)}Q", *itertools.chain.from_iterable(ranges)))
 
 
+class PlannedRead:
+    """A batch of reads of another process made ready before it stops: the system call is left.
+
+    Packing the iovec arrays and allocating (so zero-filling, so touching)
+    the buffers is most of what reading a few dozen ranges costs besides the
+    call itself; done here, while the process still runs, the stop pays for
+    the call alone.  The kernel writes straight into one bytearray per
+    range, and :meth:`run` hands those over: a planned read runs once.
+    """
+
+    def __init__(self, ranges: list[tuple[int, int]]) -> None:
+        self.ranges = ranges
+        self._buffers = [bytearray(max(size, 1)) for _, size in ranges]
+        #: One (first index, count, local iovecs, remote iovecs) per IOV_MAX ranges.
+        self._batches: list[tuple[int, int, bytearray, bytearray]] = []
+        anchors = [ctypes.c_char.from_buffer(buffer) for buffer in self._buffers]
+        for start in range(0, len(ranges), IOV_MAX):
+            batch = ranges[start : start + IOV_MAX]
+            local = [
+                (ctypes.addressof(anchor), size)
+                for anchor, (_, size) in zip(anchors[start : start + IOV_MAX], batch)
+            ]
+            self._batches.append((start, len(batch), _iovecs(local), _iovecs(batch)))
+        #: Keep the buffers where the iovecs say they are until the read is done.
+        self._anchors: list[ctypes.c_char] | None = anchors
+
+    def run(self, pid: int) -> list[bytearray | None]:
+        """Reads the ranges: each one's buffer, or None where it could not be read in full.
+
+        After a range that fails, the rest of its batch is read the ordinary way.
+        """
+        if self._anchors is None:
+            raise RuntimeError("a planned read runs once")
+        ranges = self.ranges
+        results: list[bytearray | None] = [None] * len(ranges)
+        retry: list[int] = []
+        for start, count, local, remote in self._batches:
+            done = _process_vm_readv(
+                pid,
+                ctypes.byref(_IoVec.from_buffer(local)),
+                count,
+                ctypes.byref(_IoVec.from_buffer(remote)),
+                count,
+                0,
+            )
+            if done < 0:
+                code = ctypes.get_errno()
+                if code not in (errno.EFAULT, errno.EIO):
+                    raise OSError(code, os.strerror(code))
+                done = 0
+            index, end = start, start + count
+            while index < end and done >= ranges[index][1]:
+                done -= ranges[index][1]
+                results[index] = self._buffers[index] if ranges[index][1] else bytearray()
+                index += 1
+            retry.extend(range(index + 1, end))
+        self._anchors = None  # the buffers are the caller's from here on
+        if retry:
+            for index, data in zip(retry, read_remote(pid, [ranges[index] for index in retry])):
+                results[index] = None if data is None else bytearray(data)
+        return results
+
+
 def copy_remote(pid: int, ranges: list[tuple[int, int]]) -> list[bytearray | mmap.mmap | None]:
     """Like :func:`read_remote`, but the kernel writes straight into the buffers returned.
 
