@@ -119,17 +119,25 @@ class Backtracer:
         traces = unwind_all(space, space.threads(), stepper)
         unwound = time.perf_counter()
         timings["unwind"] = unwound - started
+        lookup_order = None
+        if options.lines:
+            # Started before naming: compressed DWARF inflates on a thread meanwhile.
+            from liveunwind.backtrace.sourcelines import read_ahead
+
+            lookup_order = read_ahead(traces, modules)
+        lines_started = time.perf_counter() - unwound
         if options.symbols:
             from liveunwind.backtrace.symbolizer import symbolize
 
+            naming = time.perf_counter()
             symbolize(traces, modules, self.cache)
-            timings["symbolize"] = time.perf_counter() - unwound
+            timings["symbolize"] = time.perf_counter() - naming
         if options.lines:
             from liveunwind.backtrace.sourcelines import add_source_lines
 
             named = time.perf_counter()
-            add_source_lines(traces, modules)
-            timings["lines"] = time.perf_counter() - named
+            add_source_lines(traces, modules, lookup_order)
+            timings["lines"] = lines_started + time.perf_counter() - named
         backtrace = Backtrace(
             pid=space.pid,
             threads=traces,

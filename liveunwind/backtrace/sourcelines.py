@@ -3,26 +3,57 @@
 Physical frames stay as the walk found them: a frame gets the file and line
 of its own function and, innermost first, the logical frames of the calls
 inlined into it at its pc.  Nothing here is imported without ``--lines``.
+
+The work is split in two around naming the frames: :func:`read_ahead`, as
+soon as the walk is done, opens each module's DWARF and sets its compressed
+``.debug_info`` inflating on a thread; :func:`add_source_lines`, after the
+names, looks the pcs up in the order their units lie in the section, so that
+each lookup waits only for its own unit while the thread inflates the next.
 """
 
 from __future__ import annotations
 
-from liveunwind.modules.lines import locate
+from liveunwind.modules.lines import locate, read_ahead_pcs
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from liveunwind.frames import ThreadBacktrace
+    from liveunwind.modules.module import Module
     from liveunwind.modules.modulemap import ModuleMap
 
+    #: Per module, its frames' (pc, exact) in the order to look them up.
+    LookupOrder = list[tuple[Module, list[tuple[int, bool]]]]
 
-def add_source_lines(traces: list[ThreadBacktrace], modules: ModuleMap) -> None:
-    """Fills ``file``, ``line`` and ``inlined`` of every frame whose module has DWARF."""
+
+def read_ahead(traces: list[ThreadBacktrace], modules: ModuleMap) -> LookupOrder:
+    """Starts reading the DWARF of every module with frames; the order to look them up in."""
+    pcs: dict[int, tuple[Module, list[tuple[int, bool]]]] = {}
     for thread in traces:
         for frame in thread.frames:
             module = modules.find(frame.lookup_pc)
-            if module is None:
+            if module is not None:
+                entry = pcs.setdefault(id(module), (module, []))
+                entry[1].append((frame.pc, frame.exact_pc))
+    return [(module, read_ahead_pcs(module, frames)) for module, frames in pcs.values()]
+
+
+def add_source_lines(
+    traces: list[ThreadBacktrace], modules: ModuleMap, order: LookupOrder | None = None
+) -> None:
+    """Fills ``file``, ``line`` and ``inlined`` of every frame whose module has DWARF.
+
+    ``order`` is what :func:`read_ahead` returned, if it was called: those
+    lookups are made first, in that order (each module keeps the answers).
+    """
+    for module, frames in order or ():
+        for pc, exact in frames:
+            locate(module, pc, exact)
+    for thread in traces:
+        for frame in thread.frames:
+            found = modules.find(frame.lookup_pc)
+            if found is None:
                 continue
-            located = locate(module, frame.pc, frame.exact_pc)
+            located = locate(found, frame.pc, frame.exact_pc)
             if located:
                 frame.file, frame.line = located[-1].file, located[-1].line
                 frame.inlined = tuple(located[:-1])

@@ -260,6 +260,9 @@ def c_string(section: Buffer | None, offset: int) -> str | None:
     """The NUL-terminated string at ``offset`` of a string section, or None if outside it."""
     if section is None or not 0 <= offset < len(section):
         return None
-    chunk = bytes(section[offset : offset + 4096])
-    stop = chunk.find(b"\0")
-    return (chunk if stop < 0 else chunk[:stop]).decode("utf-8", "replace")
+    if isinstance(section, memoryview):  # a mapped, uncompressed section: no find()
+        chunk = bytes(section[offset : offset + 4096])
+        stop = chunk.find(b"\0")
+        return (chunk if stop < 0 else chunk[:stop]).decode("utf-8", "replace")
+    stop = section.find(b"\0", offset, offset + 4096)
+    return section[offset : offset + 4096 if stop < 0 else stop].decode("utf-8", "replace")

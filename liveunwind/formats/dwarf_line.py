@@ -312,6 +312,8 @@ class _Recorder:
         min_inst, max_ops = header.min_inst_length, header.max_ops
         lengths = header.opcode_lengths
         address, op_index, file, line, is_stmt = 0, 0, 1, 1, header.default_is_stmt
+        path = files.get(file)  # the path of ``file``, looked up when it changes
+        row = self.row
         # gdb records a row that repeats the line of the previous one only if
         # that line never had a nonzero discriminator.
         discriminator, discriminator_seen = 0, False
@@ -329,11 +331,11 @@ class _Recorder:
                     line += delta
                     discriminator_seen = discriminator != 0
                 if not discarded:
-                    self.row(address, op_index, files.get(file), line, is_stmt, discriminator_seen)
+                    row(address, op_index, path, line, is_stmt, discriminator_seen)
                 discriminator = 0
             elif opcode == DW_LNS_copy:
                 if not discarded:
-                    self.row(address, op_index, files.get(file), line, is_stmt, discriminator_seen)
+                    row(address, op_index, path, line, is_stmt, discriminator_seen)
                 discriminator = 0
             elif opcode == DW_LNS_advance_pc:
                 value, pos = _leb128(data, pos, end, False, DwarfError)
@@ -347,6 +349,7 @@ class _Recorder:
                     discriminator_seen = discriminator != 0
             elif opcode == DW_LNS_set_file:
                 file, pos = _leb128(data, pos, end, False, DwarfError)
+                path = files.get(file)
             elif opcode == DW_LNS_negate_stmt:
                 is_stmt = not is_stmt
             elif opcode == DW_LNS_const_add_pc:
@@ -368,6 +371,7 @@ class _Recorder:
                     if not discarded:
                         self.end_sequence(address)
                     address, op_index, file, line = 0, 0, 1, 1
+                    path = files.get(file)
                     is_stmt, discarded = header.default_is_stmt, False
                     discriminator, discriminator_seen = 0, False
                     self.last_file, self.last_line = None, 0

@@ -19,6 +19,7 @@ imported by a backtrace without ``--lines``.
 
 from __future__ import annotations
 
+import _thread
 import os
 import struct
 
@@ -39,6 +40,7 @@ from liveunwind.modules.debuginfo import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from types import ModuleType
     from typing import Protocol
 
@@ -85,6 +87,10 @@ DWARF_SECTIONS = {
 #: Answers kept per module; a long session's cache is emptied when it fills.
 _MAX_CACHED_ANSWERS = 1 << 14
 _CHDR64 = struct.Struct("IIQQ")
+#: Bytes a read-ahead thread inflates at a time (it takes the GIL back after each).
+_READ_AHEAD_STEP = 1 << 20
+#: The interpreter's switch interval while read-ahead threads run (see _switch_sooner).
+_READ_AHEAD_SWITCH = 0.0005
 
 
 class ModuleLines:
@@ -103,17 +109,57 @@ class ModuleLines:
     @property
     def info(self) -> DebugInfo:
         """The image's DWARF units; sections that cannot be read fail every lookup, read once."""
+        return self._open(ahead=False)
+
+    def _open(self, ahead: bool) -> DebugInfo:
         if self._info is None:
             if self._broken is not None:
                 raise self._broken
             try:
-                sections, self._growing = read_sections(self.image)
+                sections, self._growing = read_sections(self.image, ahead)
                 info = self._growing.get("info")
                 self._info = DebugInfo(sections, None if info is None else info.ensure)
             except FormatError as error:
                 self._broken = error
                 raise
         return self._info
+
+    def read_ahead(self, addresses: Iterable[int]) -> list[int]:
+        """Starts reading the DWARF of lookups to come at link-time ``addresses``.
+
+        A compressed ``.debug_info`` inflates on a thread from now on, as far
+        as the last unit ``.debug_aranges`` gives for the addresses — the
+        bulk of a first lookup in a big library (Debian's libc: 4.9 of its
+        5.8 MiB for testprogs/lines, 15 ms with ISA-L), done while frames are
+        named and the first units decoded.  Returns the addresses in the
+        order their units lie in the section: looked up in that order, each
+        waits only for its own unit.  Errors wait for the lookups, which
+        report them.
+        """
+        order = sorted(set(addresses))
+        try:
+            info = self._open(ahead=True)
+        except FormatError:
+            return order
+        growing = self._growing.get("info")
+        placed: list[tuple[int, int]] = []
+        goal = 0
+        try:
+            for address in order:
+                listed = info.listed_unit(address)
+                if listed is None:
+                    goal = -1  # found by the units' own ranges: those are read whole
+                    placed.append((1 << 64, address))
+                    continue
+                placed.append((listed[0], address))
+                if goal >= 0:
+                    goal = -1 if listed[1] < 0 else max(goal, listed[1])
+        except FormatError:
+            goal = -1
+        if growing is not None:
+            growing.read_ahead(goal)
+        placed.sort()
+        return [address for _unit, address in placed]
 
     def locate(self, address: int) -> list[SourceLocation]:
         """The logical frames at link-time ``address``, innermost first ([] if unknown)."""
@@ -224,7 +270,9 @@ def has_dwarf(image: ElfImage) -> bool:
     return False
 
 
-def read_sections(image: ElfImage) -> tuple[Sections, dict[str, GrowingSection]]:
+def read_sections(
+    image: ElfImage, ahead: bool = False
+) -> tuple[Sections, dict[str, GrowingSection]]:
     """The image's DWARF sections, decompressed, and those decompressed only on demand.
 
     Inflating is the bulk of a first lookup in a big library: Debian's libc
@@ -232,7 +280,9 @@ def read_sections(image: ElfImage) -> tuple[Sections, dict[str, GrowingSection]]
     with zlib (27 of them ``.debug_info``; ISA-L's inflater, if installed, takes 12).
     ``.debug_info`` and ``.debug_line`` are read by offset, unit by unit, so
     they are inflated only as far as the units a backtrace needs (72% and
-    76% of them for testprogs/lines).
+    76% of them for testprogs/lines).  With ``ahead``, ``.debug_info``
+    starts inflating on a thread before the other sections are read (see
+    :meth:`ModuleLines.read_ahead`, which then sets how far).
     """
     fields: dict[str, Buffer | None] = {}
     growing: dict[str, GrowingSection] = {}
@@ -243,6 +293,8 @@ def read_sections(image: ElfImage) -> tuple[Sections, dict[str, GrowingSection]]
             continue
         if field in ("info", "line"):
             growing[field] = section
+            if ahead and field == "info":
+                section.read_ahead()
         else:
             section.ensure(-1)
         fields[field] = section.data
@@ -276,6 +328,17 @@ class GrowingSection:
         self._input: Buffer = stream
         self._decompressor = library.decompressobj()
         self._error: type[Exception] = library.error
+        #: Guards what the read-ahead thread shares: data, goal, running, failure.
+        self._state = _thread.allocate_lock()
+        #: Held while there is no news from the read-ahead thread, which releases it
+        #: when it adds bytes or ends; only the thread that waits acquires it.
+        self._news = _thread.allocate_lock()
+        self._news.acquire()
+        #: Where the read-ahead thread stops (it reads it before each step).
+        self._goal = 0
+        #: Whether a read-ahead thread owns the decompressor now.
+        self._running = False
+        self._failure: BaseException | None = None
 
     @staticmethod
     def of(image: ElfImage, name: str) -> GrowingSection | None:
@@ -294,21 +357,78 @@ class GrowingSection:
             raise FormatError(f"{where}: claims {size} bytes decompressed, above the limit")
         return GrowingSection(data[_CHDR64.size :], size, where)
 
+    def read_ahead(self, end: int = -1) -> None:
+        """Inflates the section up to ``end`` (all of it for -1) on a thread of its own.
+
+        zlib and ISA-L let go of the GIL while they inflate, so this runs
+        alongside the Python that names frames and decodes the first units;
+        :meth:`ensure` then waits only for bytes not there yet, and inflates
+        past ``end`` itself once the thread is done.  Calling it again moves
+        the goal (and starts a thread again if the last one is done).
+        """
+        goal = self.size if end < 0 else min(end, self.size)
+        with self._state:
+            self._goal = goal
+            if self._running or self._failure is not None or len(self.data) >= goal:
+                return
+            self._running = True
+        _switch_sooner()
+        _thread.start_new_thread(self._inflate_ahead, ())
+
+    def _inflate_ahead(self) -> None:
+        """The read-ahead thread: inflates until the goal is reached or the stream fails."""
+        try:
+            while True:
+                with self._state:
+                    goal = self._goal
+                    if len(self.data) >= goal:
+                        break
+                chunk = self._inflate(goal, _READ_AHEAD_STEP)
+                with self._state:
+                    self.data += chunk
+                    if self._news.locked():
+                        self._news.release()
+        except BaseException as error:  # handed to the thread that waits for the bytes
+            self._failure = error
+        finally:
+            with self._state:
+                self._running = False
+                if self._news.locked():
+                    self._news.release()
+            _switch_as_before()
+
+    def _inflate(self, end: int, step: int) -> bytes:
+        """The next bytes of the stream, at least ``step`` of them unless ``end`` is nearer."""
+        have = len(self.data)
+        try:
+            chunk = self._decompressor.decompress(self._input, max(end - have, step))
+        except self._error as error:
+            raise FormatError(f"{self.where}: {error}") from None
+        self._input = self._decompressor.unconsumed_tail
+        if not chunk or have + len(chunk) > self.size:
+            raise FormatError(f"{self.where}: does not inflate to the {self.size} bytes declared")
+        return chunk
+
     def ensure(self, end: int) -> None:
         """Inflates at least up to ``end`` (all of it for -1), in steps of at least 1 MiB."""
         end = self.size if end < 0 else min(end, self.size)
-        data = self.data
-        while len(data) < end:
-            try:
-                chunk = self._decompressor.decompress(self._input, max(end - len(data), 1 << 20))
-            except self._error as error:
-                raise FormatError(f"{self.where}: {error}") from None
-            self._input = self._decompressor.unconsumed_tail
-            if not chunk or len(data) + len(chunk) > self.size:
-                raise FormatError(
-                    f"{self.where}: does not inflate to the {self.size} bytes declared"
-                )
-            data += chunk
+        if len(self.data) >= end:
+            return
+        while True:
+            with self._state:
+                if not self._running:
+                    break
+                self._goal = max(self._goal, end)
+                if len(self.data) >= end:
+                    return
+            self._news.acquire()  # until the thread adds bytes or ends
+        if self._failure is not None:
+            raise self._failure
+        if len(self.data) >= end:
+            return
+        # No thread, or one that stopped short of ``end``: the stream is this thread's now.
+        while len(self.data) < end:
+            self.data += self._inflate(end, 1 << 20)
 
     def ensure_unit(self, offset: int, byte_order: str) -> None:
         """Inflates the whole unit (length-prefixed, as line programs are) at ``offset``."""
@@ -323,7 +443,52 @@ class GrowingSection:
             self.ensure(offset + 4 + length)
 
 
+#: Read-ahead threads running, and the switch interval from before the first began.
+_switching: list[float] = []
+_switching_lock = _thread.allocate_lock()
+
+
+def _switch_sooner() -> None:
+    """Lowers the interpreter's switch interval while read-ahead threads run.
+
+    A thread back from inflating a step waits for the GIL until the thread
+    holding it is made to let go: 5 ms by default, longer than a step takes
+    to inflate (1 MiB, 3 ms with ISA-L), which would halve the thread's pace
+    while the main one decodes.
+    """
+    import sys
+
+    with _switching_lock:
+        if not _switching:
+            before = sys.getswitchinterval()
+            sys.setswitchinterval(min(before, _READ_AHEAD_SWITCH))
+            _switching.append(before)
+        else:
+            _switching.append(_switching[0])
+
+
+def _switch_as_before() -> None:
+    """Called as a read-ahead thread ends: the last one puts the switch interval back."""
+    import sys
+
+    with _switching_lock:
+        before = _switching.pop()
+        if not _switching:
+            sys.setswitchinterval(before)
+
+
 # -- frames ------------------------------------------------------------------------
+
+
+def read_ahead_pcs(module: LocatingModule, pcs: list[tuple[int, bool]]) -> list[tuple[int, bool]]:
+    """Starts reading the DWARF for frames at ``pcs`` ((runtime pc, exact) as :func:`locate`
+    takes them); returns them in the order to look them up (see ``ModuleLines.read_ahead``)."""
+    lines = module.lines
+    if lines is None:
+        return []
+    bias = module.load_bias
+    by_address = {pc - bias - (0 if exact else 1): (pc, exact) for pc, exact in pcs}
+    return [by_address[address] for address in lines.read_ahead(by_address)]
 
 
 def locate(module: LocatingModule, pc: int, exact: bool) -> list[SourceLocation]:
