@@ -383,7 +383,7 @@ class GrowingSection:
                     goal = self._goal
                     if len(self.data) >= goal:
                         break
-                chunk = self._inflate(goal, _READ_AHEAD_STEP)
+                chunk = self._inflate(min(goal, len(self.data) + _READ_AHEAD_STEP), 1)
                 with self._state:
                     self.data += chunk
                     if self._news.locked():
