@@ -120,7 +120,16 @@ class DwarfError(FormatError):
 class UnitFormat:
     """What the size of a value depends on: byte order, address and offset size, version."""
 
-    __slots__ = ("address_size", "byte_order", "offset_size", "u16", "u32", "u64", "version")
+    __slots__ = (
+        "address_size",
+        "byte_order",
+        "offset_size",
+        "sizes",
+        "u16",
+        "u32",
+        "u64",
+        "version",
+    )
 
     def __init__(self, byte_order: str, address_size: int, offset_size: int, version: int) -> None:
         if address_size not in (4, 8):
@@ -132,6 +141,8 @@ class UnitFormat:
         self.u16: Callable[[Buffer, int], tuple[int]] = struct.Struct(byte_order + "H").unpack_from
         self.u32: Callable[[Buffer, int], tuple[int]] = struct.Struct(byte_order + "I").unpack_from
         self.u64: Callable[[Buffer, int], tuple[int]] = struct.Struct(byte_order + "Q").unpack_from
+        #: form → size of its values in this format, for the forms of a fixed size.
+        self.sizes: dict[int, int] = {}
 
     def unsigned(self, data: Buffer, pos: int, size: int) -> int:
         """An unsigned integer of ``size`` bytes (1, 2, 3, 4 or 8) at ``pos``."""
@@ -199,8 +210,14 @@ _ULEB_FORMS = frozenset(
 
 def fixed_size(form: int, fmt: UnitFormat) -> int | None:
     """The size of a value of ``form`` in units of ``fmt``, or None if it varies."""
-    size = _FIXED.get(form)
-    if size is None or size >= 0:
+    if not fmt.sizes:
+        fmt.sizes.update((known, _fixed_size(known, fmt)) for known in _FIXED)
+    return fmt.sizes.get(form)
+
+
+def _fixed_size(form: int, fmt: UnitFormat) -> int:
+    size = _FIXED[form]
+    if size >= 0:
         return size
     if size == -1:
         return fmt.address_size

@@ -196,14 +196,23 @@ class Abbrev:
 
 
 def parse_abbrevs(data: Buffer, offset: int) -> dict[int, Abbrev]:
-    """The abbreviation table at ``offset`` of ``.debug_abbrev``, by code."""
+    """The abbreviation table at ``offset`` of ``.debug_abbrev``, by code.
+
+    Nearly every number in a table fits in one byte: those are read in
+    place, the rest through the LEB128 decoder (a libc unit's table has
+    hundreds of entries, and the call per number was half the time).
+    """
     end = len(data)
     if not 0 <= offset < end:
         raise DwarfError(f".debug_abbrev offset {offset:#x} outside the section")
     table: dict[int, Abbrev] = {}
     pos = offset
     while pos < end:
-        code, pos = _leb128(data, pos, end, False, DwarfError)
+        code = data[pos]
+        if code < 0x80:
+            pos += 1
+        else:
+            code, pos = _leb128(data, pos, end, False, DwarfError)
         if code == 0:
             return table
         tag, pos = _leb128(data, pos, end, False, DwarfError)
@@ -212,15 +221,21 @@ def parse_abbrevs(data: Buffer, offset: int) -> dict[int, Abbrev]:
         children = data[pos] != 0
         pos += 1
         specs = []
-        while True:
-            attribute, pos = _leb128(data, pos, end, False, DwarfError)
-            form, pos = _leb128(data, pos, end, False, DwarfError)
+        while pos + 1 < end:
+            attribute, form = data[pos], data[pos + 1]
+            if attribute < 0x80 and form < 0x80:
+                pos += 2
+            else:
+                attribute, pos = _leb128(data, pos, end, False, DwarfError)
+                form, pos = _leb128(data, pos, end, False, DwarfError)
             if attribute == 0 and form == 0:
                 break
             implicit = 0
             if form == DW_FORM_implicit_const:
                 implicit, pos = _leb128(data, pos, end, True, DwarfError)
             specs.append((attribute, form, implicit))
+        else:
+            break
         table[code] = Abbrev(tag, children, tuple(specs))
     raise DwarfError(f"abbreviation table at {offset:#x} is not terminated")
 
@@ -963,7 +978,7 @@ def _parse_aranges(data: Buffer | None, order: str) -> list[tuple[int, int, int]
         return []
     found: list[tuple[int, int, int]] = []
     header32 = struct.Struct(order + "IHIBB").unpack_from  # length, version, unit, sizes
-    pair = {4: struct.Struct(order + "II").unpack_from, 8: struct.Struct(order + "QQ").unpack_from}
+    pair = {4: struct.Struct(order + "II").iter_unpack, 8: struct.Struct(order + "QQ").iter_unpack}
     pos, end = 0, len(data)
     while pos + 12 <= end and len(found) < _MAX_UNITS * 16:
         length, _version, unit_offset, address_size, segment_size = header32(data, pos)
@@ -978,12 +993,12 @@ def _parse_aranges(data: Buffer | None, order: str) -> list[tuple[int, int, int]
             set_end = pos + 4 + length
         if length < 8 or set_end > end:
             break
-        read_pair = pair.get(address_size)
-        if read_pair is not None and segment_size == 0:
+        read_pairs = pair.get(address_size)
+        if read_pairs is not None and segment_size == 0:
             size = 2 * address_size
             first += (pos - first) % size  # tuples are aligned from the set's start
-            for at in range(first, set_end - size + 1, size):
-                start, length = read_pair(data, at)
+            last = first + (set_end - first) // size * size
+            for start, length in read_pairs(data[first:last]):
                 if start == 0 and length == 0:
                     break
                 if length:
