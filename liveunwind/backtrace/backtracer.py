@@ -116,16 +116,22 @@ class Backtracer:
             verbose=options.verbose,
             cache=self.cache,
         )
-        traces = unwind_all(space, space.threads(), stepper)
+        threads = space.threads()
+        lines_started = 0.0
+        if options.lines:
+            # Started before the walk, from each thread's pc, and again after it,
+            # from every frame's: compressed DWARF inflates on a thread meanwhile.
+            from liveunwind.backtrace.sourcelines import read_ahead, read_ahead_at_pcs
+
+            read_ahead_at_pcs(threads, modules, space.arch.pc)
+            lines_started = time.perf_counter() - started
+        traces = unwind_all(space, threads, stepper)
         unwound = time.perf_counter()
-        timings["unwind"] = unwound - started
+        timings["unwind"] = unwound - started - lines_started
         lookup_order = None
         if options.lines:
-            # Started before naming: compressed DWARF inflates on a thread meanwhile.
-            from liveunwind.backtrace.sourcelines import read_ahead
-
             lookup_order = read_ahead(traces, modules)
-        lines_started = time.perf_counter() - unwound
+            lines_started += time.perf_counter() - unwound
         if options.symbols:
             from liveunwind.backtrace.symbolizer import symbolize
 

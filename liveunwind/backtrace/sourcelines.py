@@ -4,11 +4,14 @@ Physical frames stay as the walk found them: a frame gets the file and line
 of its own function and, innermost first, the logical frames of the calls
 inlined into it at its pc.  Nothing here is imported without ``--lines``.
 
-The work is split in two around naming the frames: :func:`read_ahead`, as
-soon as the walk is done, opens each module's DWARF and sets its compressed
-``.debug_info`` inflating on a thread; :func:`add_source_lines`, after the
-names, looks the pcs up in the order their units lie in the section, so that
-each lookup waits only for its own unit while the thread inflates the next.
+The work is spread around the walk and the naming of frames:
+:func:`read_ahead_at_pcs`, before the walk, opens the DWARF of the modules
+the threads are stopped in and sets their compressed ``.debug_info`` (and
+``.debug_line``) inflating on a thread; :func:`read_ahead`, after the walk,
+does so for every module with frames and tells each thread how far to go;
+:func:`add_source_lines`, after the names, looks the pcs up in the order
+their units lie in the section, so that each lookup waits only for its own
+unit while the thread inflates the next.
 """
 
 from __future__ import annotations
@@ -20,9 +23,26 @@ if TYPE_CHECKING:
     from liveunwind.frames import ThreadBacktrace
     from liveunwind.modules.module import Module
     from liveunwind.modules.modulemap import ModuleMap
+    from liveunwind.targets.base import ThreadState
 
     #: Per module, its frames' (pc, exact) in the order to look them up.
     LookupOrder = list[tuple[Module, list[tuple[int, bool]]]]
+
+
+def read_ahead_at_pcs(threads: list[ThreadState], modules: ModuleMap, pc_register: int) -> None:
+    """Starts reading the DWARF of the modules the threads are stopped in, before the walk.
+
+    Frame 0 of most threads is in one library (libc, blocked in a system
+    call): its ``.debug_info`` can inflate while the stacks are walked.
+    """
+    pcs: dict[int, tuple[Module, list[tuple[int, bool]]]] = {}
+    for thread in threads:
+        pc = thread.registers.get(pc_register) if thread.stopped else None
+        module = None if pc is None else modules.find(pc)
+        if pc is not None and module is not None:
+            pcs.setdefault(id(module), (module, []))[1].append((pc, True))
+    for module, frames in pcs.values():
+        read_ahead_pcs(module, frames)
 
 
 def read_ahead(traces: list[ThreadBacktrace], modules: ModuleMap) -> LookupOrder:

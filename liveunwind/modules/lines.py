@@ -286,6 +286,7 @@ def read_sections(
     """
     fields: dict[str, Buffer | None] = {}
     growing: dict[str, GrowingSection] = {}
+    whole: list[GrowingSection] = []
     for field, name in DWARF_SECTIONS.items():
         section = GrowingSection.of(image, name)
         if section is None:
@@ -293,11 +294,13 @@ def read_sections(
             continue
         if field in ("info", "line"):
             growing[field] = section
-            if ahead and field == "info":
+            if ahead:
                 section.read_ahead()
         else:
-            section.ensure(-1)
+            whole.append(section)
         fields[field] = section.data
+    for section in whole:
+        section.ensure(-1)
     return Sections(image.byte_order, **fields), growing
 
 
