@@ -280,13 +280,13 @@ def read_sections(
     with zlib (27 of them ``.debug_info``; ISA-L's inflater, if installed, takes 12).
     ``.debug_info`` and ``.debug_line`` are read by offset, unit by unit, so
     they are inflated only as far as the units a backtrace needs (72% and
-    76% of them for testprogs/lines).  With ``ahead``, ``.debug_info``
-    starts inflating on a thread before the other sections are read (see
+    76% of them for testprogs/lines).  With ``ahead`` those two start
+    inflating on threads before the other sections are read (see
     :meth:`ModuleLines.read_ahead`, which then sets how far).
     """
     fields: dict[str, Buffer | None] = {}
     growing: dict[str, GrowingSection] = {}
-    whole: list[GrowingSection] = []
+    whole: list[tuple[str, GrowingSection]] = []
     for field, name in DWARF_SECTIONS.items():
         section = GrowingSection.of(image, name)
         if section is None:
@@ -296,11 +296,11 @@ def read_sections(
             growing[field] = section
             if ahead:
                 section.read_ahead()
+            fields[field] = section.data
         else:
-            whole.append(section)
-        fields[field] = section.data
-    for section in whole:
-        section.ensure(-1)
+            whole.append((field, section))
+    for field, section in whole:
+        fields[field] = section.whole()
     return Sections(image.byte_order, **fields), growing
 
 
@@ -411,6 +411,18 @@ class GrowingSection:
         if not chunk or have + len(chunk) > self.size:
             raise FormatError(f"{self.where}: does not inflate to the {self.size} bytes declared")
         return chunk
+
+    def whole(self) -> bytes:
+        """The whole section in one call, for one that is read whole anyway: no copy
+        into ``data`` (whose growth, page by page, costs as much as a third of
+        inflating in a fresh process)."""
+        try:
+            raw = self._decompressor.decompress(self._input, self.size)
+        except self._error as error:
+            raise FormatError(f"{self.where}: {error}") from None
+        if len(raw) != self.size:
+            raise FormatError(f"{self.where}: does not inflate to the {self.size} bytes declared")
+        return raw
 
     def ensure(self, end: int) -> None:
         """Inflates at least up to ``end`` (all of it for -1), in steps of at least 1 MiB."""
