@@ -18,9 +18,12 @@ from liveunwind.formats.leb128 import decode as _leb128
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import mmap
     from collections.abc import Callable
 
-    Buffer = bytes | bytearray | memoryview
+    #: What DWARF is decoded from: a mapped file's bytes, inflated bytes, or a
+    #: section being inflated into an anonymous mapping (``modules.lines``).
+    Buffer = bytes | bytearray | memoryview | mmap.mmap
 
 DW_FORM_addr = 0x01
 DW_FORM_block2 = 0x03
