@@ -118,19 +118,21 @@ class Backtracer:
         )
         threads = space.threads()
         lines_started = 0.0
+        spare = False
         if options.lines:
             # Started before the walk, from each thread's pc, and again after it,
             # from every frame's: compressed DWARF inflates on a thread meanwhile.
-            from liveunwind.backtrace.sourcelines import read_ahead, read_ahead_at_pcs
+            from liveunwind.backtrace.sourcelines import read_ahead, read_ahead_at_pcs, spare_core
 
-            read_ahead_at_pcs(threads, modules, space.arch.pc)
+            spare = spare_core()
+            read_ahead_at_pcs(threads, modules, space.arch.pc, spare)
             lines_started = time.perf_counter() - started
         traces = unwind_all(space, threads, stepper)
         unwound = time.perf_counter()
         timings["unwind"] = unwound - started - lines_started
         lookup_order = None
         if options.lines:
-            lookup_order = read_ahead(traces, modules)
+            lookup_order = read_ahead(traces, modules, spare)
             lines_started += time.perf_counter() - unwound
         if options.symbols:
             from liveunwind.backtrace.symbolizer import symbolize

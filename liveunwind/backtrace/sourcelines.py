@@ -16,6 +16,8 @@ unit while the thread inflates the next.
 
 from __future__ import annotations
 
+import os
+
 from liveunwind.modules.lines import locate, read_ahead_pcs
 
 TYPE_CHECKING = False
@@ -29,11 +31,32 @@ if TYPE_CHECKING:
     LookupOrder = list[tuple[Module, list[tuple[int, bool]]]]
 
 
-def read_ahead_at_pcs(threads: list[ThreadState], modules: ModuleMap, pc_register: int) -> None:
+def spare_core() -> bool:
+    """Whether a core is idle now: then compressed DWARF inflates on threads.
+
+    The kernel's count of runnable tasks (/proc/loadavg), this one among
+    them, against the CPUs this process may use.  On a busy machine the
+    threads only add work (switching the GIL, ~4 ms more CPU for
+    testprogs/lines) and hide none of it.
+    """
+    from liveunwind.targets.files import read_kernel_file
+
+    try:
+        running = int(read_kernel_file("/proc/loadavg").split()[3].split(b"/")[0])
+        cpus = len(os.sched_getaffinity(0))
+    except (OSError, ValueError, IndexError):
+        return False
+    return running < cpus
+
+
+def read_ahead_at_pcs(
+    threads: list[ThreadState], modules: ModuleMap, pc_register: int, spare: bool
+) -> None:
     """Starts reading the DWARF of the modules the threads are stopped in, before the walk.
 
     Frame 0 of most threads is in one library (libc, blocked in a system
-    call): its ``.debug_info`` can inflate while the stacks are walked.
+    call): with a ``spare`` core its ``.debug_info`` inflates while the
+    stacks are walked.
     """
     pcs: dict[int, tuple[Module, list[tuple[int, bool]]]] = {}
     for thread in threads:
@@ -42,11 +65,12 @@ def read_ahead_at_pcs(threads: list[ThreadState], modules: ModuleMap, pc_registe
         if pc is not None and module is not None:
             pcs.setdefault(id(module), (module, []))[1].append((pc, True))
     for module, frames in pcs.values():
-        read_ahead_pcs(module, frames)
+        read_ahead_pcs(module, frames, spare)
 
 
-def read_ahead(traces: list[ThreadBacktrace], modules: ModuleMap) -> LookupOrder:
-    """Starts reading the DWARF of every module with frames; the order to look them up in."""
+def read_ahead(traces: list[ThreadBacktrace], modules: ModuleMap, spare: bool) -> LookupOrder:
+    """Starts reading the DWARF of every module with frames (on threads with a ``spare``
+    core); the order to look them up in."""
     pcs: dict[int, tuple[Module, list[tuple[int, bool]]]] = {}
     for thread in traces:
         for frame in thread.frames:
@@ -54,7 +78,7 @@ def read_ahead(traces: list[ThreadBacktrace], modules: ModuleMap) -> LookupOrder
             if module is not None:
                 entry = pcs.setdefault(id(module), (module, []))
                 entry[1].append((frame.pc, frame.exact_pc))
-    return [(module, read_ahead_pcs(module, frames)) for module, frames in pcs.values()]
+    return [(module, read_ahead_pcs(module, frames, spare)) for module, frames in pcs.values()]
 
 
 def add_source_lines(

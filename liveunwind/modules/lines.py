@@ -126,21 +126,21 @@ class ModuleLines:
                 raise
         return self._info
 
-    def read_ahead(self, addresses: Iterable[int]) -> list[int]:
+    def read_ahead(self, addresses: Iterable[int], threads: bool = True) -> list[int]:
         """Starts reading the DWARF of lookups to come at link-time ``addresses``.
 
-        A compressed ``.debug_info`` inflates on a thread from now on, as far
-        as the last unit ``.debug_aranges`` gives for the addresses — the
-        bulk of a first lookup in a big library (Debian's libc: 4.9 of its
-        5.8 MiB for testprogs/lines, 15 ms with ISA-L), done while frames are
-        named and the first units decoded.  Returns the addresses in the
-        order their units lie in the section: looked up in that order, each
-        waits only for its own unit.  Errors wait for the lookups, which
-        report them.
+        With ``threads``, a compressed ``.debug_info`` inflates on a thread
+        from now on, as far as the last unit ``.debug_aranges`` gives for the
+        addresses — the bulk of a first lookup in a big library (Debian's
+        libc: 4.1 of its 5.8 MiB for testprogs/lines, 12-18 ms with ISA-L),
+        done while frames are named and the first units decoded.  Returns the
+        addresses in the order their units lie in the section: looked up in
+        that order, each waits only for its own unit.  Errors wait for the
+        lookups, which report them.
         """
         order = sorted(set(addresses))
         try:
-            info = self._open(ahead=True)
+            info = self._open(ahead=threads)
         except FormatError:
             return order
         growing = self._growing.get("info")
@@ -158,7 +158,7 @@ class ModuleLines:
                     goal = -1 if listed[1] < 0 else max(goal, listed[1])
         except FormatError:
             goal = -1
-        if growing is not None:
+        if growing is not None and threads:
             growing.read_ahead(goal)
         placed.sort()
         return [address for _unit, address in placed]
@@ -506,15 +506,18 @@ def _switch_as_before() -> None:
 # -- frames ------------------------------------------------------------------------
 
 
-def read_ahead_pcs(module: LocatingModule, pcs: list[tuple[int, bool]]) -> list[tuple[int, bool]]:
+def read_ahead_pcs(
+    module: LocatingModule, pcs: list[tuple[int, bool]], threads: bool
+) -> list[tuple[int, bool]]:
     """Starts reading the DWARF for frames at ``pcs`` ((runtime pc, exact) as :func:`locate`
-    takes them); returns them in the order to look them up (see ``ModuleLines.read_ahead``)."""
+    takes them), on threads if ``threads``; returns them in the order to look them up
+    (see ``ModuleLines.read_ahead``)."""
     lines = module.lines
     if lines is None:
         return []
     bias = module.load_bias
     by_address = {pc - bias - (0 if exact else 1): (pc, exact) for pc, exact in pcs}
-    return [by_address[address] for address in lines.read_ahead(by_address)]
+    return [by_address[address] for address in lines.read_ahead(by_address, threads)]
 
 
 def locate(module: LocatingModule, pc: int, exact: bool) -> list[SourceLocation]:
