@@ -143,6 +143,8 @@ class ModuleLines:
             info = self._open(ahead=threads)
         except FormatError:
             return order
+        if not threads:
+            return order  # no thread to keep ahead of: any order waits for nothing
         growing = self._growing.get("info")
         placed: list[tuple[int, int]] = []
         goal = 0
@@ -158,7 +160,7 @@ class ModuleLines:
                     goal = -1 if listed[1] < 0 else max(goal, listed[1])
         except FormatError:
             goal = -1
-        if growing is not None and threads:
+        if growing is not None:
             growing.read_ahead(goal)
         placed.sort()
         return [address for _unit, address in placed]
