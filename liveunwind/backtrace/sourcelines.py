@@ -16,12 +16,16 @@ unit while the thread inflates the next.
 
 from __future__ import annotations
 
+import gc
 import os
 
 from liveunwind.modules.lines import locate, read_ahead_pcs
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import ParamSpec, TypeVar
+
     from liveunwind.frames import ThreadBacktrace
     from liveunwind.modules.module import Module
     from liveunwind.modules.modulemap import ModuleMap
@@ -29,6 +33,29 @@ if TYPE_CHECKING:
 
     #: Per module, its frames' (pc, exact) in the order to look them up.
     LookupOrder = list[tuple[Module, list[tuple[int, bool]]]]
+    P = ParamSpec("P")
+    R = TypeVar("R")
+
+
+def _gc_paused(function: Callable[P, R]) -> Callable[P, R]:
+    """``function`` with the cyclic garbage collector paused while it runs.
+
+    Reading DWARF allocates tens of thousands of small objects (tuples of
+    .debug_aranges, rows of line tables), none in a cycle, and the
+    collector's passes over them — 28 during a backtrace of testprogs/lines,
+    against 14 without ``--lines`` — took 2 ms.
+    """
+
+    def paused(*args: P.args, **kwargs: P.kwargs) -> R:
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            if collecting:
+                gc.enable()
+
+    return paused
 
 
 def spare_core() -> bool:
@@ -49,6 +76,7 @@ def spare_core() -> bool:
     return running < cpus
 
 
+@_gc_paused
 def read_ahead_at_pcs(
     threads: list[ThreadState], modules: ModuleMap, pc_register: int, spare: bool
 ) -> None:
@@ -68,6 +96,7 @@ def read_ahead_at_pcs(
         read_ahead_pcs(module, frames, spare)
 
 
+@_gc_paused
 def read_ahead(traces: list[ThreadBacktrace], modules: ModuleMap, spare: bool) -> LookupOrder:
     """Starts reading the DWARF of every module with frames (on threads with a ``spare``
     core); the order to look them up in."""
@@ -81,6 +110,7 @@ def read_ahead(traces: list[ThreadBacktrace], modules: ModuleMap, spare: bool) -
     return [(module, read_ahead_pcs(module, frames, spare)) for module, frames in pcs.values()]
 
 
+@_gc_paused
 def add_source_lines(
     traces: list[ThreadBacktrace], modules: ModuleMap, order: LookupOrder | None = None
 ) -> None:
