@@ -335,8 +335,8 @@ class GrowingSection:
     zlib the compressed bytes a piece at a time from the mapped file, copies
     every byte once: growing a buffer and zlib's ``unconsumed_tail`` had
     copied the section three times over, and in a fresh process each page
-    first touched costs a fault (5,800 of them for testprogs/lines before,
-    4,300 after; 1,700 without ``--lines``).
+    first touched costs a fault (5,900 of them for testprogs/lines before,
+    4,100 after; 1,700 without ``--lines``).
     """
 
     def __init__(self, stream: Buffer, size: int, where: str) -> None:
@@ -480,9 +480,9 @@ def _switch_sooner() -> None:
     """Lowers the interpreter's switch interval while read-ahead threads run.
 
     A thread back from inflating a step waits for the GIL until the thread
-    holding it is made to let go: 5 ms by default, longer than a step takes
-    to inflate (1 MiB, 3 ms with ISA-L), which would halve the thread's pace
-    while the main one decodes.
+    holding it is made to let go: 5 ms by default, many times what a step
+    takes to inflate (a 64 KiB piece, under 1 ms), which would stall the
+    thread while the main one decodes.
     """
     import sys
 
