@@ -5,12 +5,7 @@ take at most 1.5 times the wall time of ``eu-stack -i -s`` on the same
 stopped process with debug information.  The target is testprogs/lines
 (six threads, frames in the program and in glibc, whose debug file
 libc6-dbg provides), each tool run 15 times after a warm-up, the three taking turns; medians.
-
-Until the command has its ``--lines`` flag (wired in cli/), the liveunwind
-side is the same work done through the library: one ``attach`` and a line
-lookup for every frame in its module (``modules.lines.locate``), printed as
-the text output would print it.  A plain ``liveunwind pid`` is measured too,
-which ``--lines`` must not slow down.
+A plain ``liveunwind pid`` is measured too, which ``--lines`` must not slow down.
 """
 
 from __future__ import annotations
@@ -30,51 +25,6 @@ REPETITIONS = 15
 #: the import hooks a development venv's .pth files add to every start (-S).
 ENV = dict(os.environ, PYTHONPATH=f"{ROOT}:{sysconfig.get_paths()['purelib']}")
 PYTHON = [sys.executable, "-S"]
-
-#: What ``liveunwind pid PID --lines`` does, through the library (see the module docstring).
-LINES_BY_LIBRARY = """
-import mmap, sys
-from liveunwind import attach
-from liveunwind.formats.elf import ElfImage
-from liveunwind.modules.debuginfo import DEFAULT_DEBUG_DIRS, find_debug_file
-from liveunwind.modules.lines import locate, read_lines
-
-class FileModule:
-    def __init__(self, path, load_bias):
-        self.path, self.problems, self.load_bias = path, [], load_bias
-        with open(path, "rb") as stream:
-            self.image = ElfImage(mmap.mmap(stream.fileno(), 0, prot=mmap.PROT_READ), origin=path)
-        self.build_id = self.image.build_id
-        self.debug_file = find_debug_file(self.image, path, self.build_id, DEFAULT_DEBUG_DIRS)
-        self.lines = read_lines(self)
-
-pid = int(sys.argv[1])
-backtrace = attach(pid)
-mappings = []
-for line in open(f"/proc/{pid}/maps").read().splitlines():
-    parts = line.split(maxsplit=5)
-    if len(parts) == 6 and parts[5].startswith("/"):
-        start, end = (int(text, 16) for text in parts[0].split("-"))
-        mappings.append((start, end, parts[5]))
-modules = {}
-out = []
-for thread in backtrace.threads:
-    out.append(f"thread {thread.tid}")
-    for frame in thread.frames:
-        path = next((p for s, e, p in mappings if s <= frame.pc < e), None)
-        located = []
-        if path is not None and frame.module_offset is not None:
-            module = modules.get(path)
-            if module is None:
-                module = modules[path] = FileModule(path, frame.pc - frame.module_offset)
-            located = locate(module, frame.pc, frame.exact_pc)
-        for index, place in enumerate(located):
-            mark = "[inline] " if index < len(located) - 1 else ""
-            out.append(f"  #{frame.index} {mark}{place.function} at {place.file}:{place.line}")
-        if not located:
-            out.append(f"  #{frame.index} {frame.pc:#x} {frame.function}")
-print("\\n".join(out))
-"""
 
 
 def wall(command: list[str]) -> float:
@@ -98,20 +48,6 @@ def interleaved_ms(commands: dict[str, list[str]]) -> dict[str, list[float]]:
     return times
 
 
-def liveunwind_lines_command(pid: int) -> list[str]:
-    """``liveunwind pid PID --lines`` once the flag exists, else the library stand-in."""
-    usage = subprocess.run(
-        [*PYTHON, "-m", "liveunwind", "pid", "--help"],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        check=False,
-    )
-    if "--lines" in usage.stdout + usage.stderr:
-        return [*PYTHON, "-m", "liveunwind", "pid", str(pid), "--lines"]
-    return [*PYTHON, "-c", LINES_BY_LIBRARY, str(pid)]
-
-
 def main() -> int:
     subprocess.run(["make", "-s", "-C", str(ROOT / "testprogs" / "lines")], check=True)
     # Compiled bytecode, as an installed package has (PYTHONDONTWRITEBYTECODE may be set).
@@ -125,7 +61,7 @@ def main() -> int:
         times = interleaved_ms(
             {
                 "eu-stack -i -s": ["eu-stack", "-i", "-s", "-p", str(pid)],
-                "liveunwind --lines": liveunwind_lines_command(pid),
+                "liveunwind --lines": [*PYTHON, "-m", "liveunwind", "pid", str(pid), "--lines"],
                 "liveunwind": [*PYTHON, "-m", "liveunwind", "pid", str(pid)],
             }
         )

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
+import zlib
 from pathlib import Path
 from random import Random
 
@@ -19,7 +21,7 @@ from liveunwind.errors import FormatError
 from liveunwind.formats.dwarf_info import Sections
 from liveunwind.formats.elf import ElfImage
 from liveunwind.modules.debuginfo import find_debug_file, section_data
-from liveunwind.modules.lines import DWARF_SECTIONS, ModuleLines, has_dwarf
+from liveunwind.modules.lines import DWARF_SECTIONS, GrowingSection, ModuleLines, has_dwarf
 from tests.conftest import start_program
 from tests.lines_support import (
     build_lines_programs,
@@ -128,8 +130,41 @@ def test_sampled_addresses_of_libc_equal_gdbs_answers(gdb: str, tmp_path: Path) 
         pytest.skip("no libc debug file (libc6-dbg)")
     text = image.sections[".text"]
     addresses = list(range(text.address, text.address + text.size, 997))
-    lines = ModuleLines(debug.image)
-    assert disagreements(lines, gdb_static_chains(libc, addresses, tmp_path)) == []
+    gdbs = gdb_static_chains(libc, addresses, tmp_path)
+    assert disagreements(ModuleLines(debug.image), gdbs) == []
+    # Again with .debug_info (zlib-compressed in Debian's file) inflating on a thread
+    # while the lookups run, in the order read_ahead gives: their units' order.
+    ahead = ModuleLines(debug.image)
+    order = ahead.read_ahead(addresses)
+    assert sorted(order) == addresses
+    assert disagreements(ahead, {address: gdbs[address] for address in order}) == []
+
+
+def test_read_ahead_stops_at_its_goal_and_the_caller_goes_on_from_there() -> None:
+    """The thread inflates as far as asked (not the whole section); past that the caller
+    inflates the rest itself, and the bytes are zlib's own."""
+    payload = Random(18).randbytes(1 << 16) * 64  # 4 MiB: several steps of the thread
+    section = GrowingSection(zlib.compress(payload), len(payload), "test: .debug_info")
+    section.read_ahead(100_000)
+    section.ensure(50_000)
+    deadline = time.monotonic() + 30
+    while section._running and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert 100_000 <= section.filled < len(payload)
+    section.ensure(-1)
+    assert section.data[:] == payload
+
+
+def test_a_corrupt_stream_read_ahead_fails_the_lookup_not_the_thread() -> None:
+    """A stream cut short, found on the read-ahead thread, reaches the caller as a
+    FormatError, every time it asks."""
+    payload = bytes(range(256)) * 8192
+    stream = zlib.compress(payload)
+    section = GrowingSection(stream[: len(stream) // 2], len(payload), "test: .debug_info")
+    section.read_ahead()
+    for _ in range(2):
+        with pytest.raises(FormatError):
+            section.ensure(-1)
 
 
 def test_corrupt_dwarf_raises_format_errors_only() -> None:

@@ -116,20 +116,36 @@ class Backtracer:
             verbose=options.verbose,
             cache=self.cache,
         )
-        traces = unwind_all(space, space.threads(), stepper)
+        threads = space.threads()
+        lines_started = 0.0
+        spare = False
+        if options.lines:
+            # Started before the walk, from each thread's pc, and again after it,
+            # from every frame's: compressed DWARF inflates on a thread meanwhile.
+            from liveunwind.backtrace.sourcelines import read_ahead, read_ahead_at_pcs, spare_core
+
+            spare = spare_core()
+            read_ahead_at_pcs(threads, modules, space.arch.pc, spare)
+            lines_started = time.perf_counter() - started
+        traces = unwind_all(space, threads, stepper)
         unwound = time.perf_counter()
-        timings["unwind"] = unwound - started
+        timings["unwind"] = unwound - started - lines_started
+        lookup_order = None
+        if options.lines:
+            lookup_order = read_ahead(traces, modules, spare)
+            lines_started += time.perf_counter() - unwound
         if options.symbols:
             from liveunwind.backtrace.symbolizer import symbolize
 
+            naming = time.perf_counter()
             symbolize(traces, modules, self.cache)
-            timings["symbolize"] = time.perf_counter() - unwound
+            timings["symbolize"] = time.perf_counter() - naming
         if options.lines:
             from liveunwind.backtrace.sourcelines import add_source_lines
 
             named = time.perf_counter()
-            add_source_lines(traces, modules)
-            timings["lines"] = time.perf_counter() - named
+            add_source_lines(traces, modules, lookup_order)
+            timings["lines"] = lines_started + time.perf_counter() - named
         backtrace = Backtrace(
             pid=space.pid,
             threads=traces,

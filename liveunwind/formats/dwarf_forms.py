@@ -18,9 +18,12 @@ from liveunwind.formats.leb128 import decode as _leb128
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import mmap
     from collections.abc import Callable
 
-    Buffer = bytes | bytearray | memoryview
+    #: What DWARF is decoded from: a mapped file's bytes, inflated bytes, or a
+    #: section being inflated into an anonymous mapping (``modules.lines``).
+    Buffer = bytes | bytearray | memoryview | mmap.mmap
 
 DW_FORM_addr = 0x01
 DW_FORM_block2 = 0x03
@@ -120,7 +123,16 @@ class DwarfError(FormatError):
 class UnitFormat:
     """What the size of a value depends on: byte order, address and offset size, version."""
 
-    __slots__ = ("address_size", "byte_order", "offset_size", "u16", "u32", "u64", "version")
+    __slots__ = (
+        "address_size",
+        "byte_order",
+        "offset_size",
+        "sizes",
+        "u16",
+        "u32",
+        "u64",
+        "version",
+    )
 
     def __init__(self, byte_order: str, address_size: int, offset_size: int, version: int) -> None:
         if address_size not in (4, 8):
@@ -132,6 +144,8 @@ class UnitFormat:
         self.u16: Callable[[Buffer, int], tuple[int]] = struct.Struct(byte_order + "H").unpack_from
         self.u32: Callable[[Buffer, int], tuple[int]] = struct.Struct(byte_order + "I").unpack_from
         self.u64: Callable[[Buffer, int], tuple[int]] = struct.Struct(byte_order + "Q").unpack_from
+        #: form → size of its values in this format, for the forms of a fixed size.
+        self.sizes: dict[int, int] = {}
 
     def unsigned(self, data: Buffer, pos: int, size: int) -> int:
         """An unsigned integer of ``size`` bytes (1, 2, 3, 4 or 8) at ``pos``."""
@@ -199,8 +213,14 @@ _ULEB_FORMS = frozenset(
 
 def fixed_size(form: int, fmt: UnitFormat) -> int | None:
     """The size of a value of ``form`` in units of ``fmt``, or None if it varies."""
-    size = _FIXED.get(form)
-    if size is None or size >= 0:
+    if not fmt.sizes:
+        fmt.sizes.update((known, _fixed_size(known, fmt)) for known in _FIXED)
+    return fmt.sizes.get(form)
+
+
+def _fixed_size(form: int, fmt: UnitFormat) -> int:
+    size = _FIXED[form]
+    if size >= 0:
         return size
     if size == -1:
         return fmt.address_size
@@ -260,6 +280,9 @@ def c_string(section: Buffer | None, offset: int) -> str | None:
     """The NUL-terminated string at ``offset`` of a string section, or None if outside it."""
     if section is None or not 0 <= offset < len(section):
         return None
-    chunk = bytes(section[offset : offset + 4096])
-    stop = chunk.find(b"\0")
-    return (chunk if stop < 0 else chunk[:stop]).decode("utf-8", "replace")
+    if isinstance(section, memoryview):  # a mapped, uncompressed section: no find()
+        chunk = bytes(section[offset : offset + 4096])
+        stop = chunk.find(b"\0")
+        return (chunk if stop < 0 else chunk[:stop]).decode("utf-8", "replace")
+    stop = section.find(b"\0", offset, offset + 4096)
+    return section[offset : offset + 4096 if stop < 0 else stop].decode("utf-8", "replace")

@@ -36,11 +36,20 @@ from liveunwind.formats.dwarf_forms import (
     STRX_FORMS,
     UNIT_REF_FORMS,
     DW_FORM_addr,
+    DW_FORM_addrx,
+    DW_FORM_block,
+    DW_FORM_exprloc,
     DW_FORM_implicit_const,
     DW_FORM_line_strp,
+    DW_FORM_loclistx,
     DW_FORM_ref_addr,
+    DW_FORM_ref_udata,
     DW_FORM_rnglistx,
+    DW_FORM_sdata,
+    DW_FORM_string,
     DW_FORM_strp,
+    DW_FORM_strx,
+    DW_FORM_udata,
     DwarfError,
     UnitFormat,
     c_string,
@@ -170,7 +179,7 @@ class Sections:
 class Abbrev:
     """One abbreviation: a DIE's tag, whether it has children, and its attribute forms."""
 
-    __slots__ = ("children", "skip", "specs", "tag")
+    __slots__ = ("children", "sibling", "skip", "specs", "steps", "tag")
 
     def __init__(self, tag: int, children: bool, specs: tuple[tuple[int, int, int], ...]) -> None:
         self.tag = tag
@@ -179,17 +188,31 @@ class Abbrev:
         self.specs = specs
         #: How to step over the attributes: byte counts (>= 0) and forms to read (< 0: -form).
         self.skip: list[int] | None = None
+        #: Per attribute: its size if fixed, else its step of the skip plan.
+        self.steps: list[int] = []
+        #: Where DW_AT_sibling's value lies after the code, and its size, when every
+        #: attribute before it has a fixed size (GCC and clang put it first); else None.
+        self.sibling: tuple[int, int] | None = None
 
 
 def parse_abbrevs(data: Buffer, offset: int) -> dict[int, Abbrev]:
-    """The abbreviation table at ``offset`` of ``.debug_abbrev``, by code."""
+    """The abbreviation table at ``offset`` of ``.debug_abbrev``, by code.
+
+    Nearly every number in a table fits in one byte: those are read in
+    place, the rest through the LEB128 decoder (a libc unit's table has
+    hundreds of entries, and the call per number was half the time).
+    """
     end = len(data)
     if not 0 <= offset < end:
         raise DwarfError(f".debug_abbrev offset {offset:#x} outside the section")
     table: dict[int, Abbrev] = {}
     pos = offset
     while pos < end:
-        code, pos = _leb128(data, pos, end, False, DwarfError)
+        code = data[pos]
+        if code < 0x80:
+            pos += 1
+        else:
+            code, pos = _leb128(data, pos, end, False, DwarfError)
         if code == 0:
             return table
         tag, pos = _leb128(data, pos, end, False, DwarfError)
@@ -198,15 +221,21 @@ def parse_abbrevs(data: Buffer, offset: int) -> dict[int, Abbrev]:
         children = data[pos] != 0
         pos += 1
         specs = []
-        while True:
-            attribute, pos = _leb128(data, pos, end, False, DwarfError)
-            form, pos = _leb128(data, pos, end, False, DwarfError)
+        while pos + 1 < end:
+            attribute, form = data[pos], data[pos + 1]
+            if attribute < 0x80 and form < 0x80:
+                pos += 2
+            else:
+                attribute, pos = _leb128(data, pos, end, False, DwarfError)
+                form, pos = _leb128(data, pos, end, False, DwarfError)
             if attribute == 0 and form == 0:
                 break
             implicit = 0
             if form == DW_FORM_implicit_const:
                 implicit, pos = _leb128(data, pos, end, True, DwarfError)
             specs.append((attribute, form, implicit))
+        else:
+            break
         table[code] = Abbrev(tag, children, tuple(specs))
     raise DwarfError(f"abbreviation table at {offset:#x} is not terminated")
 
@@ -290,6 +319,7 @@ class DebugInfo:
         self._units: dict[int, Unit] = {}
         self._unit_offsets: list[int] | None = None
         self._aranges: tuple[list[int], list[int], list[int]] | None = None
+        self._listed_offsets: list[int] | None = None
         self._unit_ranges: tuple[list[int], list[int], list[int]] | None = None
 
     # -- units ----------------------------------------------------------------
@@ -409,32 +439,84 @@ class DebugInfo:
     def _attributes(
         self, unit: Unit, abbrev: Abbrev, pos: int, wanted: frozenset[int] | None
     ) -> tuple[dict[int, tuple[int, int | bytes | str]], int]:
-        """The attributes of one DIE (only ``wanted`` ones, if given) and where the DIE ends."""
+        """The attributes of one DIE (only ``wanted`` ones, if given) and where the DIE ends.
+
+        Attributes not wanted are stepped over as :meth:`_skip_attributes` does.
+        """
         attrs: dict[int, tuple[int, int | bytes | str]] = {}
         data, end, fmt = self.info, unit.end, unit.format
-        for attribute, form, implicit in abbrev.specs:
+        if abbrev.skip is None:
+            _plan(abbrev, fmt)
+        for (attribute, form, implicit), step in zip(abbrev.specs, abbrev.steps, strict=True):
+            if wanted is not None and attribute not in wanted:
+                if step >= 0:
+                    pos += step
+                elif step == _SKIP_ULEB:
+                    while pos < end and data[pos] & 0x80:
+                        pos += 1
+                    pos += 1
+                else:
+                    _value, pos = read_value(data, pos, end, form, fmt)
+                continue
             if form == DW_FORM_implicit_const:
                 value: int | bytes | str = implicit
             else:
                 value, pos = read_value(data, pos, end, form, fmt)
-            if wanted is None or attribute in wanted:
-                attrs[attribute] = (form, value)
+            attrs[attribute] = (form, value)
+        if pos > end:
+            raise DwarfError(f"DIE attributes cross the end of the unit at {unit.offset:#x}")
         return attrs, pos
 
     def _skip_attributes(self, unit: Unit, abbrev: Abbrev, pos: int) -> int:
         """Where the DIE whose attributes start at ``pos`` ends, reading as little as possible."""
         plan = abbrev.skip
         if plan is None:
-            plan = abbrev.skip = _skip_plan(abbrev, unit.format)
-        data, end, fmt = self.info, unit.end, unit.format
+            plan = _plan(abbrev, unit.format)
+        data, end = self.info, unit.end
         for step in plan:
             if step >= 0:
                 pos += step
+            elif step == _SKIP_STRING:
+                pos = self._string_end(pos, end)
+            elif step == _SKIP_ULEB:
+                while pos < end and data[pos] & 0x80:
+                    pos += 1
+                pos += 1
+            elif step == _SKIP_EXPRLOC:
+                length, pos = _leb128(data, pos, end, False, DwarfError)
+                pos += length
             else:
-                _value, pos = read_value(data, pos, end, -step, fmt)
+                _value, pos = read_value(data, pos, end, -step, unit.format)
         if pos > end:
             raise DwarfError(f"DIE attributes cross the end of the unit at {unit.offset:#x}")
         return pos
+
+    def _string_end(self, pos: int, end: int) -> int:
+        """Where the DW_FORM_string at ``pos`` ends (after its NUL)."""
+        data = self.info
+        if isinstance(data, memoryview):  # an uncompressed section, mapped: no find()
+            stop = bytes(data[pos : min(end, pos + 4096)]).find(b"\0")
+            stop = stop if stop < 0 else pos + stop
+        else:
+            stop = data.find(b"\0", pos, end)
+        if stop < 0:
+            raise DwarfError("unterminated DW_FORM_string")
+        return stop + 1
+
+    def _sibling(self, unit: Unit, abbrev: Abbrev, pos: int) -> int:
+        """Where the next sibling of a DIE with children starts, read straight off its
+        DW_AT_sibling (``pos``: its attributes), or -1 where that cannot be done."""
+        if abbrev.skip is None:
+            _plan(abbrev, unit.format)
+        sibling = abbrev.sibling
+        if sibling is None:
+            return -1
+        at, size = sibling
+        at += pos
+        if at + size > unit.end:
+            return -1
+        target = unit.offset + unit.format.unsigned(self.info, at, size)
+        return target if pos < target <= unit.end else -1
 
     def string(self, unit: Unit, entry: tuple[int, int | bytes | str] | None) -> str | None:
         """A string attribute's text, wherever its form keeps it."""
@@ -589,6 +671,21 @@ class DebugInfo:
                     return self.unit_at(offsets[candidate])
         return None
 
+    def listed_unit(self, pc: int) -> tuple[int, int] | None:
+        """Where the unit ``.debug_aranges`` gives for ``pc`` starts, and where the next
+        listed unit starts (-1 for none) — without reading ``.debug_info``."""
+        starts, ends, offsets = self._arange_table()
+        index = bisect.bisect_right(starts, pc) - 1
+        for candidate in range(index, max(index - 8, -1), -1):
+            if starts[candidate] <= pc < ends[candidate]:
+                offset = offsets[candidate]
+                if self._listed_offsets is None:
+                    self._listed_offsets = sorted(set(offsets))
+                following = bisect.bisect_right(self._listed_offsets, offset)
+                listed = self._listed_offsets
+                return offset, listed[following] if following < len(listed) else -1
+        return None
+
     def _arange_table(self) -> tuple[list[int], list[int], list[int]]:
         if self._aranges is None:
             entries = _parse_aranges(self.sections.aranges, self.sections.byte_order)
@@ -693,10 +790,15 @@ class DebugInfo:
             elif tag in _CONTAINER_TAGS and abbrev.children:
                 pos = self._skip_attributes(unit, abbrev, pos)
                 levels.append(False)
+            elif abbrev.children:
+                after = self._sibling(unit, abbrev, pos)
+                if after < 0:
+                    after = self._skip_children(
+                        unit, None, self._skip_attributes(unit, abbrev, pos)
+                    )
+                pos = after
             else:
                 pos = self._skip_attributes(unit, abbrev, pos)
-                if abbrev.children:
-                    pos = self._skip_children(unit, None, pos)
             if len(levels) > _MAX_DEPTH:
                 raise DwarfError(f"DIEs nested deeper than {_MAX_DEPTH} in unit {unit.offset:#x}")
         if best is not None and not chain:
@@ -725,6 +827,11 @@ class DebugInfo:
             abbrev = abbrevs.get(code)
             if abbrev is None:
                 raise DwarfError(f"unknown abbreviation {code} in unit {unit.offset:#x}")
+            if abbrev.children:
+                after = self._sibling(unit, abbrev, pos)
+                if after >= 0:
+                    pos = after
+                    continue
             pos = self._skip_attributes(unit, abbrev, pos)
             if abbrev.children:
                 depth += 1
@@ -797,17 +904,49 @@ def _offset(data: Buffer, pos: int, size: int, order: str) -> int:
     return struct.unpack_from(order + ("I" if size == 4 else "Q"), data, pos)[0]
 
 
-def _skip_plan(abbrev: Abbrev, fmt: UnitFormat) -> list[int]:
-    """Fixed sizes folded together, variable-size forms kept (negated) to read."""
+#: Steps of a skip plan that are not byte counts nor -form: the common variable sizes.
+_SKIP_STRING = -(1 << 20)
+_SKIP_ULEB = _SKIP_STRING - 1
+_SKIP_EXPRLOC = _SKIP_STRING - 2
+_SKIP_STEPS = {
+    DW_FORM_string: _SKIP_STRING,
+    DW_FORM_udata: _SKIP_ULEB,
+    DW_FORM_sdata: _SKIP_ULEB,
+    DW_FORM_ref_udata: _SKIP_ULEB,
+    DW_FORM_strx: _SKIP_ULEB,
+    DW_FORM_addrx: _SKIP_ULEB,
+    DW_FORM_loclistx: _SKIP_ULEB,
+    DW_FORM_rnglistx: _SKIP_ULEB,
+    DW_FORM_exprloc: _SKIP_EXPRLOC,
+    DW_FORM_block: _SKIP_EXPRLOC,
+}
+
+
+def _plan(abbrev: Abbrev, fmt: UnitFormat) -> list[int]:
+    """Sets ``abbrev.skip`` (fixed sizes folded together, variable sizes as steps to read)
+    and ``abbrev.sibling``; returns the skip plan."""
     plan: list[int] = []
-    for _attribute, form, _implicit in abbrev.specs:
+    steps: list[int] = []
+    fixed: int | None = 0  # bytes before the current attribute, while all are fixed
+    for attribute, form, _implicit in abbrev.specs:
         size = fixed_size(form, fmt)
+        if attribute == DW_AT_sibling and fixed is not None and form in UNIT_REF_FORMS and size:
+            abbrev.sibling = (fixed, size)
         if size is None:
-            plan.append(-form)
-        elif plan and plan[-1] >= 0:
+            step = _SKIP_STEPS.get(form, -form)
+            plan.append(step)
+            steps.append(step)
+            fixed = None
+            continue
+        steps.append(size)
+        if fixed is not None:
+            fixed += size
+        if plan and plan[-1] >= 0:
             plan[-1] += size
         else:
             plan.append(size)
+    abbrev.steps = steps
+    abbrev.skip = plan
     return plan
 
 
@@ -839,7 +978,7 @@ def _parse_aranges(data: Buffer | None, order: str) -> list[tuple[int, int, int]
         return []
     found: list[tuple[int, int, int]] = []
     header32 = struct.Struct(order + "IHIBB").unpack_from  # length, version, unit, sizes
-    pair = {4: struct.Struct(order + "II").unpack_from, 8: struct.Struct(order + "QQ").unpack_from}
+    pair = {4: struct.Struct(order + "II").iter_unpack, 8: struct.Struct(order + "QQ").iter_unpack}
     pos, end = 0, len(data)
     while pos + 12 <= end and len(found) < _MAX_UNITS * 16:
         length, _version, unit_offset, address_size, segment_size = header32(data, pos)
@@ -854,12 +993,12 @@ def _parse_aranges(data: Buffer | None, order: str) -> list[tuple[int, int, int]
             set_end = pos + 4 + length
         if length < 8 or set_end > end:
             break
-        read_pair = pair.get(address_size)
-        if read_pair is not None and segment_size == 0:
+        read_pairs = pair.get(address_size)
+        if read_pairs is not None and segment_size == 0:
             size = 2 * address_size
             first += (pos - first) % size  # tuples are aligned from the set's start
-            for at in range(first, set_end - size + 1, size):
-                start, length = read_pair(data, at)
+            last = first + (set_end - first) // size * size
+            for start, length in read_pairs(data[first:last]):
                 if start == 0 and length == 0:
                     break
                 if length:

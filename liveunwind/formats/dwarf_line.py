@@ -298,12 +298,14 @@ class _Recorder:
 
     def __init__(self, per_file: dict[str, list[tuple[int, int, bool]]]) -> None:
         self.per_file = per_file
-        self.last_file: str | None = None
-        self.last_line = 0
-        self.last_address: int | None = None
-        self.stmt_at_address = False
 
     def run(self, data: Buffer, header: LineProgramHeader) -> None:
+        """Every row of the program, filed as gdb's ``lnp_state_machine::record_line`` files it.
+
+        The filing is written out where rows are made rather than called per
+        row: a libc unit's program makes thousands of rows, and the call was a
+        third of the time of running it.
+        """
         fmt = header.format
         files = header.files
         end = header.program_end
@@ -311,11 +313,19 @@ class _Recorder:
         line_base, line_range, opcode_base = header.line_base, header.line_range, header.opcode_base
         min_inst, max_ops = header.min_inst_length, header.max_ops
         lengths = header.opcode_lengths
+        per_file = self.per_file
         address, op_index, file, line, is_stmt = 0, 0, 1, 1, header.default_is_stmt
+        path = files.get(file)  # the path of ``file``, looked up when it changes
         # gdb records a row that repeats the line of the previous one only if
         # that line never had a nonzero discriminator.
         discriminator, discriminator_seen = 0, False
         discarded = False  # a sequence of a function the linker dropped (address 0)
+        # What the filing remembers: the file and line of the last row filed, the
+        # address of the last row made, and whether a row there was a statement.
+        last_file: str | None = None
+        last_line = 0
+        last_address: int | None = None
+        stmt_at_address = False
         while pos < end:
             opcode = data[pos]
             pos += 1
@@ -328,101 +338,96 @@ class _Recorder:
                 if delta:
                     line += delta
                     discriminator_seen = discriminator != 0
-                if not discarded:
-                    self.row(address, op_index, files.get(file), line, is_stmt, discriminator_seen)
                 discriminator = 0
             elif opcode == DW_LNS_copy:
-                if not discarded:
-                    self.row(address, op_index, files.get(file), line, is_stmt, discriminator_seen)
                 discriminator = 0
-            elif opcode == DW_LNS_advance_pc:
-                value, pos = _leb128(data, pos, end, False, DwarfError)
-                advance = op_index + value
-                address += min_inst * (advance // max_ops)
-                op_index = advance % max_ops
-            elif opcode == DW_LNS_advance_line:
-                value, pos = _leb128(data, pos, end, True, DwarfError)
-                if value:
-                    line += value
-                    discriminator_seen = discriminator != 0
-            elif opcode == DW_LNS_set_file:
-                file, pos = _leb128(data, pos, end, False, DwarfError)
-            elif opcode == DW_LNS_negate_stmt:
-                is_stmt = not is_stmt
-            elif opcode == DW_LNS_const_add_pc:
-                advance = op_index + (255 - opcode_base) // line_range
-                address += min_inst * (advance // max_ops)
-                op_index = advance % max_ops
-            elif opcode == DW_LNS_fixed_advance_pc:
-                if pos + 2 > end:
-                    raise DwarfError("cut DW_LNS_fixed_advance_pc")
-                address += fmt.unsigned(data, pos, 2)
-                op_index = 0
-                pos += 2
-            elif opcode == 0:
-                length, pos = _leb128(data, pos, end, False, DwarfError)
-                if length == 0 or pos + length > end:
-                    raise DwarfError("bad extended opcode length in line program")
-                sub, operands, pos = data[pos], pos + 1, pos + length
-                if sub == DW_LNE_end_sequence:
-                    if not discarded:
-                        self.end_sequence(address)
-                    address, op_index, file, line = 0, 0, 1, 1
-                    is_stmt, discarded = header.default_is_stmt, False
-                    discriminator, discriminator_seen = 0, False
-                    self.last_file, self.last_line = None, 0
-                elif sub == DW_LNE_set_address:
-                    size = min(length - 1, 8)
-                    address = fmt.unsigned(data, operands, size) if size in (4, 8) else 0
-                    op_index = 0
-                    # 0 (and the -1/-2 "tombstones") mark code the linker removed.
-                    discarded = address == 0 or address >= (1 << (8 * size)) - 2
-                elif sub == DW_LNE_set_discriminator:
-                    discriminator, _ = _leb128(data, operands, pos, False, DwarfError)
-                    discriminator_seen = discriminator_seen or discriminator != 0
-                # DW_LNE_define_file (DWARF 2–4, unused by producers) and vendor ops: skipped
             else:
-                # DW_LNS_set_column, set_isa, and any standard opcode newer than
-                # this reader: skip the LEB128 operands its length entry declares.
-                count = lengths[opcode - 1] if opcode - 1 < len(lengths) else 0
-                for _ in range(count):
-                    _value, pos = _leb128(data, pos, end, False, DwarfError)
+                if opcode == DW_LNS_advance_pc:
+                    value, pos = _leb128(data, pos, end, False, DwarfError)
+                    advance = op_index + value
+                    address += min_inst * (advance // max_ops)
+                    op_index = advance % max_ops
+                elif opcode == DW_LNS_advance_line:
+                    value, pos = _leb128(data, pos, end, True, DwarfError)
+                    if value:
+                        line += value
+                        discriminator_seen = discriminator != 0
+                elif opcode == DW_LNS_set_file:
+                    file, pos = _leb128(data, pos, end, False, DwarfError)
+                    path = files.get(file)
+                elif opcode == DW_LNS_negate_stmt:
+                    is_stmt = not is_stmt
+                elif opcode == DW_LNS_const_add_pc:
+                    advance = op_index + (255 - opcode_base) // line_range
+                    address += min_inst * (advance // max_ops)
+                    op_index = advance % max_ops
+                elif opcode == DW_LNS_fixed_advance_pc:
+                    if pos + 2 > end:
+                        raise DwarfError("cut DW_LNS_fixed_advance_pc")
+                    address += fmt.unsigned(data, pos, 2)
+                    op_index = 0
+                    pos += 2
+                elif opcode == 0:
+                    length, pos = _leb128(data, pos, end, False, DwarfError)
+                    if length == 0 or pos + length > end:
+                        raise DwarfError("bad extended opcode length in line program")
+                    sub, operands, pos = data[pos], pos + 1, pos + length
+                    if sub == DW_LNE_end_sequence:
+                        if not discarded and last_file is not None:
+                            _finish(per_file, last_file, address)
+                        last_address, stmt_at_address = None, False
+                        address, op_index, file, line = 0, 0, 1, 1
+                        path = files.get(file)
+                        is_stmt, discarded = header.default_is_stmt, False
+                        discriminator, discriminator_seen = 0, False
+                        last_file, last_line = None, 0
+                    elif sub == DW_LNE_set_address:
+                        size = min(length - 1, 8)
+                        address = fmt.unsigned(data, operands, size) if size in (4, 8) else 0
+                        op_index = 0
+                        # 0 (and the -1/-2 "tombstones") mark code the linker removed.
+                        discarded = address == 0 or address >= (1 << (8 * size)) - 2
+                    elif sub == DW_LNE_set_discriminator:
+                        discriminator, _ = _leb128(data, operands, pos, False, DwarfError)
+                        discriminator_seen = discriminator_seen or discriminator != 0
+                    # DW_LNE_define_file (DWARF 2–4, unused by producers) and vendor ops: skipped
+                else:
+                    # DW_LNS_set_column, set_isa, and any standard opcode newer than
+                    # this reader: skip the LEB128 operands its length entry declares.
+                    count = lengths[opcode - 1] if opcode - 1 < len(lengths) else 0
+                    for _ in range(count):
+                        _value, pos = _leb128(data, pos, end, False, DwarfError)
+                continue
+            if discarded:
+                continue
+            # A row (special opcode or DW_LNS_copy), filed as record_line files it.
+            if op_index == 0 and path is not None:
+                changed = path != last_file
+                if line != 0 and not (
+                    changed and last_address == address and not is_stmt and stmt_at_address
+                ):
+                    if changed and last_file is not None:
+                        _finish(per_file, last_file, address)
+                    if changed or line != last_line or not discriminator_seen:
+                        entries = per_file.get(path)
+                        if entries is None:
+                            entries = per_file[path] = []
+                        entries.append((address, line, is_stmt))
+                        last_file, last_line = path, line
+            if last_address != address:
+                stmt_at_address = False
+                last_address = address
+            stmt_at_address = stmt_at_address or is_stmt
 
-    def row(
-        self, address: int, op_index: int, path: str | None, line: int, is_stmt: bool, disc: bool
-    ) -> None:
-        """One row of the matrix, filed as gdb's ``lnp_state_machine::record_line`` files it."""
-        if op_index == 0 and path is not None:
-            changed = path != self.last_file
-            ignore = line == 0 or (
-                changed and self.last_address == address and not is_stmt and self.stmt_at_address
-            )
-            if not ignore:
-                if changed:
-                    self.finish(address)
-                if changed or line != self.last_line or not disc:
-                    self.per_file.setdefault(path, []).append((address, line, is_stmt))
-                    self.last_file, self.last_line = path, line
-        if self.last_address != address:
-            self.stmt_at_address = False
-            self.last_address = address
-        self.stmt_at_address = self.stmt_at_address or is_stmt
 
-    def end_sequence(self, address: int) -> None:
-        self.finish(address)
-        self.last_address = None
-        self.stmt_at_address = False
-
-    def finish(self, address: int) -> None:
-        """Closes the previous file's range with a line-0 marker at ``address``."""
-        if self.last_file is None:
-            return
-        entries = self.per_file.setdefault(self.last_file, [])
-        last_line: int | None = None
-        while entries:
-            last_line = entries[-1][1]
-            if entries[-1][0] != address:
-                break
-            entries.pop()
-        if last_line:  # a marker after nothing (or after a marker) is dropped
-            entries.append((address, 0, True))
+def _finish(per_file: dict[str, list[tuple[int, int, bool]]], last_file: str, address: int) -> None:
+    """Closes ``last_file``'s range with a line-0 marker at ``address``."""
+    entries = per_file.setdefault(last_file, [])
+    last_line: int | None = None
+    while entries:
+        last_line = entries[-1][1]
+        if entries[-1][0] != address:
+            break
+        entries.pop()
+    if last_line:  # a marker after nothing (or after a marker) is dropped
+        entries.append((address, 0, True))

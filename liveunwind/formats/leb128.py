@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from liveunwind.errors import FormatError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import mmap
+
 #: A 64-bit value needs at most 10 bytes; more is corruption.
 MAX_BYTES = 10
 
 
 def decode(
-    data: bytes | bytearray | memoryview,
+    data: bytes | bytearray | memoryview | mmap.mmap,
     pos: int,
     end: int,
     signed: bool,

@@ -19,6 +19,8 @@ imported by a backtrace without ``--lines``.
 
 from __future__ import annotations
 
+import _thread
+import mmap
 import os
 import struct
 
@@ -39,6 +41,7 @@ from liveunwind.modules.debuginfo import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from types import ModuleType
     from typing import Protocol
 
@@ -85,6 +88,11 @@ DWARF_SECTIONS = {
 #: Answers kept per module; a long session's cache is emptied when it fills.
 _MAX_CACHED_ANSWERS = 1 << 14
 _CHDR64 = struct.Struct("IIQQ")
+#: Compressed bytes given to zlib at a time: about 256 KiB comes out of DWARF, a size
+#: malloc serves again from memory already touched (1 MiB pieces faulted 1,600 more pages).
+_INFLATE_PIECE = 1 << 16
+#: The interpreter's switch interval while read-ahead threads run (see _switch_sooner).
+_READ_AHEAD_SWITCH = 0.0005
 
 
 class ModuleLines:
@@ -103,17 +111,59 @@ class ModuleLines:
     @property
     def info(self) -> DebugInfo:
         """The image's DWARF units; sections that cannot be read fail every lookup, read once."""
+        return self._open(ahead=False)
+
+    def _open(self, ahead: bool) -> DebugInfo:
         if self._info is None:
             if self._broken is not None:
                 raise self._broken
             try:
-                sections, self._growing = read_sections(self.image)
+                sections, self._growing = read_sections(self.image, ahead)
                 info = self._growing.get("info")
                 self._info = DebugInfo(sections, None if info is None else info.ensure)
             except FormatError as error:
                 self._broken = error
                 raise
         return self._info
+
+    def read_ahead(self, addresses: Iterable[int], threads: bool = True) -> list[int]:
+        """Starts reading the DWARF of lookups to come at link-time ``addresses``.
+
+        With ``threads``, a compressed ``.debug_info`` inflates on a thread
+        from now on, as far as the last unit ``.debug_aranges`` gives for the
+        addresses — the bulk of a first lookup in a big library (Debian's
+        libc: 4.1 of its 5.8 MiB for testprogs/lines, 12-18 ms with ISA-L),
+        done while frames are named and the first units decoded.  Returns the
+        addresses in the order their units lie in the section: looked up in
+        that order, each waits only for its own unit.  Errors wait for the
+        lookups, which report them.
+        """
+        order = sorted(set(addresses))
+        try:
+            info = self._open(ahead=threads)
+        except FormatError:
+            return order
+        if not threads:
+            return order  # no thread to keep ahead of: any order waits for nothing
+        growing = self._growing.get("info")
+        placed: list[tuple[int, int]] = []
+        goal = 0
+        try:
+            for address in order:
+                listed = info.listed_unit(address)
+                if listed is None:
+                    goal = -1  # found by the units' own ranges: those are read whole
+                    placed.append((1 << 64, address))
+                    continue
+                placed.append((listed[0], address))
+                if goal >= 0:
+                    goal = -1 if listed[1] < 0 else max(goal, listed[1])
+        except FormatError:
+            goal = -1
+        if growing is not None:
+            growing.read_ahead(goal)
+        placed.sort()
+        return [address for _unit, address in placed]
 
     def locate(self, address: int) -> list[SourceLocation]:
         """The logical frames at link-time ``address``, innermost first ([] if unknown)."""
@@ -224,7 +274,9 @@ def has_dwarf(image: ElfImage) -> bool:
     return False
 
 
-def read_sections(image: ElfImage) -> tuple[Sections, dict[str, GrowingSection]]:
+def read_sections(
+    image: ElfImage, ahead: bool = False
+) -> tuple[Sections, dict[str, GrowingSection]]:
     """The image's DWARF sections, decompressed, and those decompressed only on demand.
 
     Inflating is the bulk of a first lookup in a big library: Debian's libc
@@ -232,10 +284,13 @@ def read_sections(image: ElfImage) -> tuple[Sections, dict[str, GrowingSection]]
     with zlib (27 of them ``.debug_info``; ISA-L's inflater, if installed, takes 12).
     ``.debug_info`` and ``.debug_line`` are read by offset, unit by unit, so
     they are inflated only as far as the units a backtrace needs (72% and
-    76% of them for testprogs/lines).
+    76% of them for testprogs/lines).  With ``ahead`` those two start
+    inflating on threads before the other sections are read (see
+    :meth:`ModuleLines.read_ahead`, which then sets how far).
     """
     fields: dict[str, Buffer | None] = {}
     growing: dict[str, GrowingSection] = {}
+    whole: list[tuple[str, GrowingSection]] = []
     for field, name in DWARF_SECTIONS.items():
         section = GrowingSection.of(image, name)
         if section is None:
@@ -243,8 +298,13 @@ def read_sections(image: ElfImage) -> tuple[Sections, dict[str, GrowingSection]]
             continue
         if field in ("info", "line"):
             growing[field] = section
+            if ahead:
+                section.read_ahead()
+            fields[field] = section.data
         else:
-            section.ensure(-1)
+            whole.append((field, section))
+    for field, section in whole:
+        section.ensure(-1)
         fields[field] = section.data
     return Sections(image.byte_order, **fields), growing
 
@@ -266,16 +326,42 @@ def inflater() -> ModuleType:
 
 
 class GrowingSection:
-    """A zlib-compressed (ELFCOMPRESS_ZLIB) section inflated front to back as far as asked."""
+    """A zlib-compressed (ELFCOMPRESS_ZLIB) section inflated front to back as far as asked.
+
+    ``data`` has the section's full size from the start and fills from the
+    front: ``filled`` bytes are there, and a reader asks :meth:`ensure` for
+    what it is about to read (``DebugInfo``'s ``need``, ``ensure_unit`` for
+    line programs).  Writing each step straight into its place, and feeding
+    zlib the compressed bytes a piece at a time from the mapped file, copies
+    every byte once: growing a buffer and zlib's ``unconsumed_tail`` had
+    copied the section three times over, and in a fresh process each page
+    first touched costs a fault (5,900 of them for testprogs/lines before,
+    4,100 after; 1,700 without ``--lines``).
+    """
 
     def __init__(self, stream: Buffer, size: int, where: str) -> None:
         library = inflater()
-        self.data = bytearray()
+        # Zero pages from the kernel, each touched first when written (a bytearray
+        # of the size would be zero-filled, touching them all at once).
+        self.data: mmap.mmap | bytearray = mmap.mmap(-1, size) if size else bytearray()
+        self.filled = 0
         self.size = size
         self.where = where
-        self._input: Buffer = stream
+        self._stream = memoryview(stream).cast("B")
+        self._at = 0  # how much of the stream zlib has been given
         self._decompressor = library.decompressobj()
         self._error: type[Exception] = library.error
+        #: Guards what the read-ahead thread shares: filled, goal, running, failure.
+        self._state = _thread.allocate_lock()
+        #: Held while there is no news from the read-ahead thread, which releases it
+        #: when it adds bytes or ends; only the thread that waits acquires it.
+        self._news = _thread.allocate_lock()
+        self._news.acquire()
+        #: Where the read-ahead thread stops (it reads it before each step).
+        self._goal = 0
+        #: Whether a read-ahead thread owns the decompressor now.
+        self._running = False
+        self._failure: BaseException | None = None
 
     @staticmethod
     def of(image: ElfImage, name: str) -> GrowingSection | None:
@@ -294,36 +380,146 @@ class GrowingSection:
             raise FormatError(f"{where}: claims {size} bytes decompressed, above the limit")
         return GrowingSection(data[_CHDR64.size :], size, where)
 
+    def read_ahead(self, end: int = -1) -> None:
+        """Inflates the section up to ``end`` (all of it for -1) on a thread of its own.
+
+        zlib and ISA-L let go of the GIL while they inflate, so this runs
+        alongside the Python that walks stacks, names frames and decodes the
+        first units; :meth:`ensure` then waits only for bytes not there yet,
+        and inflates past ``end`` itself once the thread is done.  Calling it
+        again moves the goal (and starts a thread again if the last one is done).
+        """
+        goal = self.size if end < 0 else min(end, self.size)
+        with self._state:
+            self._goal = goal
+            if self._running or self._failure is not None or self.filled >= goal:
+                return
+            self._running = True
+        _switch_sooner()
+        _thread.start_new_thread(self._inflate_ahead, ())
+
+    def _inflate_ahead(self) -> None:
+        """The read-ahead thread: inflates until the goal is reached or the stream fails."""
+        try:
+            while True:
+                with self._state:
+                    if self.filled >= self._goal:
+                        break
+                self._step()
+                with self._state:
+                    if self._news.locked():
+                        self._news.release()
+        except BaseException as error:  # handed to the thread that waits for the bytes
+            self._failure = error
+        finally:
+            with self._state:
+                self._running = False
+                if self._news.locked():
+                    self._news.release()
+            _switch_as_before()
+
+    def _step(self) -> None:
+        """Gives zlib the next piece of the stream and puts what comes out in place."""
+        piece = self._stream[self._at : self._at + _INFLATE_PIECE]
+        if not piece:
+            raise FormatError(f"{self.where}: does not inflate to the {self.size} bytes declared")
+        filled = self.filled
+        try:
+            # At most what is left of the section: more is corrupt, and left in
+            # unconsumed_tail, which the check below then reports.
+            chunk = self._decompressor.decompress(piece, self.size - filled + 1)
+        except self._error as error:
+            raise FormatError(f"{self.where}: {error}") from None
+        self._at += len(piece) - len(self._decompressor.unconsumed_tail)
+        if filled + len(chunk) > self.size:
+            raise FormatError(f"{self.where}: inflates to more than the {self.size} bytes declared")
+        self.data[filled : filled + len(chunk)] = chunk
+        self.filled = filled + len(chunk)
+
     def ensure(self, end: int) -> None:
-        """Inflates at least up to ``end`` (all of it for -1), in steps of at least 1 MiB."""
+        """Inflates at least up to ``end`` (all of it for -1)."""
         end = self.size if end < 0 else min(end, self.size)
-        data = self.data
-        while len(data) < end:
-            try:
-                chunk = self._decompressor.decompress(self._input, max(end - len(data), 1 << 20))
-            except self._error as error:
-                raise FormatError(f"{self.where}: {error}") from None
-            self._input = self._decompressor.unconsumed_tail
-            if not chunk or len(data) + len(chunk) > self.size:
-                raise FormatError(
-                    f"{self.where}: does not inflate to the {self.size} bytes declared"
-                )
-            data += chunk
+        if self.filled >= end:
+            return
+        while True:
+            with self._state:
+                if not self._running:
+                    break
+                self._goal = max(self._goal, end)
+                if self.filled >= end:
+                    return
+            self._news.acquire()  # until the thread adds bytes or ends
+        if self._failure is not None:
+            raise self._failure
+        # No thread, or one that stopped short of ``end``: the stream is this thread's now.
+        for _ in range(len(self._stream) // _INFLATE_PIECE + 2):
+            if self.filled >= end:
+                return
+            self._step()
+        raise FormatError(f"{self.where}: does not inflate to the {self.size} bytes declared")
 
     def ensure_unit(self, offset: int, byte_order: str) -> None:
         """Inflates the whole unit (length-prefixed, as line programs are) at ``offset``."""
         self.ensure(offset + 12)
-        if offset + 4 > len(self.data):
+        if offset + 4 > self.filled:
             return  # the decoder reports the offset as outside the section
         (length,) = struct.unpack_from(byte_order + "I", self.data, offset)
-        if length == 0xFFFFFFFF and offset + 12 <= len(self.data):
+        if length == 0xFFFFFFFF and offset + 12 <= self.filled:
             (length,) = struct.unpack_from(byte_order + "Q", self.data, offset + 4)
             self.ensure(offset + 12 + length)
         else:
             self.ensure(offset + 4 + length)
 
 
+#: Read-ahead threads running, and the switch interval from before the first began.
+_switching: list[float] = []
+_switching_lock = _thread.allocate_lock()
+
+
+def _switch_sooner() -> None:
+    """Lowers the interpreter's switch interval while read-ahead threads run.
+
+    A thread back from inflating a step waits for the GIL until the thread
+    holding it is made to let go: 5 ms by default, many times what a step
+    takes to inflate (a 64 KiB piece, under 1 ms), which would stall the
+    thread while the main one decodes.
+    """
+    import sys
+
+    with _switching_lock:
+        if not _switching:
+            before = sys.getswitchinterval()
+            sys.setswitchinterval(min(before, _READ_AHEAD_SWITCH))
+            _switching.append(before)
+        else:
+            _switching.append(_switching[0])
+
+
+def _switch_as_before() -> None:
+    """Called as a read-ahead thread ends: the last one puts the switch interval back."""
+    import sys
+
+    with _switching_lock:
+        before = _switching.pop()
+        if not _switching:
+            sys.setswitchinterval(before)
+
+
 # -- frames ------------------------------------------------------------------------
+
+
+def read_ahead_pcs(
+    module: LocatingModule, pcs: list[tuple[int, bool]], threads: bool
+) -> list[tuple[int, bool]]:
+    """Starts reading the DWARF for frames at ``pcs`` ((runtime pc, exact) as :func:`locate`
+    takes them), on threads if ``threads``; returns them in the order to look them up
+    (see ``ModuleLines.read_ahead``)."""
+    lines = module.lines
+    if lines is None:
+        return []
+    bias = module.load_bias
+    by_address = {pc - bias - (0 if exact else 1): (pc, exact) for pc, exact in pcs}
+    return [by_address[address] for address in lines.read_ahead(by_address, threads)]
 
 
 def locate(module: LocatingModule, pc: int, exact: bool) -> list[SourceLocation]:
