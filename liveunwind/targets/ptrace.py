@@ -363,7 +363,7 @@ class PtraceProcess(AddressSpace):
                 )
             return PermissionDeniedError(
                 f"cannot trace process {self.pid} ({name}): permission denied; run as root or "
-                f"as its owner with CAP_SYS_PTRACE{_capability_advice()}{_yama_advice()}"
+                f"as its owner with CAP_SYS_PTRACE{_yama_advice()}{_capability_advice()}"
             )
         return AttachError(f"cannot attach to process {self.pid} ({name}): {error.strerror}")
 
@@ -612,8 +612,8 @@ def _capability_advice() -> str:
     if os.geteuid() != 0 or _has_cap_sys_ptrace():
         return ""
     return (
-        " (root here lacks CAP_SYS_PTRACE, as in a container started without it: "
-        "docker run --cap-add=SYS_PTRACE)"
+        "; root here lacks CAP_SYS_PTRACE, as in a container started without it: "
+        "docker run --cap-add=SYS_PTRACE"
     )
 
 
