@@ -7,10 +7,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
+from liveunwind.targets import procfs
 from tests.assertions import assert_one_line_error
 from tests.test_attach_errors import ROOT, run_cli, start_sleeper
 from tests.test_compact import BUILD, TOOLS, make_core
@@ -47,6 +49,43 @@ def test_permission_error_advises_checking_yama_only_where_it_can_be_the_cause()
     assert_one_line_error(result, 2, "permission denied", "CAP_SYS_PTRACE", *present)
     for word in absent:
         assert word not in result.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the advice is for root without it")
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv (util-linux)")
+def test_root_without_cap_sys_ptrace_is_told_the_docker_option() -> None:
+    # Root in a container started without --cap-add=SYS_PTRACE: the capability
+    # is out of its bounding set, so exec leaves it out of the effective set,
+    # and another user's process is refused.
+    target = subprocess.Popen(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "600"]
+    )
+    try:
+        wait_for_exec(target.pid, "sleep")
+        command = [sys.executable, "-m", "liveunwind", "pid", str(target.pid)]
+        result = subprocess.run(
+            ["setpriv", "--bounding-set=-sys_ptrace", *command],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd="/",
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        )
+    finally:
+        target.kill()
+        target.wait()
+    assert_one_line_error(
+        result, 2, "permission denied", "lacks CAP_SYS_PTRACE", "docker run --cap-add=SYS_PTRACE"
+    )
+
+
+def wait_for_exec(pid: int, name: str, timeout: float = 10.0) -> None:
+    """Until ``pid`` runs ``name``: setpriv has changed user and exec'ed it."""
+    deadline = time.monotonic() + timeout
+    while procfs.process_stat(pid).name != name:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"process {pid} never became {name}")
+        time.sleep(0.01)
 
 
 def test_stack_cap_zero_is_a_usage_error() -> None:

@@ -78,6 +78,8 @@ _LONGEST_POLL = 2e-3
 _RELEASE_TIMEOUT = 2.0
 #: ``PF_EXITING`` in the flags field of /proc/PID/task/TID/stat.
 _PF_EXITING = 0x4
+#: capability(7) number of CAP_SYS_PTRACE, a bit of the ``CapEff:`` mask in /proc/self/status.
+_CAP_SYS_PTRACE = 19
 
 
 class PtraceProcess(AddressSpace):
@@ -361,7 +363,7 @@ class PtraceProcess(AddressSpace):
                 )
             return PermissionDeniedError(
                 f"cannot trace process {self.pid} ({name}): permission denied; run as root or "
-                f"as its owner with CAP_SYS_PTRACE{_yama_advice()}"
+                f"as its owner with CAP_SYS_PTRACE{_yama_advice()}{_capability_advice()}"
             )
         return AttachError(f"cannot attach to process {self.pid} ({name}): {error.strerror}")
 
@@ -599,6 +601,36 @@ def _process_name(pid: int) -> str:
         return procfs.process_stat(pid).name
     except NoSuchProcessError:
         return "?"
+
+
+def _capability_advice() -> str:
+    """Root without CAP_SYS_PTRACE is what a container started without it looks like from inside.
+
+    Root is refused another user's process only when it lacks the capability,
+    and Docker drops it unless asked: name the option that gives it back.
+    """
+    if os.geteuid() != 0 or _has_cap_sys_ptrace():
+        return ""
+    return (
+        "; root here lacks CAP_SYS_PTRACE, as in a container started without it: "
+        "docker run --cap-add=SYS_PTRACE"
+    )
+
+
+def _has_cap_sys_ptrace() -> bool:
+    """Whether CAP_SYS_PTRACE is in this process's effective set; True when unknown (no advice)."""
+    try:
+        status = read_kernel_file("/proc/self/status", 1 << 16).decode(errors="replace")
+    except OSError:
+        return True
+    for line in status.splitlines():
+        if line.startswith("CapEff:"):
+            fields = line.split()
+            try:
+                return bool(int(fields[1], 16) >> _CAP_SYS_PTRACE & 1)
+            except (IndexError, ValueError):
+                return True
+    return True
 
 
 def _yama_advice() -> str:
