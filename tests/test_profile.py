@@ -189,7 +189,7 @@ def test_at_least_80_percent_of_the_asked_samples_are_taken(run: Run) -> None:
     document = run.document
     assert document["end"] == END_DURATION
     assert document["duration"] == pytest.approx(DURATION, abs=0.05)
-    if document["samples"] < 0.8 * DURATION * RATE and run.waited > 0.2:
+    if document["samples"] < 0.8 * DURATION * RATE and run.waited > 0.1:
         pytest.skip(
             f"the machine is busy: liveunwind waited for a CPU {run.waited:.0%} of its run "
             f"and took {document['samples']} of {DURATION * RATE:.0f} samples"
