@@ -16,6 +16,7 @@ ran.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections import Counter
@@ -276,8 +277,10 @@ def record(
     profile.add(session.backtrace())
     before = _cpu_times(session.pid)
     started = time.perf_counter()
-    deadline = started + duration if duration is not None else float("inf")
-    due = started + period
+    # Slots are counted, not their times summed: a sum of periods drifts below
+    # the deadline and took a 301st sample in a 3 s run at 100 Hz.
+    slots = math.inf if duration is None else math.ceil(duration * rate - 1e-9)
+    slot = 1  # slot 0 is the cold sample above
     if on_sample is not None:
         on_sample(profile, 0.0)
     try:
@@ -285,8 +288,9 @@ def record(
             if should_stop():
                 profile.end = END_INTERRUPTED
                 break
-            if due >= deadline:
+            if slot >= slots:
                 break
+            due = started + slot * period
             now = time.perf_counter()
             if due > now:
                 time.sleep(due - now)
@@ -297,7 +301,7 @@ def record(
                 profile.end, profile.end_detail = END_TARGET_LOST, str(error)
                 break
             profile.add(backtrace)
-            due = _next_slot(profile, due + period, period)
+            slot = _next_slot(profile, slot + 1, started, period)
             if on_sample is not None:
                 on_sample(profile, time.perf_counter() - started)
     except KeyboardInterrupt:
@@ -305,13 +309,16 @@ def record(
     ended = time.perf_counter()
     # Ended by the clock, every slot up to the deadline was kept (the last
     # one's period reaches it); ended early, the profile covers until now.
-    profile.duration = deadline - started if profile.end == END_DURATION else ended - started
+    if duration is not None and profile.end == END_DURATION:
+        profile.duration = duration
+    else:
+        profile.duration = ended - started
     _add_cpu(profile, before, _cpu_times(session.pid), ended - started)
     return profile
 
 
-def _next_slot(profile: Profile, due: float, period: float) -> float:
-    """When the next sample is due: ``due``, unless sampling fell too far behind.
+def _next_slot(profile: Profile, slot: int, started: float, period: float) -> int:
+    """The slot of the next sample: ``slot``, unless sampling fell too far behind.
 
     A sample that ran late is followed at once by the next, until the
     schedule is kept again — a short stall (liveunwind itself waiting for a
@@ -320,12 +327,12 @@ def _next_slot(profile: Profile, due: float, period: float) -> float:
     samples would stop the process again and again and crowd the samples
     into one moment.
     """
-    late = time.perf_counter() - due
+    late = time.perf_counter() - (started + slot * period)
     if late <= CATCH_UP:
-        return due
+        return slot
     skipped = int(late / period)
     profile.missed += skipped
-    return due + skipped * period
+    return slot + skipped
 
 
 def _cpu_times(pid: int) -> tuple[float, dict[int, float]] | None:
