@@ -30,6 +30,7 @@ from __future__ import annotations
 import bisect
 import struct
 
+from liveunwind.formats.dwarf_aranges import Aranges
 from liveunwind.formats.dwarf_forms import (
     ADDRX_FORMS,
     CONSTANT_FORMS,
@@ -318,8 +319,7 @@ class DebugInfo:
         self._abbrev_tables: dict[int, dict[int, Abbrev]] = {}
         self._units: dict[int, Unit] = {}
         self._unit_offsets: list[int] | None = None
-        self._aranges: tuple[list[int], list[int], list[int]] | None = None
-        self._listed_offsets: list[int] | None = None
+        self._aranges: Aranges | None = None
         self._unit_ranges: tuple[list[int], list[int], list[int]] | None = None
 
     # -- units ----------------------------------------------------------------
@@ -662,40 +662,34 @@ class DebugInfo:
         ``.debug_aranges`` first; units it does not list (some producers
         leave units out, or write no aranges at all) by their own ranges.
         """
-        for table in (self._arange_table, self._unit_range_table):
-            starts, ends, offsets = table()
-            index = bisect.bisect_right(starts, pc) - 1
-            # Ranges may nest or overlap in odd output: look back a few entries.
-            for candidate in range(index, max(index - 8, -1), -1):
-                if starts[candidate] <= pc < ends[candidate]:
-                    return self.unit_at(offsets[candidate])
+        listed = self.aranges().unit_of(pc)
+        if listed is not None:
+            return self.unit_at(listed)
+        starts, ends, offsets = self._unit_range_table()
+        index = bisect.bisect_right(starts, pc) - 1
+        # Ranges may nest or overlap in odd output: look back a few entries.
+        for candidate in range(index, max(index - 8, -1), -1):
+            if starts[candidate] <= pc < ends[candidate]:
+                return self.unit_at(offsets[candidate])
         return None
 
     def listed_unit(self, pc: int) -> tuple[int, int] | None:
         """Where the unit ``.debug_aranges`` gives for ``pc`` starts, and where the next
         listed unit starts (-1 for none) — without reading ``.debug_info``."""
-        starts, ends, offsets = self._arange_table()
-        index = bisect.bisect_right(starts, pc) - 1
-        for candidate in range(index, max(index - 8, -1), -1):
-            if starts[candidate] <= pc < ends[candidate]:
-                offset = offsets[candidate]
-                if self._listed_offsets is None:
-                    self._listed_offsets = sorted(set(offsets))
-                following = bisect.bisect_right(self._listed_offsets, offset)
-                listed = self._listed_offsets
-                return offset, listed[following] if following < len(listed) else -1
-        return None
+        aranges = self.aranges()
+        offset = aranges.unit_of(pc)
+        return None if offset is None else (offset, aranges.following(offset))
 
-    def _arange_table(self) -> tuple[list[int], list[int], list[int]]:
+    def aranges(self) -> Aranges:
+        """``.debug_aranges``, read the first time a pc is looked up."""
         if self._aranges is None:
-            entries = _parse_aranges(self.sections.aranges, self.sections.byte_order)
-            self._aranges = _sorted_table(entries)
+            self._aranges = Aranges(self.sections.aranges, self.sections.byte_order)
         return self._aranges
 
     def _unit_range_table(self) -> tuple[list[int], list[int], list[int]]:
         """The ranges of the units ``.debug_aranges`` does not list, from their unit DIEs."""
         if self._unit_ranges is None:
-            listed = set(self._arange_table()[2])
+            listed = self.aranges().units()
             entries = []
             for offset in self.unit_offsets():
                 if offset in listed:
@@ -969,41 +963,6 @@ def _ranges_v4(table: Buffer | None, pos: int, unit: Unit) -> list[tuple[int, in
             base = end
         else:
             found.append((base + start, base + end))
-    return found
-
-
-def _parse_aranges(data: Buffer | None, order: str) -> list[tuple[int, int, int]]:
-    """(start, end, unit offset) for every range of ``.debug_aranges``."""
-    if data is None:
-        return []
-    found: list[tuple[int, int, int]] = []
-    header32 = struct.Struct(order + "IHIBB").unpack_from  # length, version, unit, sizes
-    pair = {4: struct.Struct(order + "II").iter_unpack, 8: struct.Struct(order + "QQ").iter_unpack}
-    pos, end = 0, len(data)
-    while pos + 12 <= end and len(found) < _MAX_UNITS * 16:
-        length, _version, unit_offset, address_size, segment_size = header32(data, pos)
-        first = pos + 12
-        if length == 0xFFFFFFFF:  # 64-bit DWARF: read the header again at its own sizes
-            if pos + 24 > end:
-                break
-            length, unit_offset = struct.unpack_from(order + "Q2xQ", data, pos + 4)
-            address_size, segment_size = data[pos + 22], data[pos + 23]
-            set_end, first = pos + 12 + length, pos + 24
-        else:
-            set_end = pos + 4 + length
-        if length < 8 or set_end > end:
-            break
-        read_pairs = pair.get(address_size)
-        if read_pairs is not None and segment_size == 0:
-            size = 2 * address_size
-            first += (pos - first) % size  # tuples are aligned from the set's start
-            last = first + (set_end - first) // size * size
-            for start, length in read_pairs(data[first:last]):
-                if start == 0 and length == 0:
-                    break
-                if length:
-                    found.append((start, start + length, unit_offset))
-        pos = set_end
     return found
 
 
