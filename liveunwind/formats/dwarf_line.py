@@ -29,9 +29,11 @@ from liveunwind.formats.dwarf_forms import (
     DW_FORM_line_strp,
     DW_FORM_string,
     DW_FORM_strp,
+    DW_FORM_udata,
     DwarfError,
     UnitFormat,
     c_string,
+    fixed_size,
     read_value,
 )
 from liveunwind.formats.leb128 import decode as _leb128
@@ -62,11 +64,20 @@ _MAX_ENTRIES = 1 << 20
 
 
 class LineProgramHeader:
-    """The header of one line-number program: its parameters and file table."""
+    """The header of one line-number program: its parameters and file table.
+
+    File paths are put together when a row or a call site first names the
+    file: a libc unit lists a hundred headers and its rows use a few, and
+    joining and normalising every path took a third of reading the header.
+    """
 
     __slots__ = (
+        "_directories",
+        "_entries",
+        "_first_file",
+        "_paths",
+        "_strings",
         "default_is_stmt",
-        "files",
         "format",
         "line_base",
         "line_range",
@@ -87,10 +98,46 @@ class LineProgramHeader:
         self.line_range = 1
         self.opcode_base = 1
         self.opcode_lengths: bytes = b""
-        #: File paths by the index the program uses (DWARF 5 from 0, earlier from 1).
-        self.files: dict[int, str] = {}
         self.program_start = 0
         self.program_end = 0
+        #: The directory table and the file table as read: (name, its form, directory index).
+        self._directories: list[tuple[int | bytes | str, int, int]] = []
+        self._entries: list[tuple[int | bytes | str, int, int]] = []
+        #: The index of the first file (DWARF 5 numbers them from 0, earlier from 1).
+        self._first_file = 0
+        self._strings: tuple[Buffer | None, Buffer | None] = (None, None)
+        #: Paths put together so far, by file index; and directories, by ~index.
+        self._paths: dict[int, str | None] = {}
+
+    def file(self, index: int) -> str | None:
+        """The path of file ``index``, normalised (``dir/../x.h`` names ``x.h``); None if none."""
+        paths = self._paths
+        if index in paths:
+            return paths[index]
+        path = None
+        at = index - self._first_file
+        if 0 <= at < len(self._entries):
+            name, form, directory = self._entries[at]
+            path = posixpath.normpath(
+                _join(self._directory(directory), _string(name, form, self._strings))
+            )
+        paths[index] = path
+        return path
+
+    def _directory(self, index: int) -> str:
+        """Directory ``index``: the first is the compilation directory, the others under it."""
+        key = ~index
+        known = self._paths.get(key)
+        if known is not None:
+            return known
+        found = ""
+        if 0 <= index < len(self._directories):
+            name, form, _ = self._directories[index]
+            found = _string(name, form, self._strings)
+            if index:
+                found = _join(self._directory(0), found)
+        self._paths[key] = found
+        return found
 
 
 def parse_header(
@@ -155,19 +202,16 @@ def parse_header(
         raise DwarfError("standard opcode lengths run past the line program header")
     header.opcode_lengths = bytes(data[pos:opcodes_end])
     pos = opcodes_end
-    strings = (debug_str, debug_line_str)
+    header._strings = (debug_str, debug_line_str)
     if version >= 5:
-        directories, pos = _v5_entries(data, pos, program_start, fmt, strings, None)
-        # Directory 0 is the compilation directory; the others are relative to it.
-        first = directories[0][0] if directories else comp_dir
-        dirs = [first] + [_join(first, name) for name, _ in directories[1:]]
-        entries, pos = _v5_entries(data, pos, program_start, fmt, strings, dirs)
-        files = {index: path for index, (path, _) in enumerate(entries)}
+        header._directories, pos = _v5_entries(data, pos, program_start, fmt)
+        header._entries, pos = _v5_entries(data, pos, program_start, fmt)
+        if not header._directories:
+            header._directories = [(comp_dir, DW_FORM_string, 0)]
     else:
-        dirs, pos = _v4_directories(data, pos, program_start, comp_dir)
-        files = _v4_files(data, pos, program_start, dirs)
-    # ``dir/../x.h`` and ``./dir/x.c`` name what ``x.h`` and ``dir/x.c`` name.
-    header.files = {index: posixpath.normpath(path) for index, path in files.items()}
+        header._directories, pos = _v4_directories(data, pos, program_start, comp_dir)
+        header._entries = _v4_files(data, pos, program_start)
+        header._first_file = 1
     header.program_start, header.program_end = program_start, end
     return header
 
@@ -178,36 +222,38 @@ def _join(directory: str, name: str) -> str:
     return posixpath.join(directory, name)
 
 
-def _v4_directories(data: Buffer, pos: int, end: int, comp_dir: str) -> tuple[list[str], int]:
+def _v4_directories(
+    data: Buffer, pos: int, end: int, comp_dir: str
+) -> tuple[list[tuple[int | bytes | str, int, int]], int]:
     """``include_directories`` (DWARF 2–4): index 0 is the compilation directory."""
-    dirs = [comp_dir]
+    dirs: list[tuple[int | bytes | str, int, int]] = [(comp_dir, DW_FORM_string, 0)]
     while pos < end and data[pos] != 0 and len(dirs) < _MAX_ENTRIES:
         name, pos = read_value(data, pos, end, DW_FORM_string, _ANY_FORMAT)
-        dirs.append(_join(comp_dir, str(name)))
+        dirs.append((name, DW_FORM_string, 0))
     return dirs, pos + 1
 
 
-def _v4_files(data: Buffer, pos: int, end: int, dirs: list[str]) -> dict[int, str]:
-    """``file_names`` (DWARF 2–4), numbered from 1."""
-    files: dict[int, str] = {}
+def _v4_files(data: Buffer, pos: int, end: int) -> list[tuple[int | bytes | str, int, int]]:
+    """``file_names`` (DWARF 2–4), numbered from 1: (name, form, directory index) each."""
+    files: list[tuple[int | bytes | str, int, int]] = []
     while pos < end and data[pos] != 0 and len(files) < _MAX_ENTRIES:
         name, pos = read_value(data, pos, end, DW_FORM_string, _ANY_FORMAT)
         directory, pos = _leb128(data, pos, end, False, DwarfError)
         _mtime, pos = _leb128(data, pos, end, False, DwarfError)
         _length, pos = _leb128(data, pos, end, False, DwarfError)
-        files[len(files) + 1] = _join(dirs[directory] if directory < len(dirs) else "", str(name))
+        files.append((name, DW_FORM_string, directory))
     return files
 
 
 def _v5_entries(
-    data: Buffer,
-    pos: int,
-    end: int,
-    fmt: UnitFormat,
-    strings: tuple[Buffer | None, Buffer | None],
-    dirs: list[str] | None,
-) -> tuple[list[tuple[str, int]], int]:
-    """A DWARF 5 directory table (``dirs`` None) or file table: (path, directory index) each."""
+    data: Buffer, pos: int, end: int, fmt: UnitFormat
+) -> tuple[list[tuple[int | bytes | str, int, int]], int]:
+    """A DWARF 5 directory or file table: (name, its form, directory index) each.
+
+    Names stay as read (an offset into a string section, mostly) until
+    :meth:`LineProgramHeader.file` needs one; other contents of a fixed size
+    (an MD5) are stepped over, and one-byte directory indices read in place.
+    """
     if pos >= end:
         raise DwarfError("cut DWARF 5 line table")
     format_count = data[pos]
@@ -216,26 +262,35 @@ def _v5_entries(
     for _ in range(format_count):
         content, pos = _leb128(data, pos, end, False, DwarfError)
         form, pos = _leb128(data, pos, end, False, DwarfError)
-        formats.append((content, form))
+        formats.append((content, form, fixed_size(form, fmt)))
     count, pos = _leb128(data, pos, end, False, DwarfError)
     if count > min(_MAX_ENTRIES, end - pos):
         raise DwarfError(f"line table claims {count} entries")
-    entries = []
+    entries: list[tuple[int | bytes | str, int, int]] = []
     for _ in range(count):
-        name, directory = "", 0
-        for content, form in formats:
+        name: int | bytes | str = ""
+        name_form, directory = DW_FORM_string, 0
+        for content, form, size in formats:
+            if content == DW_LNCT_directory_index and form == DW_FORM_udata and pos < end:
+                if data[pos] < 0x80:
+                    directory, pos = data[pos], pos + 1
+                    continue
+            elif content not in (DW_LNCT_path, DW_LNCT_directory_index) and size is not None:
+                pos += size
+                continue
             value, pos = read_value(data, pos, end, form, fmt)
             if content == DW_LNCT_path:
-                name = _string(value, form, strings)
+                name, name_form = value, form
             elif content == DW_LNCT_directory_index and isinstance(value, int):
                 directory = value
-        if dirs is not None:
-            name = _join(dirs[directory] if directory < len(dirs) else "", name)
-        entries.append((name, directory))
+        if pos > end:
+            raise DwarfError("line table entry runs past the header")
+        entries.append((name, name_form, directory))
     return entries, pos
 
 
 def _string(value: object, form: int, strings: tuple[Buffer | None, Buffer | None]) -> str:
+    """The text of a name in a line table, wherever its form keeps it."""
     if isinstance(value, str):
         return value
     if isinstance(value, int) and form in (DW_FORM_strp, DW_FORM_line_strp):
@@ -290,7 +345,7 @@ class LineTable:
 
     def file_name(self, index: int) -> str | None:
         """The path of file ``index`` (for DW_AT_call_file and DW_AT_decl_file)."""
-        return self.header.files.get(index)
+        return self.header.file(index)
 
 
 class _Recorder:
@@ -307,7 +362,7 @@ class _Recorder:
         third of the time of running it.
         """
         fmt = header.format
-        files = header.files
+        file_path = header.file
         end = header.program_end
         pos = header.program_start
         line_base, line_range, opcode_base = header.line_base, header.line_range, header.opcode_base
@@ -315,7 +370,7 @@ class _Recorder:
         lengths = header.opcode_lengths
         per_file = self.per_file
         address, op_index, file, line, is_stmt = 0, 0, 1, 1, header.default_is_stmt
-        path = files.get(file)  # the path of ``file``, looked up when it changes
+        path = file_path(file)  # the path of ``file``, looked up when it changes
         # gdb records a row that repeats the line of the previous one only if
         # that line never had a nonzero discriminator.
         discriminator, discriminator_seen = 0, False
@@ -354,7 +409,7 @@ class _Recorder:
                         discriminator_seen = discriminator != 0
                 elif opcode == DW_LNS_set_file:
                     file, pos = _leb128(data, pos, end, False, DwarfError)
-                    path = files.get(file)
+                    path = file_path(file)
                 elif opcode == DW_LNS_negate_stmt:
                     is_stmt = not is_stmt
                 elif opcode == DW_LNS_const_add_pc:
@@ -377,7 +432,7 @@ class _Recorder:
                             _finish(per_file, last_file, address)
                         last_address, stmt_at_address = None, False
                         address, op_index, file, line = 0, 0, 1, 1
-                        path = files.get(file)
+                        path = file_path(file)
                         is_stmt, discarded = header.default_is_stmt, False
                         discriminator, discriminator_seen = 0, False
                         last_file, last_line = None, 0
