@@ -97,7 +97,9 @@ class Aranges:
     def _read_ranges(self, data: Buffer, order: str) -> None:
         """Any layout, range by range: each range its own one-slot set."""
         header32 = struct.Struct(order + "IHIBB").unpack_from  # length, version, unit, sizes
-        pair = {4: struct.Struct(order + "II").iter_unpack, 8: struct.Struct(order + "QQ").iter_unpack}
+        pair = {
+            size: struct.Struct(order + code).iter_unpack for size, code in ((4, "II"), (8, "QQ"))
+        }
         starts, lengths, units = self._starts, self._lengths, self._units
         pos, end = 0, len(data)
         while pos + 12 <= end and len(starts) < _MAX_RANGES:
@@ -194,4 +196,3 @@ class Aranges:
                 if starts[slot] == 0:
                     break  # the terminator
         return found
-

@@ -106,6 +106,9 @@ class ModuleLines:
         #: Compressed sections inflated only as far as lookups reach, by field.
         self._growing: dict[str, GrowingSection] = {}
         self._tables: dict[int, LineTable | None] = {}
+        #: Addresses read-ahead announced, by the unit .debug_aranges gives them:
+        #: a unit's line program then runs once, as far as all of them need.
+        self._wanted: dict[int, list[int]] = {}
         self._answers: dict[int, list[SourceLocation]] = {}
 
     @property
@@ -135,17 +138,16 @@ class ModuleLines:
         libc: 4.1 of its 5.8 MiB for testprogs/lines, 12-18 ms with ISA-L),
         done while frames are named and the first units decoded.  Returns the
         addresses in the order their units lie in the section: looked up in
-        that order, each waits only for its own unit.  Errors wait for the
-        lookups, which report them.
+        that order, each waits only for its own unit.  With threads or
+        without, each unit's line program is then run once, as far as all of
+        its addresses need.  Errors wait for the lookups, which report them.
         """
         order = sorted(set(addresses))
         try:
             info = self._open(ahead=threads)
         except FormatError:
             return order
-        if not threads:
-            return order  # no thread to keep ahead of: any order waits for nothing
-        growing = self._growing.get("info")
+        growing = self._growing.get("info") if threads else None
         placed: list[tuple[int, int]] = []
         goal = 0
         try:
@@ -156,6 +158,7 @@ class ModuleLines:
                     placed.append((1 << 64, address))
                     continue
                 placed.append((listed[0], address))
+                self._wanted.setdefault(listed[0], []).append(address)
                 if goal >= 0:
                     goal = -1 if listed[1] < 0 else max(goal, listed[1])
         except FormatError:
@@ -181,6 +184,8 @@ class ModuleLines:
         if unit is None:
             return []
         table = self.line_table(unit)
+        if table is not None:
+            table.run_for(self._wanted.pop(unit.offset, ()))
         found = table.lookup(address) if table is not None else None
         file, line = found if found is not None else (None, None)
         frames = []
