@@ -295,11 +295,11 @@ def read_sections(
     ``.debug_info``, ``.debug_line`` and ``.debug_abbrev`` are read by
     offset, unit by unit, so they are inflated only as far as the units a
     backtrace needs (72%, 76% and 70% of them for testprogs/lines; the
-    abbreviations had taken 2.7 ms to inflate whole).  With ``ahead`` the
-    first two start inflating on threads before the other sections are read
-    (see :meth:`ModuleLines.read_ahead`, which then sets how far); the
-    abbreviations, a sixth of the size, inflate as lookups reach them, which
-    is while the thread inflates ``.debug_info`` for the next unit.
+    abbreviations had taken 2.7 ms to inflate whole).  With ``ahead``
+    ``.debug_info`` starts inflating on a thread before the other sections
+    are read (see :meth:`ModuleLines.read_ahead`, which then sets how far),
+    and ``.debug_line`` after it on the same thread.  The abbreviations, a
+    sixth of the size, inflate as lookups reach them.
     """
     fields: dict[str, Buffer | None] = {}
     growing: dict[str, GrowingSection] = {}
@@ -311,11 +311,11 @@ def read_sections(
             continue
         if field in ("info", "line", "abbrev"):
             growing[field] = section
-            if ahead and field != "abbrev":
-                section.read_ahead()
             fields[field] = section.data
         else:
             whole.append((field, section))
+    if ahead and "info" in growing:
+        growing["info"].read_ahead(then=growing.get("line"))
     for field, section in whole:
         section.ensure(-1)
         fields[field] = section.data
@@ -375,6 +375,8 @@ class GrowingSection:
         #: Whether a read-ahead thread owns the decompressor now.
         self._running = False
         self._failure: BaseException | None = None
+        #: The section a read-ahead thread inflates next, once this one is at its goal.
+        self._then: GrowingSection | None = None
 
     @staticmethod
     def of(image: ElfImage, name: str) -> GrowingSection | None:
@@ -393,7 +395,7 @@ class GrowingSection:
             raise FormatError(f"{where}: claims {size} bytes decompressed, above the limit")
         return GrowingSection(data[_CHDR64.size :], size, where)
 
-    def read_ahead(self, end: int = -1) -> None:
+    def read_ahead(self, end: int = -1, then: GrowingSection | None = None) -> None:
         """Inflates the section up to ``end`` (all of it for -1) on a thread of its own.
 
         zlib and ISA-L let go of the GIL while they inflate, so this runs
@@ -401,9 +403,17 @@ class GrowingSection:
         first units; :meth:`ensure` then waits only for bytes not there yet,
         and inflates past ``end`` itself once the thread is done.  Calling it
         again moves the goal (and starts a thread again if the last one is done).
+
+        ``then`` (kept for later calls) is read ahead whole when the thread is
+        done: one thread, not one per section, so that ``.debug_info``, which
+        every lookup waits for, has the spare core to itself.  Two threads
+        sharing it (and, on a busy machine, sharing it with other work) had
+        made ``.debug_info`` take 3-4 times as long to inflate as it takes alone.
         """
         goal = self.size if end < 0 else min(end, self.size)
         with self._state:
+            if then is not None:
+                self._then = then
             self._goal = goal
             if self._running or self._failure is not None or self.filled >= goal:
                 return
@@ -429,6 +439,9 @@ class GrowingSection:
                 self._running = False
                 if self._news.locked():
                     self._news.release()
+                then = self._then
+            if then is not None:
+                then.read_ahead()
             _switch_as_before()
 
     def _step(self) -> None:
@@ -457,18 +470,24 @@ class GrowingSection:
         while True:
             with self._state:
                 if not self._running:
+                    # No thread, or one that stopped short of ``end``: the stream is
+                    # this thread's now (a read-ahead started meanwhile only sets a goal).
+                    self._running = True
                     break
                 self._goal = max(self._goal, end)
                 if self.filled >= end:
                     return self.filled
             self._news.acquire()  # until the thread adds bytes or ends
-        if self._failure is not None:
-            raise self._failure
-        # No thread, or one that stopped short of ``end``: the stream is this thread's now.
-        for _ in range(len(self._stream) // _INFLATE_PIECE + 2):
-            if self.filled >= end:
-                return self.filled
-            self._step()
+        try:
+            if self._failure is not None:
+                raise self._failure
+            for _ in range(len(self._stream) // _INFLATE_PIECE + 2):
+                if self.filled >= end:
+                    return self.filled
+                self._step()
+        finally:
+            with self._state:
+                self._running = False
         raise FormatError(f"{self.where}: does not inflate to the {self.size} bytes declared")
 
     def ensure_unit(self, offset: int, byte_order: str) -> None:
