@@ -182,7 +182,7 @@ class Sections:
 class Abbrev:
     """One abbreviation: a DIE's tag, whether it has children, and its attribute forms."""
 
-    __slots__ = ("children", "sibling", "skip", "specs", "steps", "tag")
+    __slots__ = ("children", "sibling", "skip", "span", "specs", "steps", "tag")
 
     def __init__(self, tag: int, children: bool, specs: tuple[tuple[int, int, int], ...]) -> None:
         self.tag = tag
@@ -196,6 +196,10 @@ class Abbrev:
         #: Where DW_AT_sibling's value lies after the code, and its size, when every
         #: attribute before it has a fixed size (GCC and clang put it first); else None.
         self.sibling: tuple[int, int] | None = None
+        #: Where DW_AT_low_pc (DW_FORM_addr) and DW_AT_high_pc lie after the code, their
+        #: sizes, and whether the high one is an offset from the low one, when every
+        #: attribute before them has a fixed size (GCC's functions and blocks); else None.
+        self.span: tuple[int, int, int, int, bool] | None = None
 
 
 def parse_abbrevs(data: Buffer, offset: int, end: int = -1) -> dict[int, Abbrev]:
@@ -789,6 +793,22 @@ class DebugInfo:
                 raise DwarfError(f"DIE at {die_offset:#x}: unknown abbreviation {code}")
             tag = abbrev.tag
             if tag in _SCOPE_TAGS:
+                if abbrev.skip is None:
+                    _plan(abbrev, unit.format)
+                span = abbrev.span
+                # (A function with children is stepped over by its DW_AT_sibling.)
+                if (
+                    span is not None
+                    and (abbrev.sibling is not None or not abbrev.children)
+                    and pos + max(span[0] + span[1], span[2] + span[3]) <= end
+                ):
+                    # Its range read in place: most functions of a unit do not hold
+                    # the pc, and decoding their attributes was a third of the walk.
+                    low = unit.format.unsigned(data, pos + span[0], span[1])
+                    high = unit.format.unsigned(data, pos + span[2], span[3])
+                    if not low <= pc < (low + high if span[4] else high):
+                        pos = self._after_die(unit, abbrev, pos)
+                        continue
                 attrs, pos = self._attributes(unit, abbrev, pos, _SCOPE_ATTRS)
                 has_ranges = self.has_ranges(attrs)
                 start = self.covering_start(unit, attrs, pc) if has_ranges else None
@@ -810,20 +830,22 @@ class DebugInfo:
             elif tag in _CONTAINER_TAGS and abbrev.children:
                 pos = self._skip_attributes(unit, abbrev, pos)
                 levels.append(False)
-            elif abbrev.children:
-                after = self._sibling(unit, abbrev, pos)
-                if after < 0:
-                    after = self._skip_children(
-                        unit, None, self._skip_attributes(unit, abbrev, pos)
-                    )
-                pos = after
             else:
-                pos = self._skip_attributes(unit, abbrev, pos)
+                pos = self._after_die(unit, abbrev, pos)
             if len(levels) > _MAX_DEPTH:
                 raise DwarfError(f"DIEs nested deeper than {_MAX_DEPTH} in unit {unit.offset:#x}")
         if best is not None and not chain:
             chain.append(best[1])  # a unit cut short
         return chain
+
+    def _after_die(self, unit: Unit, abbrev: Abbrev, pos: int) -> int:
+        """Where the next sibling of the DIE whose attributes start at ``pos`` starts."""
+        if not abbrev.children:
+            return self._skip_attributes(unit, abbrev, pos)
+        after = self._sibling(unit, abbrev, pos)
+        if after < 0:
+            after = self._skip_children(unit, None, self._skip_attributes(unit, abbrev, pos))
+        return after
 
     def _skip_children(
         self, unit: Unit, sibling: tuple[int, int | bytes | str] | None, pos: int
@@ -953,10 +975,21 @@ def _plan(abbrev: Abbrev, fmt: UnitFormat) -> list[int]:
     plan: list[int] = []
     steps: list[int] = []
     fixed: int | None = 0  # bytes before the current attribute, while all are fixed
+    low: tuple[int, int] | None = None
+    high: tuple[int, int, bool] | None = None
     for attribute, form, _implicit in abbrev.specs:
         size = fixed_size(form, fmt)
         if attribute == DW_AT_sibling and fixed is not None and form in UNIT_REF_FORMS and size:
             abbrev.sibling = (fixed, size)
+        elif attribute == DW_AT_low_pc and fixed is not None and form == DW_FORM_addr and size:
+            low = (fixed, size)
+        elif (
+            attribute == DW_AT_high_pc
+            and fixed is not None
+            and size
+            and (form == DW_FORM_addr or (form in CONSTANT_FORMS and form != DW_FORM_sdata))
+        ):
+            high = (fixed, size, form != DW_FORM_addr)
         if size is None:
             step = _SKIP_STEPS.get(form, -form)
             plan.append(step)
@@ -970,6 +1003,8 @@ def _plan(abbrev: Abbrev, fmt: UnitFormat) -> list[int]:
             plan[-1] += size
         else:
             plan.append(size)
+    if low is not None and high is not None:
+        abbrev.span = (*low, *high)
     abbrev.steps = steps
     abbrev.skip = plan
     return plan

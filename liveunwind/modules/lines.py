@@ -377,6 +377,10 @@ class GrowingSection:
         self._failure: BaseException | None = None
         #: The section a read-ahead thread inflates next, once this one is at its goal.
         self._then: GrowingSection | None = None
+        #: Whether a caller's :meth:`ensure` owns the stream (then ``_running`` is set too),
+        #: and whether a read-ahead asked for meanwhile is to start when it is done.
+        self._claimed = False
+        self._resume = False
 
     @staticmethod
     def of(image: ElfImage, name: str) -> GrowingSection | None:
@@ -415,6 +419,8 @@ class GrowingSection:
             if then is not None:
                 self._then = then
             self._goal = goal
+            # A caller inflating it now (see ensure) starts the thread when it is done.
+            self._resume = self._claimed
             if self._running or self._failure is not None or self.filled >= goal:
                 return
             self._running = True
@@ -435,13 +441,12 @@ class GrowingSection:
         except BaseException as error:  # handed to the thread that waits for the bytes
             self._failure = error
         finally:
+            if self._then is not None:
+                self._then.read_ahead()  # before this thread is seen to be done
             with self._state:
                 self._running = False
                 if self._news.locked():
                     self._news.release()
-                then = self._then
-            if then is not None:
-                then.read_ahead()
             _switch_as_before()
 
     def _step(self) -> None:
@@ -471,8 +476,8 @@ class GrowingSection:
             with self._state:
                 if not self._running:
                     # No thread, or one that stopped short of ``end``: the stream is
-                    # this thread's now (a read-ahead started meanwhile only sets a goal).
-                    self._running = True
+                    # this thread's now (a read-ahead asked for meanwhile waits for it).
+                    self._running = self._claimed = True
                     break
                 self._goal = max(self._goal, end)
                 if self.filled >= end:
@@ -487,7 +492,10 @@ class GrowingSection:
                 self._step()
         finally:
             with self._state:
-                self._running = False
+                self._running = self._claimed = False
+                resume, self._resume = self._resume, False
+            if resume:
+                self.read_ahead(self._goal)
         raise FormatError(f"{self.where}: does not inflate to the {self.size} bytes declared")
 
     def ensure_unit(self, offset: int, byte_order: str) -> None:
