@@ -132,6 +132,10 @@ _SCOPE_ATTRS = _NAME_ATTRS | {
     DW_AT_call_file,
     DW_AT_call_line,
 }
+#: The attributes that give a DIE its address ranges.
+_RANGE_ATTRS = frozenset((DW_AT_low_pc, DW_AT_high_pc, DW_AT_ranges))
+#: What stepping over a DIE with children may need of its attributes.
+_SIBLING = frozenset((DW_AT_sibling,))
 #: Abstract-origin / specification links followed at most (a cycle in corrupt input ends here).
 _MAX_NAME_LINKS = 8
 #: Nesting depth of DIEs followed at most.
@@ -182,7 +186,7 @@ class Sections:
 class Abbrev:
     """One abbreviation: a DIE's tag, whether it has children, and its attribute forms."""
 
-    __slots__ = ("children", "sibling", "skip", "span", "specs", "steps", "tag")
+    __slots__ = ("children", "ranged", "sibling", "skip", "span", "specs", "steps", "tag")
 
     def __init__(self, tag: int, children: bool, specs: tuple[tuple[int, int, int], ...]) -> None:
         self.tag = tag
@@ -200,6 +204,9 @@ class Abbrev:
         #: sizes, and whether the high one is an offset from the low one, when every
         #: attribute before them has a fixed size (GCC's functions and blocks); else None.
         self.span: tuple[int, int, int, int, bool] | None = None
+        #: Whether its DIEs can have an address range at all (a function's declaration
+        #: or abstract instance cannot).
+        self.ranged = any(spec[0] in _RANGE_ATTRS for spec in specs)
 
 
 def parse_abbrevs(data: Buffer, offset: int, end: int = -1) -> dict[int, Abbrev]:
@@ -795,15 +802,14 @@ class DebugInfo:
             if tag in _SCOPE_TAGS:
                 if abbrev.skip is None:
                     _plan(abbrev, unit.format)
+                if not abbrev.ranged and tag != DW_TAG_lexical_block:
+                    # A declaration or an abstract instance (most of a unit's functions):
+                    # stepped over, not decoded.
+                    pos = self._after_die(unit, abbrev, pos)
+                    continue
                 span = abbrev.span
-                # (A function with children is stepped over by its DW_AT_sibling.)
-                if (
-                    span is not None
-                    and (abbrev.sibling is not None or not abbrev.children)
-                    and pos + max(span[0] + span[1], span[2] + span[3]) <= end
-                ):
-                    # Its range read in place: most functions of a unit do not hold
-                    # the pc, and decoding their attributes was a third of the walk.
+                if span is not None and pos + max(span[0] + span[1], span[2] + span[3]) <= end:
+                    # Its range read in place: most functions do not hold the pc.
                     low = unit.format.unsigned(data, pos + span[0], span[1])
                     high = unit.format.unsigned(data, pos + span[2], span[3])
                     if not low <= pc < (low + high if span[4] else high):
@@ -844,7 +850,8 @@ class DebugInfo:
             return self._skip_attributes(unit, abbrev, pos)
         after = self._sibling(unit, abbrev, pos)
         if after < 0:
-            after = self._skip_children(unit, None, self._skip_attributes(unit, abbrev, pos))
+            attrs, pos = self._attributes(unit, abbrev, pos, _SIBLING)
+            after = self._skip_children(unit, attrs.get(DW_AT_sibling), pos)
         return after
 
     def _skip_children(
