@@ -186,7 +186,7 @@ class Sections:
 class Abbrev:
     """One abbreviation: a DIE's tag, whether it has children, and its attribute forms."""
 
-    __slots__ = ("children", "ranged", "sibling", "skip", "span", "specs", "steps", "tag")
+    __slots__ = ("children", "ranged", "sibling", "skip", "specs", "steps", "tag")
 
     def __init__(self, tag: int, children: bool, specs: tuple[tuple[int, int, int], ...]) -> None:
         self.tag = tag
@@ -200,10 +200,6 @@ class Abbrev:
         #: Where DW_AT_sibling's value lies after the code, and its size, when every
         #: attribute before it has a fixed size (GCC and clang put it first); else None.
         self.sibling: tuple[int, int] | None = None
-        #: Where DW_AT_low_pc (DW_FORM_addr) and DW_AT_high_pc lie after the code, their
-        #: sizes, and whether the high one is an offset from the low one, when every
-        #: attribute before them has a fixed size (GCC's functions and blocks); else None.
-        self.span: tuple[int, int, int, int, bool] | None = None
         #: Whether its DIEs can have an address range at all (a function's declaration
         #: or abstract instance cannot).
         self.ranged = any(spec[0] in _RANGE_ATTRS for spec in specs)
@@ -800,21 +796,11 @@ class DebugInfo:
                 raise DwarfError(f"DIE at {die_offset:#x}: unknown abbreviation {code}")
             tag = abbrev.tag
             if tag in _SCOPE_TAGS:
-                if abbrev.skip is None:
-                    _plan(abbrev, unit.format)
                 if not abbrev.ranged and tag != DW_TAG_lexical_block:
                     # A declaration or an abstract instance (most of a unit's functions):
                     # stepped over, not decoded.
                     pos = self._after_die(unit, abbrev, pos)
                     continue
-                span = abbrev.span
-                if span is not None and pos + max(span[0] + span[1], span[2] + span[3]) <= end:
-                    # Its range read in place: most functions do not hold the pc.
-                    low = unit.format.unsigned(data, pos + span[0], span[1])
-                    high = unit.format.unsigned(data, pos + span[2], span[3])
-                    if not low <= pc < (low + high if span[4] else high):
-                        pos = self._after_die(unit, abbrev, pos)
-                        continue
                 attrs, pos = self._attributes(unit, abbrev, pos, _SCOPE_ATTRS)
                 has_ranges = self.has_ranges(attrs)
                 start = self.covering_start(unit, attrs, pc) if has_ranges else None
@@ -982,21 +968,10 @@ def _plan(abbrev: Abbrev, fmt: UnitFormat) -> list[int]:
     plan: list[int] = []
     steps: list[int] = []
     fixed: int | None = 0  # bytes before the current attribute, while all are fixed
-    low: tuple[int, int] | None = None
-    high: tuple[int, int, bool] | None = None
     for attribute, form, _implicit in abbrev.specs:
         size = fixed_size(form, fmt)
         if attribute == DW_AT_sibling and fixed is not None and form in UNIT_REF_FORMS and size:
             abbrev.sibling = (fixed, size)
-        elif attribute == DW_AT_low_pc and fixed is not None and form == DW_FORM_addr and size:
-            low = (fixed, size)
-        elif (
-            attribute == DW_AT_high_pc
-            and fixed is not None
-            and size
-            and (form == DW_FORM_addr or (form in CONSTANT_FORMS and form != DW_FORM_sdata))
-        ):
-            high = (fixed, size, form != DW_FORM_addr)
         if size is None:
             step = _SKIP_STEPS.get(form, -form)
             plan.append(step)
@@ -1010,8 +985,6 @@ def _plan(abbrev: Abbrev, fmt: UnitFormat) -> list[int]:
             plan[-1] += size
         else:
             plan.append(size)
-    if low is not None and high is not None:
-        abbrev.span = (*low, *high)
     abbrev.steps = steps
     abbrev.skip = plan
     return plan
