@@ -355,8 +355,12 @@ class GrowingSection:
     def __init__(self, stream: Buffer, size: int, where: str) -> None:
         library = inflater()
         # Zero pages from the kernel, each touched first when written (a bytearray
-        # of the size would be zero-filled, touching them all at once).
-        self.data: mmap.mmap | bytearray = mmap.mmap(-1, size) if size else bytearray()
+        # of the size would be zero-filled, touching them all at once).  Private:
+        # mmap's default, a shared mapping, is memory of a file system, whose pages
+        # are slower to fault in (Debian's libc's .debug_info inflated 72% in a fresh
+        # process: 11.2-12.5 ms private, 11.9-17 ms shared, medians 1.5 ms apart).
+        flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+        self.data: mmap.mmap | bytearray = mmap.mmap(-1, size, flags) if size else bytearray()
         self.filled = 0
         self.size = size
         self.where = where
