@@ -188,7 +188,9 @@ class Abbrev:
 
     __slots__ = ("children", "ranged", "sibling", "skip", "specs", "steps", "tag")
 
-    def __init__(self, tag: int, children: bool, specs: tuple[tuple[int, int, int], ...]) -> None:
+    def __init__(
+        self, tag: int, children: bool, specs: tuple[tuple[int, int, int], ...], ranged: bool
+    ) -> None:
         self.tag = tag
         self.children = children
         #: (attribute, form, implicit constant) in the order the DIE holds them.
@@ -202,7 +204,7 @@ class Abbrev:
         self.sibling: tuple[int, int] | None = None
         #: Whether its DIEs can have an address range at all (a function's declaration
         #: or abstract instance cannot).
-        self.ranged = any(spec[0] in _RANGE_ATTRS for spec in specs)
+        self.ranged = ranged
 
 
 def parse_abbrevs(data: Buffer, offset: int, end: int = -1) -> dict[int, Abbrev]:
@@ -226,12 +228,17 @@ def parse_abbrevs(data: Buffer, offset: int, end: int = -1) -> dict[int, Abbrev]
             code, pos = _leb128(data, pos, end, False, DwarfError)
         if code == 0:
             return table
-        tag, pos = _leb128(data, pos, end, False, DwarfError)
+        tag = data[pos] if pos < end else 0x80
+        if tag < 0x80:
+            pos += 1
+        else:
+            tag, pos = _leb128(data, pos, end, False, DwarfError)
         if pos >= end:
             break
         children = data[pos] != 0
         pos += 1
         specs = []
+        ranged = False
         while pos + 1 < end:
             attribute, form = data[pos], data[pos + 1]
             if attribute < 0x80 and form < 0x80:
@@ -244,10 +251,12 @@ def parse_abbrevs(data: Buffer, offset: int, end: int = -1) -> dict[int, Abbrev]
             implicit = 0
             if form == DW_FORM_implicit_const:
                 implicit, pos = _leb128(data, pos, end, True, DwarfError)
+            if attribute in _RANGE_ATTRS:
+                ranged = True
             specs.append((attribute, form, implicit))
         else:
             break
-        table[code] = Abbrev(tag, children, tuple(specs))
+        table[code] = Abbrev(tag, children, tuple(specs), ranged)
     raise DwarfError(f"abbreviation table at {offset:#x} is not terminated")
 
 
