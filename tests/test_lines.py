@@ -155,6 +155,26 @@ def test_read_ahead_stops_at_its_goal_and_the_caller_goes_on_from_there() -> Non
     assert section.data[:] == payload
 
 
+def test_the_thread_goes_on_to_the_next_section_and_the_caller_can_take_it_over() -> None:
+    """With ``then``, the thread inflates the second section once the first is at its goal;
+    the caller inflating the second meanwhile, the two never step the stream together."""
+    payloads = [Random(seed).randbytes(1 << 16) * 32 for seed in (1, 2)]
+    first, second = (
+        GrowingSection(zlib.compress(payload), len(payload), f"test: {index}")
+        for index, payload in enumerate(payloads)
+    )
+    first.read_ahead(1 << 20, then=second)
+    second.ensure(1 << 19)  # while the thread may be on either section
+    deadline = time.monotonic() + 30
+    while (first._running or second._running) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert (1 << 20) <= first.filled < len(payloads[0])
+    assert second.filled == len(payloads[1])  # read ahead whole, after the first
+    first.ensure(-1)
+    assert first.data[:] == payloads[0]
+    assert second.data[:] == payloads[1]
+
+
 def test_a_corrupt_stream_read_ahead_fails_the_lookup_not_the_thread() -> None:
     """A stream cut short, found on the read-ahead thread, reaches the caller as a
     FormatError, every time it asks."""

@@ -7,9 +7,9 @@ inlined into it at its pc.  Nothing here is imported without ``--lines``.
 The work is spread around the walk and the naming of frames:
 :func:`read_ahead_at_pcs`, before the walk, opens the DWARF of the modules
 the threads are stopped in and, with a core to spare (:func:`spare_core`),
-sets their compressed ``.debug_info`` and ``.debug_line`` inflating on
-threads; :func:`read_ahead`, after the walk, does so for every module with
-frames and tells each thread how far to go; :func:`add_source_lines`, after
+sets their compressed ``.debug_info`` inflating on a thread (and
+``.debug_line`` after it); :func:`read_ahead`, after the walk, does so for
+every module with frames and tells each thread how far to go; :func:`add_source_lines`, after
 the names, looks the pcs up in the order their units lie in the section, so
 that each lookup waits only for its own unit while a thread inflates the next.
 """
