@@ -16,6 +16,10 @@ import mmap
 import os
 import struct
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
 PTRACE_DETACH = 17
 PTRACE_GETREGSET = 0x4204
 PTRACE_SEIZE = 0x4206
@@ -98,28 +102,12 @@ def read_remote(pid: int, ranges: list[tuple[int, int]]) -> list[bytes | None]:
         offsets = list(itertools.accumulate(sizes, initial=0))
         base = ctypes.addressof(anchor)
         local = _iovecs([(base + offset, size) for offset, size in zip(offsets, sizes)])
-        remote = _iovecs(batch)
-        done = _process_vm_readv(
-            pid,
-            ctypes.byref(_IoVec.from_buffer(local)),
-            len(batch),
-            ctypes.byref(_IoVec.from_buffer(remote)),
-            len(batch),
-            0,
-        )
+        done = _readv(pid, local, _iovecs(batch), len(batch))
         del anchor  # the buffer may be sliced from here on
-        if done < 0:
-            code = ctypes.get_errno()
-            if code in (errno.EFAULT, errno.EIO):
-                done = 0
-            else:
-                raise OSError(code, os.strerror(code))
         view = memoryview(buffer)
-        index = 0
-        while index < len(batch) and done >= sizes[index]:
-            results[start + index] = view[offsets[index] : offsets[index + 1]].tobytes()
-            done -= sizes[index]
-            index += 1
+        index = _read_in_full(sizes, done)
+        for at in range(index):
+            results[start + at] = view[offsets[at] : offsets[at + 1]].tobytes()
         view.release()
         # Range ``index`` failed (or was partial): skip it and carry on after it.
         start += index + 1
@@ -129,6 +117,43 @@ def read_remote(pid: int, ranges: list[tuple[int, int]]) -> list[bytes | None]:
 def _iovecs(ranges: list[tuple[int, int]]) -> bytearray:
     """``struct iovec`` records for ``(address, size)`` ranges, packed in one call."""
     return bytearray(struct.pack(f"{2 * len(ranges)}Q", *itertools.chain.from_iterable(ranges)))
+
+
+def _readv(pid: int, local: bytearray, remote: bytearray, count: int) -> int:
+    """process_vm_readv(2) of ``count`` packed iovecs each side: the bytes transferred.
+
+    0 when the first remote range is unreadable (EFAULT, EIO: the caller
+    skips it and goes on); any other error raises OSError.
+    """
+    done = _process_vm_readv(
+        pid,
+        ctypes.byref(_IoVec.from_buffer(local)),
+        count,
+        ctypes.byref(_IoVec.from_buffer(remote)),
+        count,
+        0,
+    )
+    if done < 0:
+        code = ctypes.get_errno()
+        if code not in (errno.EFAULT, errno.EIO):
+            raise OSError(code, os.strerror(code))
+        return 0
+    return int(done)
+
+
+def _read_in_full(sizes: Iterable[int], done: int) -> int:
+    """How many of the ranges, in order, ``done`` transferred bytes filled completely.
+
+    The kernel fills the iovecs in order and stops at the first it cannot
+    read, so the range after these is the one that failed (or came in part).
+    """
+    count = 0
+    for size in sizes:
+        if done < size:
+            break
+        done -= size
+        count += 1
+    return count
 
 
 class PlannedRead:
@@ -168,24 +193,11 @@ class PlannedRead:
         results: list[bytearray | None] = [None] * len(ranges)
         retry: list[int] = []
         for start, count, local, remote in self._batches:
-            done = _process_vm_readv(
-                pid,
-                ctypes.byref(_IoVec.from_buffer(local)),
-                count,
-                ctypes.byref(_IoVec.from_buffer(remote)),
-                count,
-                0,
-            )
-            if done < 0:
-                code = ctypes.get_errno()
-                if code not in (errno.EFAULT, errno.EIO):
-                    raise OSError(code, os.strerror(code))
-                done = 0
-            index, end = start, start + count
-            while index < end and done >= ranges[index][1]:
-                done -= ranges[index][1]
-                results[index] = self._buffers[index] if ranges[index][1] else bytearray()
-                index += 1
+            done = _readv(pid, local, remote, count)
+            end = start + count
+            index = start + _read_in_full((size for _, size in ranges[start:end]), done)
+            for at in range(start, index):
+                results[at] = self._buffers[at] if ranges[at][1] else bytearray()
             retry.extend(range(index + 1, end))
         self._anchors = None  # the buffers are the caller's from here on
         if retry:
@@ -209,23 +221,11 @@ def copy_remote(pid: int, ranges: list[tuple[int, int]]) -> list[bytearray | mma
         batch = ranges[start : start + IOV_MAX]
         buffers = [bytearray(size) if size < MAP_AT else mmap.mmap(-1, size) for _, size in batch]
         anchors = [(ctypes.c_char * len(buffer)).from_buffer(buffer) for buffer in buffers]
-        local = (_IoVec * len(batch))(
-            *(_IoVec(ctypes.addressof(anchor), len(anchor)) for anchor in anchors)
-        )
-        remote = (_IoVec * len(batch))(*(_IoVec(address, size) for address, size in batch))
-        done = _process_vm_readv(pid, local, len(batch), remote, len(batch), 0)
-        del anchors, local  # the buffers may be resized or closed from here on
-        if done < 0:
-            code = ctypes.get_errno()
-            if code in (errno.EFAULT, errno.EIO):
-                done = 0
-            else:
-                raise OSError(code, os.strerror(code))
-        index = 0
-        while index < len(batch) and done >= batch[index][1]:
-            results[start + index] = buffers[index]
-            done -= batch[index][1]
-            index += 1
+        local = _iovecs([(ctypes.addressof(anchor), len(anchor)) for anchor in anchors])
+        done = _readv(pid, local, _iovecs(batch), len(batch))
+        del anchors  # the buffers may be resized or closed from here on
+        index = _read_in_full((size for _, size in batch), done)
+        results[start : start + index] = buffers[:index]
         start += index + 1
     return results
 
