@@ -522,6 +522,7 @@ class CodeFields:
         "filename",
         "firstlineno",
         "firsttraceable",
+        "identity",
         "linetable",
         "name",
         "qualname",
@@ -529,6 +530,9 @@ class CodeFields:
     )
 
     def __init__(self, record: Record, layout: Layout, data: bytes) -> None:
+        #: Every field of the record: what tells this code object from another
+        #: one later put at the same address.
+        self.identity = record.unpack(data)
         (
             self.type,
             self.filename,
@@ -536,21 +540,9 @@ class CodeFields:
             self.qualname,
             self.linetable,
             self.firstlineno,
-        ) = record.unpack(data)
+        ) = self.identity
         where = layout.code_firsttraceable
         self.firsttraceable = 0 if where is None else int(_I32.unpack_from(data, where)[0])
-
-    @property
-    def identity(self) -> tuple[int, ...]:
-        """What tells this code object from another one later put at the same address."""
-        return (
-            self.type,
-            self.filename,
-            self.name,
-            self.qualname,
-            self.linetable,
-            self.firstlineno,
-        )
 
 
 def code_record(layout: Layout) -> Record:
