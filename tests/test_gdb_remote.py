@@ -46,6 +46,7 @@ from liveunwind.targets.gdbremote import _Memory
 from tests.assertions import assert_matches_gdb
 from tests.conftest import RunningProgram, start_program
 from tests.oracles import GDB_MARKER, GDB_SCRIPT, Backtraces, OracleFrame, gdb_backtraces, pcs
+from tests.ports import free_port, wait_listening
 from tests.test_schema import VALIDATOR
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,28 +82,6 @@ def _tool(name: str) -> str:
     if path is None:
         pytest.skip(f"{name} is not installed")
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def wait_listening(port: int, timeout: float = 10.0) -> None:
-    """Waits until something listens on ``port`` — without connecting (QEMU serves one client)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-            try:
-                rows = [line.split() for line in Path(table).read_text().splitlines()[1:]]
-            except OSError:
-                continue
-            # local_address is HEXIP:HEXPORT; state 0A is LISTEN.
-            if any(int(row[1].rsplit(":", 1)[1], 16) == port and row[3] == "0A" for row in rows):
-                return
-        time.sleep(0.01)
-    raise AssertionError(f"nothing listens on port {port}")
 
 
 # -- the program's chains -----------------------------------------------------------

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -44,6 +43,7 @@ from tests.integration.support import (
     tool,
 )
 from tests.oracles import GDB_MARKER, GDB_SCRIPT, OracleFrame, pcs
+from tests.ports import free_port, wait_listening
 
 pytestmark = pytest.mark.integration
 
@@ -56,27 +56,6 @@ CHAINS = {
 }
 #: Seconds a program under a stub may take to get ready (QEMU, emulated debuggers).
 READY_TIMEOUT = 300.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def wait_listening(port: int, timeout: float = 60.0) -> None:
-    """Waits until something listens on ``port`` without connecting (QEMU serves one client)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-            try:
-                rows = [line.split() for line in Path(table).read_text().splitlines()[1:]]
-            except OSError:
-                continue
-            if any(int(row[1].rsplit(":", 1)[1], 16) == port and row[3] == "0A" for row in rows):
-                return
-        time.sleep(0.02)
-    raise AssertionError(f"nothing listens on port {port}")
 
 
 def chains_by_role(threads: list[dict[str, Any]]) -> dict[str, list[int]]:
@@ -110,7 +89,7 @@ class QemuStub:
         self.port = free_port()
         qemu = Path(tool("qemu-aarch64-static"))
         self.program = StartedProgram(qemu, ["-cpu", cpu, "-g", str(self.port), str(exe)])
-        wait_listening(self.port)
+        wait_listening(self.port, timeout=60.0)
 
     def stop_when_ready(self) -> threading.Thread:
         def stop() -> None:
@@ -192,7 +171,7 @@ def test_gdbserver_attach(platform_name: str) -> None:
             stderr=subprocess.DEVNULL,
         )
         try:
-            wait_listening(port)
+            wait_listening(port, timeout=60.0)
             document = backtrace_json("gdb-remote", where, "--timeout", "60")
             server.wait(timeout=60)  # a detached gdbserver --attach exits
         finally:
