@@ -364,7 +364,7 @@ def _section_of(path: str, name: str) -> tuple[bytes, int, int]:
 
 def _gopclntab_target(paths: list[str]) -> Target:
     from liveunwind.arch.x86_64 import X86_64
-    from liveunwind.formats.gopclntab import GoPclnTab
+    from liveunwind.formats.unwind.gopclntab import GoPclnTab
 
     data, _, text = _section_of(paths[0], ".gopclntab")
     table = GoPclnTab(data, X86_64, text)
@@ -385,7 +385,7 @@ def _gopclntab_target(paths: list[str]) -> Target:
 
 
 def _sframe_target(paths: list[str]) -> Target:
-    from liveunwind.formats.sframe import SFrameSection
+    from liveunwind.formats.unwind.sframe import SFrameSection
 
     bases, addresses, probes = [], [], []
     for path in paths:
@@ -414,7 +414,7 @@ def _sframe_target(paths: list[str]) -> Target:
 
 
 def _compact_target(paths: list[str]) -> Target:
-    from liveunwind.formats.compact import CompactUnwindTable
+    from liveunwind.formats.unwind.compact import CompactUnwindTable
     from liveunwind.modules.macho import MachOImage
 
     bases, arguments, probes = [], [], []
@@ -454,7 +454,7 @@ _EXPRESSIONS = [
 
 
 def _dwarf_expression_target(paths: list[str]) -> Target:
-    from liveunwind.formats.dwarf_expr import decode, describe, evaluate
+    from liveunwind.formats.unwind.dwarf_expr import decode, describe, evaluate
 
     class Anything:
         """Every register and every byte of memory is defined."""
@@ -475,7 +475,7 @@ def _dwarf_expression_target(paths: list[str]) -> Target:
 
 
 def _rsp_target(paths: list[str]) -> Target:
-    from liveunwind.formats import rsp
+    from liveunwind.targets.remote import rsp
     from tests.test_rsp import _DECODERS, GDBSERVER_STOP, QEMU_FEATURES, QEMU_TARGET, SVR4, THREADS
 
     bases = [GDBSERVER_STOP, QEMU_FEATURES, QEMU_TARGET, SVR4, THREADS]

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from liveunwind.targets import procfs
-from liveunwind.targets.ptrace import PtraceProcess
+from liveunwind.targets.live import procfs
+from liveunwind.targets.live.ptrace import PtraceProcess
 from tests.assertions import assert_one_line_error
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from liveunwind.targets import procfs
+from liveunwind.targets.live import procfs
 from tests.conftest import TESTPROGS, RunningProgram
 from tests.test_hostile_attach import start
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from liveunwind.targets import procfs
+from liveunwind.targets.live import procfs
 from tests.assertions import assert_one_line_error
 from tests.test_attach_errors import ROOT, run_cli, start_sleeper
 from tests.test_compact import BUILD, TOOLS, make_core

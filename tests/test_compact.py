@@ -25,9 +25,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from liveunwind.errors import CoreFileError, FormatError, MemoryReadError
-from liveunwind.formats import compact
-from liveunwind.formats.compact import CompactUnwindTable, frameless_registers
-from liveunwind.formats.rules import RegKind, UnwindRule
+from liveunwind.formats.unwind import compact
+from liveunwind.formats.unwind.compact import CompactUnwindTable, frameless_registers
+from liveunwind.formats.unwind.rules import RegKind, UnwindRule
 from liveunwind.frames import Method, StopReason
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -553,7 +553,7 @@ def test_core_unwinds_to_the_true_chain(
     binaries: dict[str, Path], tmp_path: Path, arch: str, note: bool
 ) -> None:
     from liveunwind.modules.modulemap import ModuleMap
-    from liveunwind.targets.machocore import MachOCore
+    from liveunwind.targets.cores.machocore import MachOCore
     from liveunwind.unwinder.stepper import Stepper
 
     binary = binaries[arch]
@@ -602,7 +602,7 @@ def test_core_unwinds_to_the_true_chain(
 
 
 def test_core_without_the_file_has_no_module(binaries: dict[str, Path], tmp_path: Path) -> None:
-    from liveunwind.targets.machocore import MachOCore
+    from liveunwind.targets.cores.machocore import MachOCore
 
     core_path, _ = make_core(binaries["x86_64"], tmp_path, "--no-image-infos")
     # The arm64 binary has another UUID: it must not be taken for the x86_64 image.
@@ -613,7 +613,7 @@ def test_core_without_the_file_has_no_module(binaries: dict[str, Path], tmp_path
 
 
 def test_core_memory_and_corruption(binaries: dict[str, Path], tmp_path: Path) -> None:
-    from liveunwind.targets.machocore import MachOCore
+    from liveunwind.targets.cores.machocore import MachOCore
 
     core_path, truth = make_core(binaries["arm64"], tmp_path)
     core = MachOCore(str(core_path), [str(BUILD)])

@@ -28,8 +28,8 @@ import pytest
 from liveunwind.backtrace.api import open_core
 from liveunwind.frames import Backtrace
 from liveunwind.modules.modulemap import ModuleMap
-from liveunwind.targets.coredata import BLOCK_SIZE, CompressedCoreData
-from liveunwind.targets.elfcore import ElfCore
+from liveunwind.targets.cores.coredata import BLOCK_SIZE, CompressedCoreData
+from liveunwind.targets.cores.elfcore import ElfCore
 from liveunwind.targets.filefinder import FileFinder, open_image
 from tests.assertions import assert_matches_gdb, assert_one_line_error
 from tests.oracles import gdb_core_backtraces, gdb_gcore, pcs

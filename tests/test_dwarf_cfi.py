@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 
 from liveunwind.errors import FormatError
 from liveunwind.formats import leb128
-from liveunwind.formats.dwarf_cfi import CfiTable, Cie, Fde
-from liveunwind.formats.dwarf_expr import describe
-from liveunwind.formats.rules import RegKind, UnwindRule
+from liveunwind.formats.unwind.dwarf_cfi import CfiTable, Cie, Fde
+from liveunwind.formats.unwind.dwarf_expr import describe
+from liveunwind.formats.unwind.rules import RegKind, UnwindRule
 
 CFI_DIR = Path(__file__).parent / "cfi"
 SYSTEM_LIBRARIES = [

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from liveunwind.arch.x86_64 import X86_64
 from liveunwind.errors import ExpressionError, MemoryReadError
 from liveunwind.formats import leb128
-from liveunwind.formats.dwarf_expr import ExpressionContext, describe, evaluate
+from liveunwind.formats.unwind.dwarf_expr import ExpressionContext, describe, evaluate
 
 
 class Frame:

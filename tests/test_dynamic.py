@@ -28,8 +28,9 @@ import pytest
 
 from liveunwind.arch import arch_by_name
 from liveunwind.errors import FormatError, MemoryReadError
-from liveunwind.formats.dwarf_cfi import CfiTable
-from liveunwind.formats.dynamic import (
+from liveunwind.formats.elf import ElfImage
+from liveunwind.formats.unwind.dwarf_cfi import CfiTable
+from liveunwind.formats.unwind.dynamic import (
     UNW_DYN_ADD,
     UNW_DYN_ALIAS,
     UNW_DYN_COPY_STATE,
@@ -43,9 +44,8 @@ from liveunwind.formats.dynamic import (
     UNW_INFO_FORMAT_IP_OFFSET,
     UNW_INFO_FORMAT_REMOTE_TABLE,
 )
-from liveunwind.formats.elf import ElfImage
-from liveunwind.formats.perfmap import JitRange, parse_perf_map
-from liveunwind.formats.rules import RegisterRule, RegKind, UnwindRule
+from liveunwind.formats.unwind.perfmap import JitRange, parse_perf_map
+from liveunwind.formats.unwind.rules import RegisterRule, RegKind, UnwindRule
 from liveunwind.modules.jit import MAX_LIST_ENTRIES, MAX_PROBLEMS, DynamicRegistry, find_roots
 
 X86 = arch_by_name("x86_64")
@@ -874,7 +874,7 @@ def test_live_registry_unwinds_the_jit_frames(
     name: str, run_jit: Callable[[str], JitProgram]
 ) -> None:
     from liveunwind.modules.modulemap import ModuleMap
-    from liveunwind.targets.ptrace import PtraceProcess
+    from liveunwind.targets.live.ptrace import PtraceProcess
 
     program = run_jit(name)
     assert program.line("chain:") == ["blocker", "jit_inner", "jit_outer", "main"]

@@ -23,13 +23,13 @@ from elftools.elf.elffile import ELFFile
 from liveunwind.arch.x86_64 import X86_64
 from liveunwind.backtrace.backtracer import BacktraceOptions, Backtracer
 from liveunwind.errors import MemoryReadError
-from liveunwind.formats.dwarf_cfi import CfiTable
 from liveunwind.formats.elf import ElfImage
+from liveunwind.formats.unwind.dwarf_cfi import CfiTable
 from liveunwind.frames import Frame, Method, StopReason
 from liveunwind.modules.modulemap import ModuleMap
 from liveunwind.targets.base import AddressSpace, Mapping, ThreadState
 from liveunwind.targets.files import RegularFile, open_file
-from liveunwind.targets.ptrace import PtraceProcess
+from liveunwind.targets.live.ptrace import PtraceProcess
 from liveunwind.unwinder import cache as cache_module
 from liveunwind.unwinder.cache import UnwindCache
 from liveunwind.unwinder.stepper import AUTO_UNWINDERS, Stepper

@@ -39,10 +39,10 @@ import pytest
 from liveunwind.backtrace.remote import gdb_remote, parse_address
 from liveunwind.cli.report import format_json
 from liveunwind.errors import MemoryReadError, TargetError, UsageError
-from liveunwind.formats import rsp
 from liveunwind.frames import Backtrace
-from liveunwind.targets.gdbconnection import Connection, RemoteError
-from liveunwind.targets.gdbremote import _Memory
+from liveunwind.targets.remote import rsp
+from liveunwind.targets.remote.connection import Connection, RemoteError
+from liveunwind.targets.remote.gdbremote import _Memory
 from tests.assertions import assert_matches_gdb
 from tests.conftest import RunningProgram, start_program
 from tests.oracles import GDB_MARKER, GDB_SCRIPT, Backtraces, OracleFrame, gdb_backtraces, pcs

@@ -23,7 +23,7 @@ import pytest
 
 from liveunwind.backtrace.api import attach, open_core
 from liveunwind.frames import Backtrace, ThreadBacktrace
-from liveunwind.targets.elfcore import ElfCore
+from liveunwind.targets.cores.elfcore import ElfCore
 from tests.conftest import start_program
 from tests.oracles import gdb_core_backtraces, pcs
 from tests.test_gopclntab import build_go_program, go_table

@@ -22,7 +22,7 @@ from liveunwind.arch import arch_by_name
 from liveunwind.errors import FormatError
 from liveunwind.formats import leb128
 from liveunwind.formats.elf import ElfImage
-from liveunwind.formats.gopclntab import (
+from liveunwind.formats.unwind.gopclntab import (
     FLAG_SPWRITE,
     FLAG_TOPFRAME,
     MAGIC_GO116,
@@ -30,7 +30,7 @@ from liveunwind.formats.gopclntab import (
     MAGIC_GO120,
     GoPclnTab,
 )
-from liveunwind.formats.rules import RegKind
+from liveunwind.formats.unwind.rules import RegKind
 
 GO = Path(__file__).resolve().parents[1] / "testprogs" / "go"
 X86_64 = arch_by_name("x86_64")

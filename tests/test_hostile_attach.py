@@ -24,9 +24,10 @@ import pytest
 
 from liveunwind.backtrace.api import attach
 from liveunwind.errors import LiveUnwindError
-from liveunwind.targets import files, procfs
-from liveunwind.targets.ptrace import PtraceProcess
-from liveunwind.targets.snapshot import Snapshot
+from liveunwind.targets import files
+from liveunwind.targets.live import procfs
+from liveunwind.targets.live.ptrace import PtraceProcess
+from liveunwind.targets.live.snapshot import Snapshot
 from tests.conftest import TESTPROGS, RunningProgram
 from tests.test_hostile_files import within
 
@@ -313,8 +314,8 @@ def test_a_mapped_file_link_to_a_host_fifo(
 
 CAPTURE = """
 import resource, sys
-from liveunwind.targets.ptrace import PtraceProcess
-from liveunwind.targets.snapshot import Snapshot
+from liveunwind.targets.live.ptrace import PtraceProcess
+from liveunwind.targets.live.snapshot import Snapshot
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 with PtraceProcess(int(sys.argv[1])) as process:
     snapshot = Snapshot.capture(process, total_cap=int(sys.argv[2]))

@@ -31,9 +31,9 @@ import pytest
 from liveunwind.backtrace.api import open_core
 from liveunwind.errors import CoreFileError
 from liveunwind.targets import files
-from liveunwind.targets.elfcore import ElfCore
+from liveunwind.targets.cores.elfcore import ElfCore
+from liveunwind.targets.cores.machocore import MachOCore
 from liveunwind.targets.filefinder import open_image
-from liveunwind.targets.machocore import MachOCore
 from tests.assertions import assert_one_line_error
 from tests.test_core import CRASH, crash, crash_build  # noqa: F401 (crash_build is a fixture)
 

@@ -23,9 +23,9 @@ from liveunwind.backtrace.session import Session
 from liveunwind.errors import MemoryReadError
 from liveunwind.frames import Method, ThreadBacktrace
 from liveunwind.modules.modulemap import ModuleMap
-from liveunwind.targets import procfs
-from liveunwind.targets.ptrace import PtraceProcess
-from liveunwind.targets.snapshot import Snapshot
+from liveunwind.targets.live import procfs
+from liveunwind.targets.live.ptrace import PtraceProcess
+from liveunwind.targets.live.snapshot import Snapshot
 from tests.conftest import TESTPROGS, RunningProgram, start_program
 from tests.oracles import gdb_backtraces, gdb_gcore, pcs
 from tests.test_startup import HEAVY, modules_a_backtrace_loaded
@@ -264,5 +264,5 @@ def test_jit_memory_unseen_before_the_stop_is_not_read_after_it(
 def test_a_jit_process_costs_no_heavy_import(jit_program: tuple[int, list[str]]) -> None:
     """Reading a registry is on the hot path of every process with JIT code."""
     loaded = modules_a_backtrace_loaded(jit_program[0])
-    assert "liveunwind.formats.dynamic" in loaded
+    assert "liveunwind.formats.unwind.dynamic" in loaded
     assert not HEAVY & loaded, f"imported: {sorted(HEAVY & loaded)}"

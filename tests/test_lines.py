@@ -18,7 +18,7 @@ from random import Random
 import pytest
 
 from liveunwind.errors import FormatError
-from liveunwind.formats.dwarf_info import Sections
+from liveunwind.formats.dwarf.info import Sections
 from liveunwind.formats.elf import ElfImage
 from liveunwind.modules.debuginfo import find_debug_file, section_data
 from liveunwind.modules.lines import DWARF_SECTIONS, GrowingSection, ModuleLines, has_dwarf

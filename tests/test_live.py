@@ -22,7 +22,7 @@ import pytest
 
 import liveunwind
 from liveunwind.frames import Backtrace, Method
-from liveunwind.targets import procfs
+from liveunwind.targets.live import procfs
 from tests.assertions import assert_matches_gdb
 from tests.oracles import Backtraces, eu_stack_backtraces, gdb_backtraces
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from liveunwind.backtrace.api import open_core
-from liveunwind.targets.elfcore import ElfCore
+from liveunwind.targets.cores.elfcore import ElfCore
 from tests.assertions import assert_matches_gdb
 from tests.conftest import start_program
 from tests.oracles import gdb_core_backtraces, gdb_gcore

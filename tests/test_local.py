@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pytest
 
-import liveunwind.targets.local as local
+import liveunwind.targets.local.process as local
 from liveunwind.backtrace.local import local_backtrace
 from liveunwind.cli.report import format_json
 from liveunwind.errors import MemoryReadError, TargetError, UsageError
 from liveunwind.frames import Backtrace
-from liveunwind.targets.selfcapture import MACHINE_CODE, sample_thread
+from liveunwind.targets.local.capture import MACHINE_CODE, sample_thread
 from tests.oracles import gdb_backtraces, pcs
 from tests.test_gdb_remote import AARCH64_SYSROOT, remote_build  # noqa: F401
 from tests.test_schema import VALIDATOR
@@ -41,7 +41,7 @@ import ctypes, json, sys, threading, time
 sys.path.insert(0, sys.argv[2])
 from liveunwind.backtrace.local import local_backtrace
 from liveunwind.cli.report import format_json
-import liveunwind.targets.local as local
+import liveunwind.targets.local.process as local
 
 chain = ctypes.CDLL(sys.argv[1])
 callback_type = ctypes.CFUNCTYPE(ctypes.c_int)
@@ -286,7 +286,7 @@ def test_process_vm_readv_is_missing_under_qemu() -> None:
         pytest.skip("qemu-x86_64 is needed")
     code = (
         "import os, sys; sys.path.insert(0, sys.argv[1]);"
-        "from liveunwind.targets import syscalls;"
+        "from liveunwind.targets.live import syscalls;"
         "import errno\n"
         "try:\n syscalls.read_remote(os.getpid(), [(id(sys), 8)]); print('works')\n"
         "except OSError as e:\n print(errno.errorcode[e.errno])"

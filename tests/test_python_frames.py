@@ -64,9 +64,9 @@ from liveunwind.modules.python import (
     prepare,
     python_stacks,
 )
-from liveunwind.targets.elfcore import ElfCore
-from liveunwind.targets.ptrace import PtraceProcess
-from liveunwind.targets.snapshot import Snapshot
+from liveunwind.targets.cores.elfcore import ElfCore
+from liveunwind.targets.live.ptrace import PtraceProcess
+from liveunwind.targets.live.snapshot import Snapshot
 from tests.oracles import gdb_gcore
 
 PROGRAM = Path(__file__).with_name("data") / "python_parked.py"
@@ -682,7 +682,7 @@ def test_a_session_stop_reads_python_with_one_system_call(
     if parked.python.name != "debian":
         pytest.skip("one interpreter is enough")
     from liveunwind.backtrace.python import PythonReader
-    from liveunwind.targets import syscalls
+    from liveunwind.targets.live import syscalls
 
     calls: list[str] = []
     monkeypatch.setattr(
@@ -1253,7 +1253,7 @@ def test_pointers_past_the_address_space_are_refused_not_crashed_on() -> None:
     assert [thread.frames for thread in describe(collected)] == [[]]
     assert any("beyond the address space" in problem for problem in collected.problems)
     # Nor does the next stop's plan ask the kernel for what the address space cannot hold.
-    from liveunwind.targets.syscalls import PlannedRead
+    from liveunwind.targets.live.syscalls import PlannedRead
 
     memory.put(0x3000 + layout.tstate_frame, (1 << 64) - 4)  # the cframe itself runs past
     collected = collect(Memory(memory.read, FakeMemory().read_many), interpreter)
@@ -1278,8 +1278,8 @@ def test_read_frozen_many_fetches_what_the_stacks_lack_in_one_call(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """While stopped: stack ranges from the copy, the rest in one process_vm_readv, kept."""
-    from liveunwind.targets import snapshot as snapshot_module
-    from liveunwind.targets import syscalls
+    from liveunwind.targets.live import snapshot as snapshot_module
+    from liveunwind.targets.live import syscalls
 
     program = run_program("threads-O2")
     calls: list[list[tuple[int, int]]] = []
@@ -1327,7 +1327,7 @@ def test_a_planned_read_made_before_the_stop_reads_what_read_frozen_many_reads(
     A range that cannot be read is None, and the ranges after it in the
     batch are read all the same; the buffers are handed over, so it runs once.
     """
-    from liveunwind.targets import syscalls
+    from liveunwind.targets.live import syscalls
 
     program = run_program("threads-O2")
     process = PtraceProcess(program.pid)

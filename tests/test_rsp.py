@@ -1,4 +1,4 @@
-"""The GDB remote protocol codec (formats/rsp.py) on replies real stubs sent, and fuzzed.
+"""The GDB remote protocol codec (targets/remote/rsp.py) on replies real stubs sent, and fuzzed.
 
 The vectors are replies captured from gdbserver 13 and QEMU 7.2's stub
 (run-length encoding included); the fuzz tests feed arbitrary bytes to every
@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from liveunwind.errors import FormatError
-from liveunwind.formats import rsp
+from liveunwind.targets.remote import rsp
 
 #: gdbserver 13's stop reply after --attach, with expedited registers, run-length encoded.
 GDBSERVER_STOP = b"T0006:870d0*(;07:70d1733bfe7f0* ;10:161f986d0e7f0* ;thread:pd85.d85;core:1;"

@@ -12,7 +12,7 @@ from liveunwind.backtrace.backtracer import BacktraceOptions, Backtracer
 from liveunwind.backtrace.session import Session
 from liveunwind.frames import Frame
 from liveunwind.modules.modulemap import ModuleMap
-from liveunwind.targets.ptrace import PtraceProcess
+from liveunwind.targets.live.ptrace import PtraceProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 from liveunwind.arch.aarch64 import AARCH64
 from liveunwind.arch.x86_64 import X86_64
 from liveunwind.errors import FormatError
-from liveunwind.formats.rules import RegKind
-from liveunwind.formats.sframe import (
+from liveunwind.formats.unwind.rules import RegKind
+from liveunwind.formats.unwind.sframe import (
     FdeType,
     Location,
     LocKind,

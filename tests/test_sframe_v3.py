@@ -19,7 +19,7 @@ import pytest
 
 import liveunwind
 from liveunwind.cli.unwindinfo import load_image
-from liveunwind.formats.sframe import SFrameSection
+from liveunwind.formats.unwind.sframe import SFrameSection
 from liveunwind.frames import Method, StopReason
 from tests.conftest import RunningProgram
 from tests.oracles import gdb_backtraces, pcs

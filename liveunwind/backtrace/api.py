@@ -85,14 +85,14 @@ def open_core(
     )
     started = time.perf_counter()
     if _is_mach_o_core(core):
-        from liveunwind.targets.machocore import MachOCore
+        from liveunwind.targets.cores.machocore import MachOCore
 
         with MachOCore(core, tuple(search_path)) as mach_o:
             timings = {"open": time.perf_counter() - started}
             backtrace = Backtracer(options).backtrace(mach_o, timings)
         backtrace.timings["total"] = time.perf_counter() - started
         return backtrace
-    from liveunwind.targets.elfcore import ElfCore
+    from liveunwind.targets.cores.elfcore import ElfCore
 
     with ElfCore.open(core, executable, sysroot=sysroot, search_path=search_path) as space:
         timings = {"open": time.perf_counter() - started}

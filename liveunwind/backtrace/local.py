@@ -3,7 +3,7 @@
 For a crash reporter, a hang watchdog or a test helper: the calling thread
 (``thread=None``) or another thread of this process, unwound with the same
 stepper, unwind tables and symbols as a ptrace target.  The thread is
-sampled by a signal it handles itself (:mod:`liveunwind.targets.selfcapture`),
+sampled by a signal it handles itself (:mod:`liveunwind.targets.local.capture`),
 so no ptrace is needed and it works under QEMU user mode too.
 
 The calling thread cannot sample itself, so a short-lived helper thread
@@ -22,7 +22,7 @@ import time
 
 from liveunwind.backtrace.backtracer import BacktraceOptions, Backtracer
 from liveunwind.errors import LiveUnwindError, UsageError
-from liveunwind.targets.selfcapture import DEFAULT_TIMEOUT
+from liveunwind.targets.local.capture import DEFAULT_TIMEOUT
 from liveunwind.unwinder.stepper import AUTO_UNWINDERS, DEFAULT_MAX_FRAMES
 
 TYPE_CHECKING = False
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from liveunwind.frames import Backtrace
-    from liveunwind.targets.selfcapture import ThreadSample
+    from liveunwind.targets.local.capture import ThreadSample
 
 
 def local_backtrace(
@@ -50,7 +50,7 @@ def local_backtrace(
     ``/proc/self/task``).  A thread that does not take the sampling signal
     within ``timeout`` seconds (one that blocks signals) is a TargetError.
     """
-    from liveunwind.targets.local import LocalProcess
+    from liveunwind.targets.local.process import LocalProcess
 
     started = time.perf_counter()
     tid, pthread_id = _identify(thread)
@@ -95,7 +95,7 @@ def _identify(thread: threading.Thread | int | None) -> tuple[int, int | None]:
 
 
 def _sample(tid: int, pthread_id: int | None, timeout: float) -> ThreadSample:
-    from liveunwind.targets.local import sample
+    from liveunwind.targets.local.process import sample
 
     return sample(tid, pthread_id, timeout=timeout)
 

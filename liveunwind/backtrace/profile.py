@@ -22,7 +22,7 @@ import time
 from collections import Counter
 
 from liveunwind.errors import LiveUnwindError
-from liveunwind.targets.procfs import state_word
+from liveunwind.targets.live.procfs import state_word
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -51,8 +51,8 @@ if TYPE_CHECKING:
     from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.modules.python import Captured, Interpreter, PythonThread, Read, ReadMany
     from liveunwind.targets.base import AddressSpace
-    from liveunwind.targets.snapshot import Snapshot
-    from liveunwind.targets.syscalls import PlannedRead
+    from liveunwind.targets.live.snapshot import Snapshot
+    from liveunwind.targets.live.syscalls import PlannedRead
 
 #: The eval loop's symbol (its hot/cold split parts share the prefix).
 EVAL_FUNCTION = "_PyEval_EvalFrameDefault"
@@ -215,7 +215,7 @@ class PythonReader:
         # The stop reads what this misses; a process that is gone fails its attach.
         with contextlib.suppress(LiveUnwindError, OSError):
             prepare(read, interpreter, read_many)
-        from liveunwind.targets.syscalls import PlannedRead
+        from liveunwind.targets.live.syscalls import PlannedRead
 
         self._planned = PlannedRead(interpreter.plan) if interpreter.plan else None
         return True
@@ -266,7 +266,7 @@ def _match_namespaced_ids(pid: int, backtrace: Backtrace, threads: list[PythonTh
     walked ones are the threads' ``NSpid`` lines read, and an id is changed
     only for a process whose threads have ids of their own.
     """
-    from liveunwind.targets.procfs import status_field
+    from liveunwind.targets.live.procfs import status_field
 
     walked = {native.tid for native in backtrace.threads}
     if all(thread.native_id in walked for thread in threads):

@@ -2,7 +2,7 @@
 
 The stub keeps the target stopped while the backtrace reads its stacks (a stub
 reads memory only of a stopped target), then the target runs on; see
-:mod:`liveunwind.targets.gdbremote` for how it is stopped and let go.
+:mod:`liveunwind.targets.remote.gdbremote` for how it is stopped and let go.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 
 from liveunwind.backtrace.backtracer import BacktraceOptions, Backtracer
 from liveunwind.errors import UsageError
-from liveunwind.targets.gdbconnection import DEFAULT_TIMEOUT
+from liveunwind.targets.remote.connection import DEFAULT_TIMEOUT
 from liveunwind.unwinder.stepper import AUTO_UNWINDERS, DEFAULT_MAX_FRAMES
 
 TYPE_CHECKING = False
@@ -51,7 +51,7 @@ def gdb_remote(
     CPython's eval loop the Python frames it runs, read through the stub
     while the target is stopped.
     """
-    from liveunwind.targets.gdbremote import GdbRemote
+    from liveunwind.targets.remote.gdbremote import GdbRemote
 
     host, port = parse_address(address)
     options = BacktraceOptions(

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from liveunwind.frames import Backtrace
     from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.targets.base import AddressSpace
-    from liveunwind.targets.ptrace import PtraceProcess
+    from liveunwind.targets.live.ptrace import PtraceProcess
 
 
 class Session:
@@ -55,9 +55,9 @@ class Session:
         The process is running again (or still stopped, if it was) before
         this returns, whatever happens.
         """
-        from liveunwind.targets.procfs import read_perf_map
-        from liveunwind.targets.ptrace import DEFAULT_STOP_TIMEOUT, PtraceProcess
-        from liveunwind.targets.snapshot import DEFAULT_STACK_CAP, DEFAULT_TOTAL_CAP, Snapshot
+        from liveunwind.targets.live.procfs import read_perf_map
+        from liveunwind.targets.live.ptrace import DEFAULT_STOP_TIMEOUT, PtraceProcess
+        from liveunwind.targets.live.snapshot import DEFAULT_STACK_CAP, DEFAULT_TOTAL_CAP, Snapshot
 
         timings: dict[str, float] = {}
         started = time.perf_counter()

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING
 
 from liveunwind.arch import Arch, arch_by_elf_machine, arch_by_name
 from liveunwind.errors import FormatError, TargetError, UsageError
-from liveunwind.formats.dwarf_cfi import CfiTable, Fde
 from liveunwind.formats.elf import ElfImage
-from liveunwind.formats.gopclntab import GoPclnTab
-from liveunwind.formats.rules import UnwindRule
-from liveunwind.formats.sframe import SFrameSection
+from liveunwind.formats.unwind.dwarf_cfi import CfiTable, Fde
+from liveunwind.formats.unwind.gopclntab import GoPclnTab
+from liveunwind.formats.unwind.rules import UnwindRule
+from liveunwind.formats.unwind.sframe import SFrameSection
 from liveunwind.modules.sources import UnwindSource, unwind_tables
 from liveunwind.targets.files import FileError, open_elf, open_file
 
@@ -169,7 +169,7 @@ def _rule_lines(sources: list[UnwindSource], arch: Arch, pc: int) -> Iterator[st
 
 
 def _rule_text(rule: UnwindRule, arch: Arch) -> str:
-    from liveunwind.formats.dwarf_expr import describe
+    from liveunwind.formats.unwind.dwarf_expr import describe
 
     def expression_text(expression: bytes) -> str:
         try:

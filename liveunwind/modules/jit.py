@@ -11,12 +11,12 @@ which), and answers :meth:`DynamicRegistry.rule_for` and
 {u32 version, u32 generation, first}.  Debian's ``libunwind.so.8`` has no
 ``.symtab`` and the list is a hidden symbol, so :func:`find_roots` decodes the
 exported accessor ``_U_dyn_info_list_addr()`` from the file's bytes
-(:mod:`liveunwind.formats.accessor`); a ``_U_dyn_info_list`` symbol, where one
+(:mod:`liveunwind.formats.unwind.accessor`); a ``_U_dyn_info_list`` symbol, where one
 exists (unstripped or static builds), is used first because it needs no code
 decoding.  The list is walked as libunwind's own remote reader walks it:
 generation read before and after, the walk repeated (a bounded number of
 times) when a writer changed it under us.  The records' layouts, and the
-interpretation of their DYNAMIC ops, are in :mod:`liveunwind.formats.dynamic`;
+interpretation of their DYNAMIC ops, are in :mod:`liveunwind.formats.unwind.dynamic`;
 this module reads them and the FDE tables of the TABLE formats.
 
 **GDB JIT interface**: ``__jit_debug_descriptor`` {u32 version = 1, u32
@@ -25,7 +25,7 @@ action_flag, relevant_entry, first_entry} heads a list of ``jit_code_entry``
 file whose ``.eh_frame``/``.debug_frame`` and symbols describe the JIT code.
 
 **perf maps**: ``/tmp/perf-PID.map`` names code that nothing else describes;
-:func:`~liveunwind.formats.perfmap.parse_perf_map` parses its text.
+:func:`~liveunwind.formats.unwind.perfmap.parse_perf_map` parses its text.
 
 Everything read is untrusted: every list is bounded and checked for cycles,
 every count and size is capped before anything is allocated, and a corrupt
@@ -40,7 +40,7 @@ import struct
 
 from liveunwind.arch.base import WORD_MASK
 from liveunwind.errors import FormatError, MemoryReadError
-from liveunwind.formats.dynamic import (
+from liveunwind.formats.unwind.dynamic import (
     DYN_INFO,
     DYN_INFO_LIST,
     DYN_OP,
@@ -59,7 +59,7 @@ from liveunwind.formats.dynamic import (
     decode_ops,
     dynamic_rule,
 )
-from liveunwind.formats.perfmap import JitRange
+from liveunwind.formats.unwind.perfmap import JitRange
 from liveunwind.modules.module import RegistryRoots
 from liveunwind.targets import linkedlist
 
@@ -69,7 +69,7 @@ if TYPE_CHECKING:
 
     from liveunwind.arch import Arch, ReadMemory
     from liveunwind.formats.elf import ElfImage
-    from liveunwind.formats.rules import UnwindRule
+    from liveunwind.formats.unwind.rules import UnwindRule
     from liveunwind.modules.sources import UnwindSource
 
 # GDB JIT interface layouts (LP64, little-endian).
@@ -131,7 +131,7 @@ def _check_little_endian(image: ElfImage) -> None:
 
 def _decode_list_accessor(image: ElfImage, address: int) -> int:
     """The link-time address ``_U_dyn_info_list_addr()`` returns, decoded from its code."""
-    from liveunwind.formats.accessor import ACCESSOR_CODE_SIZE, returned_address
+    from liveunwind.formats.unwind.accessor import ACCESSOR_CODE_SIZE, returned_address
 
     offset = image.offset_for_vaddr(address, ACCESSOR_CODE_SIZE)
     if offset is None:
@@ -537,7 +537,7 @@ class DynamicRegistry:
             data, section_address = self._fde_bytes(fde_address)
         except MemoryReadError as error:
             raise FormatError(f"{procedure.name}: FDE at {fde_address:#x}: {error}") from None
-        from liveunwind.formats.dwarf_cfi import CfiTable
+        from liveunwind.formats.unwind.dwarf_cfi import CfiTable
 
         table = CfiTable(data, section_address, kind="eh_frame", data_base=procedure.gp)
         try:

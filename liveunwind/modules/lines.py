@@ -25,12 +25,12 @@ import os
 import struct
 
 from liveunwind.errors import FormatError
-from liveunwind.formats.dwarf_info import (
+from liveunwind.formats.dwarf.info import (
     DebugInfo,
     DW_TAG_inlined_subroutine,
     Sections,
 )
-from liveunwind.formats.dwarf_line import LineTable, parse_header
+from liveunwind.formats.dwarf.line import LineTable, parse_header
 from liveunwind.frames import SourceLocation
 from liveunwind.modules.debuginfo import (
     ELFCOMPRESS_ZLIB,
@@ -45,8 +45,8 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Protocol
 
-    from liveunwind.formats.dwarf_forms import Buffer
-    from liveunwind.formats.dwarf_info import Unit
+    from liveunwind.formats.dwarf.forms import Buffer
+    from liveunwind.formats.dwarf.info import Unit
     from liveunwind.formats.elf import ElfImage
     from liveunwind.modules.debuginfo import DebugFile
 

@@ -26,8 +26,8 @@ from liveunwind.targets.files import FileError, open_file
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from liveunwind.formats.compact import CompactUnwindTable
-    from liveunwind.formats.rules import UnwindRule
+    from liveunwind.formats.unwind.compact import CompactUnwindTable
+    from liveunwind.formats.unwind.rules import UnwindRule
 
 #: Mach-O ``cputype`` values and the architecture names liveunwind uses.
 CPU_TYPES = {0x01000007: "x86_64", 0x0100000C: "aarch64"}
@@ -164,7 +164,7 @@ class MachOImage:
     @cached_property
     def compact_table(self) -> CompactUnwindTable | None:
         """``__TEXT,__unwind_info`` with its DWARF escape into ``__eh_frame``."""
-        from liveunwind.formats.compact import CompactUnwindTable
+        from liveunwind.formats.unwind.compact import CompactUnwindTable
 
         section = self.section("__TEXT", "__unwind_info")
         data = self.section_data("__TEXT", "__unwind_info")
@@ -182,7 +182,7 @@ class MachOImage:
     @cached_property
     def eh_frame(self) -> Any:
         """``__TEXT,__eh_frame`` as a CfiTable, or None."""
-        from liveunwind.formats.dwarf_cfi import CfiTable
+        from liveunwind.formats.unwind.dwarf_cfi import CfiTable
 
         section = self.section("__TEXT", "__eh_frame")
         data = self.section_data("__TEXT", "__eh_frame")

@@ -13,173 +13,18 @@ from __future__ import annotations
 import bisect
 from functools import cached_property
 
-from liveunwind.errors import FormatError, LiveUnwindError
-from liveunwind.formats.elf import ElfImage
+from liveunwind.errors import FormatError
 from liveunwind.modules.debuginfo import DEFAULT_DEBUG_DIRS
-from liveunwind.modules.module import Module, RegistryRoots
-from liveunwind.modules.sources import DebugFileFrames, UnwindSource, unwind_tables
-from liveunwind.targets.files import map_elf
+from liveunwind.modules.elfmodule import ElfModule
+from liveunwind.modules.module import Module
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from liveunwind.modules.debuginfo import DebugFile
     from liveunwind.modules.jit import DynamicRegistry
-    from liveunwind.modules.lines import ModuleLines
     from liveunwind.modules.macho import MachOModule
-    from liveunwind.modules.symbols import SymbolTable
     from liveunwind.targets.base import AddressSpace, CoreImage, Mapping
-
-#: Largest in-memory image (the vDSO) read from target memory.
-_MAX_MEMORY_IMAGE = 64 << 20
-
-
-class ElfModule(Module):
-    """One ELF image: the mappings of one file (grouped by the module map), or the vDSO.
-
-    ``space`` is the target it is read from; a module taken over by a later
-    map of the same process is handed that map's space.
-    """
-
-    def __init__(
-        self,
-        space: AddressSpace,
-        mappings: list[Mapping],
-        debug_dirs: Sequence[str] = DEFAULT_DEBUG_DIRS,
-    ) -> None:
-        super().__init__(mappings[0].path, mappings[0].start, mappings[-1].end, mappings)
-        self.space = space
-        self.debug_dirs = debug_dirs
-
-    @property
-    def is_vdso(self) -> bool:
-        return self.path == "[vdso]"
-
-    def use_space(self, space: AddressSpace) -> None:
-        self.space = space
-
-    # -- the image ----------------------------------------------------------
-
-    @cached_property
-    def image(self) -> ElfImage | None:
-        """The module's ELF image, or None (anonymous code, missing or foreign file).
-
-        A core has already opened and checked the file it found for the
-        module (``mapped_image``); that image is used rather than a second one.
-        """
-        if not self.is_vdso:
-            image = self.space.mapped_image(self._first_mapping)
-            if image is not None:
-                return image
-        try:
-            return self._open_image()
-        except (FormatError, OSError, LiveUnwindError) as error:
-            self.problems.append(str(error))
-            return None
-
-    @property
-    def _first_mapping(self) -> Mapping:
-        """The mapping of the lowest file offset: where the ELF header is."""
-        return min(self.mappings, key=lambda mapping: mapping.offset)
-
-    def _open_image(self) -> ElfImage | None:
-        """The vDSO from target memory, else the mapped file as the target sees it."""
-        if self.is_vdso:
-            size = min(self.end - self.start, _MAX_MEMORY_IMAGE)
-            return ElfImage(self.space.read(self.start, size), origin=self.path)
-        file = self.space.open_mapped_file(self._first_mapping)
-        return None if file is None else map_elf(file)
-
-    @cached_property
-    def load_bias(self) -> int:
-        """Runtime address minus link-time address, from the lowest-offset mapping."""
-        first = self._first_mapping
-        image = self.image
-        if image is None:
-            return first.start - first.offset
-        linked = image.vaddr_for_offset(first.offset)
-        return first.start - (linked if linked is not None else first.offset)
-
-    @cached_property
-    def build_id(self) -> bytes | None:
-        return None if self.image is None else self.image.build_id
-
-    @cached_property
-    def debug_file(self) -> DebugFile | None:
-        """The separate debug file (or MiniDebugInfo) of a stripped image, looked up on demand."""
-        if self.image is None or self.is_vdso:
-            return None
-        from liveunwind.modules.debuginfo import find_debug_file
-
-        return find_debug_file(
-            self.image, self.path, self.build_id, self.debug_dirs, problems=self.problems
-        )
-
-    @cached_property
-    def lines(self) -> ModuleLines | None:
-        """Source lines and inline scopes from the image's DWARF, its debug file's, or debuginfod's.
-
-        Looked for the first time a frame of the module asks (only with ``--lines``).
-        """
-        if self.is_vdso:
-            return None
-        from liveunwind.modules.lines import read_lines
-
-        return read_lines(self)
-
-    # -- symbols ------------------------------------------------------------
-
-    @cached_property
-    def symbols(self) -> SymbolTable | None:
-        """Function symbols of the image and, when it has one, of its debug file."""
-        if self.image is None:
-            return None
-        from liveunwind.modules.symbols import SymbolTable
-
-        images = [self.image]
-        if self.debug_file is not None:
-            images.append(self.debug_file.image)
-        try:
-            return SymbolTable(*images)
-        except FormatError as error:
-            self.problems.append(str(error))
-            return None
-
-    @cached_property
-    def registry_roots(self) -> RegistryRoots:
-        """Runtime addresses of the JIT registry heads this module defines (usually none).
-
-        Kept with the module, so a later backtrace that finds the module
-        mapped as before does not look through its symbols again.
-        """
-        if self.is_vdso or self.image is None:
-            return RegistryRoots()
-        from liveunwind.modules.jit import find_roots
-
-        try:
-            return find_roots(self.image, self.load_bias)
-        except FormatError as error:
-            self.problems.append(f"{self.name}: {error}")
-            return RegistryRoots()
-
-    # -- unwind sources -----------------------------------------------------
-
-    @cached_property
-    def unwind_sources(self) -> dict[str, list[UnwindSource]]:
-        """The module's unwind tables by method (``cfi``, ``sframe``), best first."""
-        sources: dict[str, list[UnwindSource]] = {}
-        if self.image is not None:
-            for source in unwind_tables(self.image, self.problems):
-                sources.setdefault(source.method, []).append(source)
-            if not self.is_vdso:
-                debug_frame = UnwindSource("cfi", "debug file", DebugFileFrames(self._debug_image))
-                sources.setdefault("cfi", []).append(debug_frame)
-        return sources
-
-    def _debug_image(self) -> ElfImage | None:
-        debug_file = self.debug_file
-        return None if debug_file is None else debug_file.image
 
 
 class ModuleMap:
@@ -319,7 +164,7 @@ class ModuleMap:
         """
         if not self.jit_possible:
             return None
-        from liveunwind.formats.perfmap import parse_perf_map
+        from liveunwind.formats.unwind.perfmap import parse_perf_map
         from liveunwind.modules.jit import DynamicRegistry
 
         lists: list[int] = []

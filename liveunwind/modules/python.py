@@ -239,7 +239,7 @@ class _Symbols:
         return None
 
     def _add_debug_image(self) -> bool:
-        from liveunwind.modules.modulemap import ElfModule
+        from liveunwind.modules.elfmodule import ElfModule
 
         if self._debug_looked_up or not self._images:
             return False

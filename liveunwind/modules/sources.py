@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from typing import Literal, Protocol
 
     from liveunwind.formats.elf import ElfImage
-    from liveunwind.formats.rules import UnwindRule
+    from liveunwind.formats.unwind.rules import UnwindRule
 
     class UnwindTable(Protocol):
         """A decoded unwind section: CfiTable, SFrameSection, a compact-unwind table…
@@ -99,7 +99,7 @@ def _gopclntab(image: ElfImage) -> UnwindSource | None:
         return None
     from liveunwind.arch import arch_by_elf_machine
     from liveunwind.errors import UsageError
-    from liveunwind.formats.gopclntab import GoPclnTab
+    from liveunwind.formats.unwind.gopclntab import GoPclnTab
 
     try:
         arch = arch_by_elf_machine(image.machine)
@@ -112,7 +112,7 @@ def _gopclntab(image: ElfImage) -> UnwindSource | None:
 
 def _eh_frame(image: ElfImage) -> UnwindSource | None:
     """``.eh_frame``, searched through ``.eh_frame_hdr`` when there is one."""
-    from liveunwind.formats.dwarf_cfi import CfiTable
+    from liveunwind.formats.unwind.dwarf_cfi import CfiTable
 
     section = image.sections.get(".eh_frame")
     if section is None or section.size == 0:
@@ -137,7 +137,7 @@ def _eh_frame(image: ElfImage) -> UnwindSource | None:
 
 def _debug_frame(image: ElfImage) -> UnwindSource | None:
     """``.debug_frame``, decompressed if the toolchain compressed it."""
-    from liveunwind.formats.dwarf_cfi import CfiTable
+    from liveunwind.formats.unwind.dwarf_cfi import CfiTable
     from liveunwind.modules.debuginfo import section_data
 
     data = section_data(image, ".debug_frame")
@@ -160,6 +160,6 @@ def _sframe(image: ElfImage) -> UnwindSource | None:
         data, address = image.contents(section), section.address
     if not data:
         return None
-    from liveunwind.formats.sframe import SFrameSection
+    from liveunwind.formats.unwind.sframe import SFrameSection
 
     return UnwindSource("sframe", ".sframe", SFrameSection(data, address))

@@ -252,7 +252,7 @@ def _resolve_in_root(root_fd: int, path: str) -> int:
     """An ``O_PATH`` descriptor of ``path`` resolved inside ``root_fd``."""
     global use_openat2
     if use_openat2:
-        from liveunwind.targets import syscalls
+        from liveunwind.targets.live import syscalls
 
         try:
             return syscalls.openat2_in_root(root_fd, path, _PATH_FLAGS)

@@ -18,7 +18,7 @@ from liveunwind.unwinder.plan import Plan
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from liveunwind.arch import Arch
-    from liveunwind.formats.rules import UnwindRule
+    from liveunwind.formats.unwind.rules import UnwindRule
     from liveunwind.frames import Method
     from liveunwind.modules.module import Module
     from liveunwind.modules.modulemap import ModuleMap

@@ -6,7 +6,7 @@ fast path and its general path both run :meth:`Plan.run`, so address
 arithmetic is masked to 64 bits, and failures are reported, in this one
 place.  DWARF expressions (a CFA given by an expression, registers with
 EXPRESSION or VAL_EXPRESSION rules) have their own slots in the plan and are
-evaluated by :mod:`liveunwind.formats.dwarf_expr`, which bounds their steps
+evaluated by :mod:`liveunwind.formats.unwind.dwarf_expr`, which bounds their steps
 and stack depth.
 """
 
@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from liveunwind.arch.base import WORD_MASK
 from liveunwind.errors import FormatError
-from liveunwind.formats.rules import RegKind
+from liveunwind.formats.unwind.rules import RegKind
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from liveunwind.arch import Arch, ReadMemory
-    from liveunwind.formats.rules import UnwindRule
+    from liveunwind.formats.unwind.rules import UnwindRule
     from liveunwind.frames import Method
 
     #: Reads one little-endian word of target memory; raises MemoryReadError.
@@ -157,6 +157,8 @@ def _evaluate(
     expression: bytes, registers: dict[int, int], read: ReadMemory, stack: tuple[int, ...]
 ) -> int:
     """What a DWARF expression computes in the frame of ``registers``, ``stack`` pushed first."""
-    from liveunwind.formats.dwarf_expr import evaluate  # only frames with expressions pay for it
+    from liveunwind.formats.unwind.dwarf_expr import (
+        evaluate,  # only frames with expressions pay for it
+    )
 
     return evaluate(expression, _Context(registers, read), initial_stack=stack)

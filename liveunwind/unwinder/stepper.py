@@ -1,7 +1,7 @@
 """The per-frame loop: choose an unwind source for each pc, execute its rule, guard the walk.
 
 The stepper never parses a section: modules hand it ``rule_for`` callables,
-it compiles the :class:`~liveunwind.formats.rules.UnwindRule` they return
+it compiles the :class:`~liveunwind.formats.unwind.rules.UnwindRule` they return
 into a :class:`~liveunwind.unwinder.plan.Plan` and runs that against the
 current registers and the target's memory.  A frame whose pc was seen before
 costs one lookup in the :class:`~liveunwind.unwinder.cache.UnwindCache`

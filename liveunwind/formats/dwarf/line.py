@@ -27,7 +27,7 @@ import bisect
 import posixpath
 import struct
 
-from liveunwind.formats.dwarf_forms import (
+from liveunwind.formats.dwarf.forms import (
     DW_FORM_line_strp,
     DW_FORM_string,
     DW_FORM_strp,
@@ -44,7 +44,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from liveunwind.formats.dwarf_forms import Buffer
+    from liveunwind.formats.dwarf.forms import Buffer
 
 DW_LNCT_path = 1
 DW_LNCT_directory_index = 2

@@ -1,7 +1,7 @@
-"""This process as an AddressSpace: the threads sampled by selfcapture, its own memory read safely.
+"""This process as an AddressSpace: the threads sampled by capture.py, its own memory read safely.
 
 A process cannot ptrace itself, and under QEMU user mode nothing can, so a
-thread's registers and stack come from :mod:`liveunwind.targets.selfcapture`
+thread's registers and stack come from :mod:`liveunwind.targets.local.capture`
 (the thread copies them in a signal handler) and the unwinder reads those
 copies.  Everything else — code, read-only data — is read from the
 process's own memory without ever touching it directly, so a bad address
@@ -25,11 +25,11 @@ import threading
 from liveunwind.arch import host_arch
 from liveunwind.errors import FormatError, MemoryReadError, TargetError
 from liveunwind.formats.elf import PT_LOAD
-from liveunwind.targets import procfs, syscalls
 from liveunwind.targets.base import AddressSpace, Mapping, ThreadState
 from liveunwind.targets.filefinder import open_image
 from liveunwind.targets.files import read_kernel_file
-from liveunwind.targets.selfcapture import ThreadSample, pthread_stack, sample_thread
+from liveunwind.targets.live import procfs, syscalls
+from liveunwind.targets.local.capture import ThreadSample, pthread_stack, sample_thread
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

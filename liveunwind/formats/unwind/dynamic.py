@@ -5,7 +5,7 @@ A program that generates code describes it to libunwind with
 in a target.  This module holds what is pure about them: their layouts and
 bounds, the procedure/region/op records, and the interpreter that turns the
 ops of a ``UNW_INFO_FORMAT_DYNAMIC`` procedure into an
-:class:`~liveunwind.formats.rules.UnwindRule` for a pc.
+:class:`~liveunwind.formats.unwind.rules.UnwindRule` for a pc.
 
 Conventions for ``UNW_INFO_FORMAT_DYNAMIC`` — libunwind interprets this format
 only on IA-64; on x86_64 and aarch64 liveunwind defines it as follows:
@@ -47,7 +47,7 @@ only on IA-64; on x86_64 and aarch64 liveunwind defines it as follows:
 {int32 start_ip_offset, int32 fde_offset} pairs relative to ``segbase``
 (``UNW_INFO_FORMAT_IP_OFFSET``: start offsets relative to ``start_ip``); the
 FDE at segbase + fde_offset is ``.eh_frame``-style and decoded by
-:class:`~liveunwind.formats.dwarf_cfi.CfiTable` from bytes read around it,
+:class:`~liveunwind.formats.unwind.dwarf_cfi.CfiTable` from bytes read around it,
 ``gp`` being the datarel base.  (libunwind's local TABLE format points at its
 own private .debug_frame index; a program registering TABLE in a target has
 only the documented layout, which is the remote one.)
@@ -58,7 +58,7 @@ from __future__ import annotations
 import struct
 
 from liveunwind.errors import FormatError
-from liveunwind.formats.rules import CfaRule, RegisterRule, RegKind, UnwindRule
+from liveunwind.formats.unwind.rules import CfaRule, RegisterRule, RegKind, UnwindRule
 
 # unw_dyn_info_t.format
 UNW_INFO_FORMAT_DYNAMIC = 0

@@ -36,7 +36,7 @@ from enum import Enum
 
 from liveunwind.errors import FormatError
 from liveunwind.formats import leb128
-from liveunwind.formats.rules import CfaRule, RegisterRule, RegKind, UnwindRule
+from liveunwind.formats.unwind.rules import CfaRule, RegisterRule, RegKind, UnwindRule
 
 MAGIC = 0xDEE2
 F_FDE_SORTED = 0x1

@@ -4,7 +4,7 @@ Sources: DWARF 5 §6.4 (CIE, FDE, the DW_CFA instructions) and the Linux
 Standard Base (``.eh_frame`` augmentations, DW_EH_PE pointer encodings,
 ``.eh_frame_hdr``).  A :class:`CfiTable` decodes one section that it is handed
 as bytes and compiles the CFA program of the FDE covering a pc into an
-:class:`~liveunwind.formats.rules.UnwindRule`.  It reads nothing by itself.
+:class:`~liveunwind.formats.unwind.rules.UnwindRule`.  It reads nothing by itself.
 
 The section is untrusted: every length, offset and count is checked against
 the buffer before use and every loop is bounded by the bytes it consumes, so
@@ -22,7 +22,7 @@ from collections import namedtuple
 
 from liveunwind.errors import FormatError
 from liveunwind.formats import leb128
-from liveunwind.formats.rules import (
+from liveunwind.formats.unwind.rules import (
     SAME_VALUE,
     UNDEFINED,
     CfaRule,

@@ -10,7 +10,7 @@ register blocks (``g``), thread lists, ``qSupported`` features, ``qXfer``
 chunks and the XML documents they carry (target descriptions, the SVR4
 library list, the thread list), and Host I/O (``F``) replies.
 
-Bytes in, records out; the socket lives in ``targets/gdbremote.py``.  Every
+Bytes in, records out; the socket lives in ``targets/remote/gdbremote.py``.  Every
 reply comes from the other end of a network connection, so everything here
 is bounded and a malformed reply is a :class:`FormatError`, never a crash.
 The protocol is described in the GDB manual, appendix "GDB Remote Serial

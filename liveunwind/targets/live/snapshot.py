@@ -25,8 +25,8 @@ import bisect
 import struct
 
 from liveunwind.errors import MemoryReadError
-from liveunwind.targets import syscalls
 from liveunwind.targets.base import AddressSpace
+from liveunwind.targets.live import syscalls
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from liveunwind.targets.base import Mapping, ThreadState
     from liveunwind.targets.files import RegularFile
-    from liveunwind.targets.ptrace import PtraceProcess
+    from liveunwind.targets.live.ptrace import PtraceProcess
 
     #: A copied piece of memory: bytes, or the buffer a stack was copied into.
     Block = bytes | bytearray | mmap.mmap

@@ -4,7 +4,7 @@ python-ptrace wraps ``ptrace(2)`` but not PTRACE_SEIZE / PTRACE_INTERRUPT /
 PTRACE_GETREGSET by name, nor ``process_vm_readv(2)``, and importing it costs
 about 18 ms — more than a whole cold backtrace should take.  So the hot path
 calls libc directly here; python-ptrace is used only for the PEEKDATA
-fallback (see :mod:`liveunwind.targets.ptrace`).
+fallback (see :mod:`liveunwind.targets.live.ptrace`).
 """
 
 from __future__ import annotations

@@ -30,8 +30,8 @@ from __future__ import annotations
 import bisect
 import struct
 
-from liveunwind.formats.dwarf_aranges import Aranges
-from liveunwind.formats.dwarf_forms import (
+from liveunwind.formats.dwarf.aranges import Aranges
+from liveunwind.formats.dwarf.forms import (
     ADDRX_FORMS,
     CONSTANT_FORMS,
     STRX_FORMS,
@@ -63,7 +63,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from liveunwind.formats.dwarf_forms import Buffer
+    from liveunwind.formats.dwarf.forms import Buffer
 
 DW_TAG_lexical_block = 0x0B
 DW_TAG_compile_unit = 0x11

@@ -23,7 +23,7 @@ import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from liveunwind.formats.dwarf_forms import Buffer
+    from liveunwind.formats.dwarf.forms import Buffer
 
 #: Ranges read at most (the general reader; the array's size bounds the usual layout).
 _MAX_RANGES = 1 << 24

@@ -48,14 +48,14 @@ import time
 
 from liveunwind.arch import Arch, arch_by_elf_machine, arch_by_name
 from liveunwind.errors import FormatError, MemoryReadError, UsageError
-from liveunwind.formats import rsp
-from liveunwind.formats.corenotes import parse_auxv
 from liveunwind.targets.base import AddressSpace, Mapping, ThreadState
+from liveunwind.targets.cores.notes import parse_auxv
 from liveunwind.targets.filefinder import FileFinder, open_image
 from liveunwind.targets.files import FileError, open_file
-from liveunwind.targets.gdbconnection import DEFAULT_TIMEOUT, Connection, RemoteError
 from liveunwind.targets.linkmap import PAGE_SIZE, LoadedObject
 from liveunwind.targets.loadedfiles import LoadedFiles
+from liveunwind.targets.remote import rsp
+from liveunwind.targets.remote.connection import DEFAULT_TIMEOUT, Connection, RemoteError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

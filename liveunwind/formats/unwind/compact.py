@@ -36,10 +36,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from liveunwind.errors import FormatError
-from liveunwind.formats.rules import CfaRule, RegisterRule, RegKind, UnwindRule
+from liveunwind.formats.unwind.rules import CfaRule, RegisterRule, RegKind, UnwindRule
 
 if TYPE_CHECKING:
-    from liveunwind.formats.dwarf_cfi import CfiTable
+    from liveunwind.formats.unwind.dwarf_cfi import CfiTable
 
 #: Reads ``size`` bytes of the image at a link-time address (for STACK_IND).
 ReadCode = Callable[[int, int], bytes]

@@ -58,7 +58,7 @@ import struct
 
 from liveunwind.errors import FormatError
 from liveunwind.formats import leb128
-from liveunwind.formats.rules import UNDEFINED, CfaRule, RegisterRule, RegKind, UnwindRule
+from liveunwind.formats.unwind.rules import UNDEFINED, CfaRule, RegisterRule, RegKind, UnwindRule
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

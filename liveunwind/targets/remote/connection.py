@@ -15,7 +15,7 @@ import socket
 import time
 
 from liveunwind.errors import FormatError, TargetError
-from liveunwind.formats import rsp
+from liveunwind.targets.remote import rsp
 
 #: Seconds to wait for a connection, a reply, or the stop after an interrupt.
 DEFAULT_TIMEOUT = 3.0

@@ -25,20 +25,20 @@ from collections.abc import Callable, Sequence
 
 from liveunwind.arch import Arch, arch_by_elf_machine
 from liveunwind.errors import CoreFileError, FormatError, MemoryReadError, UsageError
-from liveunwind.formats import corenotes
-from liveunwind.formats.corenotes import AT_ENTRY, AT_SYSINFO_EHDR, CoreNotes
 from liveunwind.formats.elf import PT_LOAD, PT_NOTE, ElfImage, machine_name
 from liveunwind.frames import CrashInfo
 from liveunwind.targets import linkmap
 from liveunwind.targets.base import AddressSpace, Mapping, ThreadState
-from liveunwind.targets.coredata import open_core_data
+from liveunwind.targets.cores import notes as core_notes
+from liveunwind.targets.cores.coredata import open_core_data
+from liveunwind.targets.cores.notes import AT_ENTRY, AT_SYSINFO_EHDR, CoreNotes
 from liveunwind.targets.filefinder import FileFinder
 from liveunwind.targets.files import FileError, open_file
 from liveunwind.targets.loadedfiles import LoadedFiles, WrongExecutable, without_overlaps
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from liveunwind.targets.coredata import CoreData
+    from liveunwind.targets.cores.coredata import CoreData
     from liveunwind.targets.filefinder import FoundFile
     from liveunwind.targets.files import RegularFile
 
@@ -118,7 +118,7 @@ class ElfCore(AddressSpace):
             self.arch, self._read_core_only, self._finder, target="the core", problems=self.problems
         )
         self._decode, register_size = _register_decoder(self.arch)
-        self.notes: CoreNotes = corenotes.parse_notes(note_segments, register_size)
+        self.notes: CoreNotes = core_notes.parse_notes(note_segments, register_size)
         self.problems += self.notes.problems
         if not self.notes.threads:
             raise CoreFileError(f"{self.name} holds no thread registers (no NT_PRSTATUS note)")
@@ -248,7 +248,7 @@ class ElfCore(AddressSpace):
         return self._mappings_from_link_map()
 
     def _mappings_from_file_note(
-        self, files: list[corenotes.FileEntry], vdso: int | None
+        self, files: list[core_notes.FileEntry], vdso: int | None
     ) -> list[Mapping]:
         by_start = {entry.start: entry for entry in files}
         mappings: list[Mapping] = []
@@ -348,7 +348,7 @@ class ElfCore(AddressSpace):
             state = ""
             if index == 0:
                 signal = self._crash_signal()
-                state = f"received {corenotes.signal_name(signal)}" if signal else ""
+                state = f"received {core_notes.signal_name(signal)}" if signal else ""
             threads.append(ThreadState(note.tid, name, self._decode(note.raw_registers), state))
         return threads
 
@@ -409,9 +409,9 @@ class ElfCore(AddressSpace):
             executable=self._core_executable or self.notes.name,
             arguments=self.notes.arguments,
             signal=signal,
-            signal_name=corenotes.signal_name(signal) if signal else "",
+            signal_name=core_notes.signal_name(signal) if signal else "",
             code=siginfo.code if siginfo else 0,
-            code_name=corenotes.code_name(signal, siginfo.code) if siginfo else "",
+            code_name=core_notes.code_name(signal, siginfo.code) if siginfo else "",
             fault_address=siginfo.fault_address if siginfo else None,
             tid=self.notes.threads[0].tid,
         )

@@ -46,9 +46,9 @@ from liveunwind.errors import (
     PermissionDeniedError,
     UsageError,
 )
-from liveunwind.targets import procfs, syscalls
 from liveunwind.targets.base import AddressSpace, Mapping, ThreadState
 from liveunwind.targets.files import read_kernel_file
+from liveunwind.targets.live import procfs, syscalls
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

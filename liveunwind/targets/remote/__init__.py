@@ -1,0 +1,3 @@
+"""A process behind a GDB stub: the remote serial protocol, one bounded connection, the address
+space.
+"""
