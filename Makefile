@@ -78,8 +78,8 @@ bench: system-deps venv
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) bench/profile.py
 
 # Not part of `make test`: tests/integration/ in x86_64 and arm64 containers
-# and an arm64 VM, built from nothing (docker/run-integration; README:
-# Integration tests). Writes docker/results/{x86_64,arm64,arm64-vm}.xml.
+# and an arm64 VM, built from nothing (docker/run-integration;
+# docs/integration.md). Writes docker/results/{x86_64,arm64,arm64-vm}.xml.
 integration: venv
 	docker/run-integration
 

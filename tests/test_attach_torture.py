@@ -101,7 +101,7 @@ def python_start_up(stderr: str) -> bool:
 
     While it starts (``site``, ``runpy``) Python dies of SIGINT or says
     "Fatal Python error"; its traceback then names none of liveunwind's
-    files (README: what liveunwind promises, and from when).
+    files (docs/hostile-input.md: what liveunwind promises, and from when).
     """
     return "Fatal Python error" in stderr or (
         "Traceback" in stderr and "/liveunwind/" not in stderr

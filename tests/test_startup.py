@@ -1,6 +1,6 @@
 """Start-up stays lean: a plain ``liveunwind pid`` imports nothing it does not need.
 
-Start-up is most of a cold backtrace's time (see the README's Speed section),
+Start-up is most of a cold backtrace's time (see docs/speed.md),
 so a stray import of a heavy module on the hot path is a regression.  This
 checks which modules a real backtrace of a running program loaded; it does
 not time anything.
