@@ -102,3 +102,27 @@ def test_a_symbol_name_that_is_not_utf8(chain: bytes, tmp_path: Path) -> None:
     )  # fmt: skip
     match = image.symbols.lookup(address)
     assert match is not None and match.name == "\ufffdeaf_stop"
+
+
+def test_a_segment_holding_code_whose_name_is_not_utf8(chain: bytes, tmp_path: Path) -> None:
+    """lief gives that name as bytes; the segment's content is found by position (was: KeyError
+    in ``_segment_content`` out of compact unwind's STACK_IND read, fuzz seed 585933173)."""
+    from liveunwind.modules.macho import MachOImage
+
+    pagezero = next(
+        position
+        for position, command in load_commands(chain)
+        if command == 0x19 and chain[position + 8 : position + 24].rstrip(b"\0") == b"__PAGEZERO"
+    )
+    text_base = MachOImage(str(MACHO / "build" / "chain-x86_64")).text_base
+    # __PAGEZERO renamed "\xff\xfePAGE" and moved over __TEXT's first page, file offset 0.
+    path = edited(
+        chain,
+        tmp_path,
+        {
+            pagezero + 8: b"\xff\xfePAGE\0\0\0\0\0\0\0\0\0\0",
+            pagezero + 24: struct.pack("<QQQQ", text_base, 0x1000, 0, 0x1000),
+        },
+    )
+    image = MachOImage(path)
+    assert image.read(text_base + 0x10, 8) == chain[0x10:0x18]

@@ -145,19 +145,22 @@ class MachOImage:
 
     def read(self, address: int, size: int) -> bytes:
         """``size`` file-backed bytes at link-time ``address`` (the code STACK_IND reads)."""
-        for segment in self.segments:
+        for index, segment in enumerate(self.segments):
             if segment.vmaddr <= address and address + size <= segment.vmaddr + segment.filesize:
-                content = self._segment_content(segment.name)
+                content = self._segment_contents[index]
                 start = address - segment.vmaddr
                 return bytes(content[start : start + size])
         raise FormatError(f"{self.path}: {address:#x}+{size} is not in the file")
 
-    def _segment_content(self, name: str) -> memoryview:
-        return self._segment_contents[name]
-
     @cached_property
-    def _segment_contents(self) -> dict[str, memoryview]:
-        return {s.name: memoryview(bytes(s.content)) for s in self._binary.segments}
+    def _segment_contents(self) -> list[memoryview]:
+        """Each segment's bytes, in the order of ``segments``.
+
+        By position, not by name: a crafted name that is not UTF-8 reads one way
+        through ``_text`` and another through lief (fuzz finding macho-file
+        585933173/2104, a KeyError).
+        """
+        return [memoryview(bytes(s.content)) for s in self._binary.segments]
 
     # -- unwind tables --------------------------------------------------------------
 
