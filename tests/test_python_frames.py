@@ -43,27 +43,20 @@ import pytest
 
 from liveunwind.backtrace.api import attach
 from liveunwind.backtrace.backtracer import BacktraceOptions, Backtracer
-from liveunwind.backtrace.python import PlacedPython, place, place_all
 from liveunwind.backtrace.remote import gdb_remote
 from liveunwind.backtrace.session import Session
-from liveunwind.errors import FormatError, MemoryReadError
-from liveunwind.formats import cpython
+from liveunwind.cpython import layouts, objects
+from liveunwind.cpython.codecache import CodeCache
+from liveunwind.cpython.collected import Collected
+from liveunwind.cpython.interpreter import Interpreter, find_interpreter
+from liveunwind.cpython.memory import Memory
+from liveunwind.cpython.placement import PlacedPython, place, place_all
+from liveunwind.cpython.stacks import PythonRun, PythonThread, describe
+from liveunwind.cpython.stop import capture, finish, prepare
+from liveunwind.cpython.walk import collect
+from liveunwind.errors import FormatError, LiveUnwindError, MemoryReadError
 from liveunwind.frames import Backtrace
 from liveunwind.modules.modulemap import ModuleMap
-from liveunwind.modules.python import (
-    CodeCache,
-    Collected,
-    Interpreter,
-    Memory,
-    PythonThread,
-    capture,
-    collect,
-    describe,
-    find_interpreter,
-    finish,
-    prepare,
-    python_stacks,
-)
 from liveunwind.targets.cores.elfcore import ElfCore
 from liveunwind.targets.live.ptrace import PtraceProcess
 from liveunwind.targets.live.snapshot import Snapshot
@@ -337,9 +330,9 @@ def test_the_layout_matches_the_version_found(parked: Parked, live: LiveResult) 
         check=True,
     ).stdout.strip()
     assert live.interpreter.version == int(version, 16)
-    minor = cpython.minor_version(live.interpreter.version)
+    minor = layouts.minor_version(live.interpreter.version)
     assert live.interpreter.layout.minor == minor
-    expected = "built in" if minor in cpython.BUILT_IN_LAYOUTS else "_Py_DebugOffsets"
+    expected = "built in" if minor in layouts.BUILT_IN_LAYOUTS else "_Py_DebugOffsets"
     assert live.interpreter.layout.source == expected
 
 
@@ -484,7 +477,7 @@ def test_a_second_backtrace_reads_no_code_object_twice(parked: Parked, live: Liv
         collected = collect(Memory(counting), live.interpreter)
     assert_equal_to_truth(describe(collected), parked.truth)
     string_reads = [
-        size for _, size in reads if size == cpython.header_size(live.interpreter.layout)
+        size for _, size in reads if size == objects.header_size(live.interpreter.layout)
     ]
     assert string_reads == []
 
@@ -510,7 +503,7 @@ def test_read_ahead_the_stop_reads_only_frames(parked: Parked, live: LiveResult)
 
         collected = collect(Memory(counting), fresh)
     assert_equal_to_truth(describe(collected), parked.truth)
-    assert cpython.header_size(fresh.layout) not in reads
+    assert objects.header_size(fresh.layout) not in reads
 
 
 # -- the command: liveunwind pid PID --python -------------------------------------------
@@ -681,7 +674,7 @@ def test_a_session_stop_reads_python_with_one_system_call(
     """In a session's stop the Python state of the parked program is one planned read."""
     if parked.python.name != "debian":
         pytest.skip("one interpreter is enough")
-    from liveunwind.backtrace.python import PythonReader
+    from liveunwind.cpython.reader import PythonReader
     from liveunwind.targets.live import syscalls
 
     calls: list[str] = []
@@ -716,8 +709,6 @@ def _counted(calls: list[str], name: str, function):  # type: ignore[no-untyped-
 
 def _as_threads(backtrace: Backtrace) -> list[PythonThread]:
     """The Python frames a backtrace carries, as PythonThreads (one run per thread)."""
-    from liveunwind.modules.python import PythonRun
-
     threads = []
     for native in backtrace.threads:
         frames = [place for frame in native.frames for place in frame.python]
@@ -805,9 +796,23 @@ def _core_python(core: Path, python: Python) -> tuple[list[PythonThread], Backtr
     with ElfCore.open(str(core), sysroot=sysroot) as space:
         debug_dirs = ("/usr/lib/debug",) if python.debug else ()
         modules = ModuleMap(space, debug_dirs=debug_dirs)
-        threads = python_stacks(space, modules.modules, problems)
+        threads = _python_stacks(space, modules, problems)
         backtrace = Backtracer(BacktraceOptions()).backtrace(space, {}, modules=modules)
     return threads, backtrace, problems
+
+
+def _python_stacks(space: ElfCore, modules: ModuleMap, problems: list[str]) -> list[PythonThread]:
+    """The Python stacks of a core: the interpreter found, walked and described."""
+    try:
+        interpreter = find_interpreter(space, modules.modules, problems)
+    except LiveUnwindError as error:
+        problems.append(f"python: {error}")
+        return []
+    if interpreter is None:
+        return []
+    collected = collect(Memory(space.read_frozen, space.read_frozen_many), interpreter)
+    problems.extend(collected.problems)
+    return describe(collected)
 
 
 def _assert_placed(backtrace: Backtrace, threads: list[PythonThread], truth: Truth) -> None:
@@ -917,20 +922,20 @@ def test_line_tables_decode_as_co_lines_says(python: Python) -> None:
     for table, firstlineno, code_size, ranges in codes:
         linetable = bytes.fromhex(table)
         for start, end, line in ranges:  # a range's first and last code units
-            for offset in {start, end - cpython.CODE_UNIT}:
-                assert cpython.line_for_offset(linetable, firstlineno, offset) == line
+            for offset in {start, end - objects.CODE_UNIT}:
+                assert objects.line_for_offset(linetable, firstlineno, offset) == line
                 checked += 1
-        assert cpython.line_for_offset(linetable, firstlineno, code_size) is None
-        assert cpython.line_for_offset(linetable, firstlineno, -2) == firstlineno
+        assert objects.line_for_offset(linetable, firstlineno, code_size) is None
+        assert objects.line_for_offset(linetable, firstlineno, -2) == firstlineno
     assert checked > 5000
 
 
 def test_a_cut_line_table_raises_format_error() -> None:
     # A long-form entry (code 14) whose line delta varint is cut off.
     with pytest.raises(FormatError):
-        cpython.line_for_offset(bytes([0x80 | (14 << 3), 0x41]), 1, 4)
+        objects.line_for_offset(bytes([0x80 | (14 << 3), 0x41]), 1, 4)
     with pytest.raises(FormatError):
-        cpython.line_for_offset(bytes([0x01]), 1, 0)  # no marker bit
+        objects.line_for_offset(bytes([0x01]), 1, 0)  # no marker bit
 
 
 # -- layouts: the built-in tables against the interpreters' own headers ----------------
@@ -1027,12 +1032,12 @@ def test_layouts_match_offsetof_from_the_interpreters_headers(python: Python) ->
         shutil.rmtree(host, ignore_errors=True)
     facts = {name: int(value) for name, value in (line.split() for line in output.splitlines())}
     minor = (3, facts.pop("minor"))
-    if minor in cpython.BUILT_IN_LAYOUTS:
-        layout = cpython.BUILT_IN_LAYOUTS[minor]
+    if minor in layouts.BUILT_IN_LAYOUTS:
+        layout = layouts.BUILT_IN_LAYOUTS[minor]
         assert {name: getattr(layout, name) for name in facts} == facts
     else:
         assert facts.pop("datastack_top_follows_chunk") == 8
-        positions = cpython.debug_record_positions(minor)
+        positions = layouts.debug_record_positions(minor)
         assert positions, f"CPython {minor}: no _Py_DebugOffsets record layout known"
         assert {name: positions[name] for name in facts} == facts
 
@@ -1069,8 +1074,8 @@ def test_a_process_without_python_says_so(run_program) -> None:  # type: ignore[
 
 def test_a_layout_that_does_not_match_shows_no_frame(parked: Parked, live: LiveResult) -> None:
     """The other version's layout: every frame is refused, none shown wrong."""
-    layouts = cpython.BUILT_IN_LAYOUTS
-    wrong = layouts[(3, 12)] if live.interpreter.layout.minor != (3, 12) else layouts[(3, 11)]
+    built_in = layouts.BUILT_IN_LAYOUTS
+    wrong = built_in[(3, 12)] if live.interpreter.layout.minor != (3, 12) else built_in[(3, 11)]
     interpreter = Interpreter(
         live.interpreter.module,
         live.interpreter.runtime,
@@ -1087,9 +1092,9 @@ def test_a_layout_that_does_not_match_shows_no_frame(parked: Parked, live: LiveR
 
 def _record(minor: tuple[int, int], version: int) -> bytearray:
     """A plausible _Py_DebugOffsets record of ``minor``: every size 4096, every offset 8."""
-    positions = cpython.debug_record_positions(minor)
+    positions = layouts.debug_record_positions(minor)
     data = bytearray(max(positions.values()) + 8)
-    data[:8] = cpython.DEBUG_COOKIE
+    data[:8] = layouts.DEBUG_COOKIE
     for name, at in positions.items():
         value = 4096 if name.endswith(".size") else 8
         struct.pack_into("<Q", data, at, value)
@@ -1101,13 +1106,13 @@ def _record(minor: tuple[int, int], version: int) -> bytearray:
 @pytest.mark.parametrize("minor", [(3, 13), (3, 14)])
 def test_debug_offsets_records_that_do_not_match_are_refused(minor: tuple[int, int]) -> None:
     version = (3 << 24) | (minor[1] << 16) | 0xF0
-    positions = cpython.debug_record_positions(minor)
-    layout = cpython.layout_from_debug_offsets(bytes(_record(minor, version)), version)
+    positions = layouts.debug_record_positions(minor)
+    layout = layouts.layout_from_debug_offsets(bytes(_record(minor, version)), version)
     assert layout.minor == minor and layout.source == "_Py_DebugOffsets"
 
     def refused(data: bytearray, hex_version: int = version) -> str:
         with pytest.raises(FormatError) as error:
-            cpython.layout_from_debug_offsets(bytes(data), hex_version)
+            layouts.layout_from_debug_offsets(bytes(data), hex_version)
         return str(error.value)
 
     bad = _record(minor, version)
@@ -1134,11 +1139,11 @@ def test_a_real_debug_offsets_record_from_a_binary(parked: Parked, live: LiveRes
     if live.interpreter.layout.source != "_Py_DebugOffsets":
         pytest.skip(f"CPython {live.interpreter.version_text} has no _Py_DebugOffsets")
     minor = live.interpreter.layout.minor
-    size = cpython.debug_offsets_size(minor)
+    size = layouts.debug_offsets_size(minor)
     assert size is not None
     data = live.snapshot.read(live.interpreter.runtime, size)
-    assert data[:8] == cpython.DEBUG_COOKIE
-    layout = cpython.layout_from_debug_offsets(data, live.interpreter.version)
+    assert data[:8] == layouts.DEBUG_COOKIE
+    layout = layouts.layout_from_debug_offsets(data, live.interpreter.version)
     assert layout.tstate_interp == live.interpreter.layout.tstate_interp
 
 
@@ -1166,7 +1171,7 @@ class FakeMemory:
 
 def _fake_interpreter(memory: FakeMemory, *, thread_loop: bool, frame_loop: bool) -> Interpreter:
     """3.12 layout: runtime → interpreter → thread state → two frames of one code object."""
-    layout = cpython.LAYOUT_3_12
+    layout = layouts.LAYOUT_3_12
     runtime, interp, tstate, cframe, frames, code = 0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 0x6000
     name, linetable = 0x7000, 0x8000
     memory.put(runtime + layout.runtime_interpreters_head, interp)
@@ -1263,11 +1268,11 @@ def test_pointers_past_the_address_space_are_refused_not_crashed_on() -> None:
 
 
 def test_a_huge_string_is_refused() -> None:
-    layout = cpython.LAYOUT_3_12
-    header = bytearray(cpython.header_size(layout))
+    layout = layouts.LAYOUT_3_12
+    header = bytearray(objects.header_size(layout))
     struct.pack_into("<Q", header, layout.ascii_length, 1 << 40)
     with pytest.raises(FormatError):
-        cpython.StringShape(layout, bytes(header))
+        objects.StringShape(layout, bytes(header))
 
 
 # -- what the walk asks of targets and files ------------------------------------------

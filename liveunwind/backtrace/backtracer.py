@@ -20,7 +20,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from liveunwind.backtrace.python import PythonReader
+    from liveunwind.cpython.reader import PythonReader
     from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.targets.base import AddressSpace
 
@@ -58,7 +58,7 @@ class Backtracer:
         #: With ``options.python``: the interpreter found, kept with its code objects.
         self.python: PythonReader | None = None
         if options.python:
-            from liveunwind.backtrace.python import PythonReader
+            from liveunwind.cpython.reader import PythonReader
 
             self.python = PythonReader()
 
@@ -99,7 +99,7 @@ class Backtracer:
 
         ``modules`` is the map of ``space`` if :meth:`module_map` already made it.
         With ``options.python``, the Python frames a stop captured (see
-        :class:`~liveunwind.backtrace.python.PythonReader`) or, without one,
+        :class:`~liveunwind.cpython.reader.PythonReader`) or, without one,
         those read from ``space`` now are put on the frames that run them.
         """
         started = time.perf_counter()

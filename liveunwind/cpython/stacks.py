@@ -1,0 +1,73 @@
+"""Each thread's Python stack as a user reads it: runs of frames with function, file and line.
+
+:func:`describe` turns what a walk collected into
+:class:`~liveunwind.frames.PythonFrame` records without reading anything,
+so a live process runs again meanwhile: decoding line tables is the
+CPU-bound part of ``--python``.
+"""
+
+from __future__ import annotations
+
+from liveunwind.frames import PythonFrame
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from liveunwind.cpython.collected import Collected
+
+
+class PythonRun:
+    """The Python frames one call of the eval loop runs, innermost first.
+
+    ``anchor`` is an address inside that C call's stack frame, which places
+    the run in the native stack: the entry frame the eval call keeps on its
+    C stack (3.12+), or its ``_PyCFrame`` (3.11).  None when it is not known.
+    """
+
+    __slots__ = ("anchor", "frames")
+
+    def __init__(self, anchor: int | None, frames: list[PythonFrame]) -> None:
+        self.anchor = anchor
+        self.frames = frames
+
+
+class PythonThread:
+    """One thread's Python stack: its runs of frames, innermost run first."""
+
+    __slots__ = ("native_id", "runs", "thread_state")
+
+    def __init__(self, native_id: int, thread_state: int, runs: list[PythonRun]) -> None:
+        #: The kernel's id of the thread (``PyThreadState.native_thread_id``).
+        self.native_id = native_id
+        self.thread_state = thread_state
+        self.runs = runs
+
+    @property
+    def frames(self) -> list[PythonFrame]:
+        """Every Python frame of the thread, innermost first."""
+        return [frame for run in self.runs for frame in run.frames]
+
+    def __repr__(self) -> str:
+        return f"<PythonThread {self.native_id} {len(self.frames)} frames>"
+
+
+def describe(collected: Collected) -> list[PythonThread]:
+    """The collected stacks as Python frames; reads nothing, so the target may run meanwhile.
+
+    Frames CPython itself does not show are left out as it leaves them out:
+    a frame not yet started (before its first traceable instruction; 3.11
+    and 3.12 only, the versions whose layout says where that is) and one
+    whose code object could not be read.
+    """
+    threads = []
+    for raw in collected.threads:
+        runs = []
+        for anchor, frames in raw.runs:
+            described = []
+            for address, instr, generator in frames:
+                code = collected.codes.get(address)
+                if code is None or not (generator or code.started(instr)):
+                    continue
+                described.append(PythonFrame(code.function, code.filename, code.line_at(instr)))
+            runs.append(PythonRun(anchor, described))
+        threads.append(PythonThread(raw.native_id, raw.thread_state, runs))
+    return threads
