@@ -229,12 +229,12 @@ def test_roots_found_before_the_stop_are_not_used_for_modules_mapped_elsewhere_a
     ):
         try:
             session = Session(program.pid)
-            prepare = session._find_registry_roots
+            map_running = session._map_running
 
-            def prepare_elsewhere(process: PtraceProcess, perf_map: str) -> bool:
-                return prepare(PtraceProcess(other.pid), perf_map)
+            def map_elsewhere(process: PtraceProcess, perf_map: str) -> ModuleMap | None:
+                return map_running(PtraceProcess(other.pid), perf_map)
 
-            monkeypatch.setattr(session, "_find_registry_roots", prepare_elsewhere)
+            monkeypatch.setattr(session, "_map_running", map_elsewhere)
             backtrace = session.backtrace()
         finally:
             for pid in (other.pid, program.pid):
@@ -254,7 +254,7 @@ def test_jit_memory_unseen_before_the_stop_is_not_read_after_it(
     """
     pid, _ = jit_program
     session = Session(pid)
-    monkeypatch.setattr(session, "_find_registry_roots", lambda process, perf_map: False)
+    monkeypatch.setattr(session, "_find_registry_roots", lambda running: False)
     backtrace = session.backtrace()
     assert any("not copied while the process was stopped" in text for text in backtrace.problems)
     assert Method.DYNAMIC not in [frame.method for frame in backtrace.threads[0].frames]

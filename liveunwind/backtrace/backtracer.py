@@ -50,7 +50,9 @@ class BacktraceOptions(
 class Backtracer:
     """Unwinds and symbolizes every thread of successive address spaces of one target."""
 
-    def __init__(self, options: BacktraceOptions) -> None:
+    def __init__(self, options: BacktraceOptions, *, live_pid: int | None = None) -> None:
+        """``live_pid`` is the pid of the live process whose address spaces these are
+        (a session's), which ``options.python`` needs to match its threads by id."""
         self.options = options
         self._modules: ModuleMap | None = None
         #: Owned here, for as long as this backtracer lives; see UnwindCache for its drops.
@@ -60,7 +62,7 @@ class Backtracer:
         if options.python:
             from liveunwind.cpython.reader import PythonReader
 
-            self.python = PythonReader()
+            self.python = PythonReader(live_pid)
 
     @property
     def modules(self) -> ModuleMap | None:

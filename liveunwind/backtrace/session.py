@@ -16,6 +16,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from liveunwind.cpython.reader import PythonReader
     from liveunwind.frames import Backtrace
     from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.targets.base import AddressSpace
@@ -45,9 +46,7 @@ class Session:
         self.stack_cap = stack_cap
         self.total_cap = total_cap
         self.stop_timeout = stop_timeout
-        self._backtracer = Backtracer(options or BacktraceOptions())
-        if self._backtracer.python is not None:
-            self._backtracer.python.live_pid = pid
+        self._backtracer = Backtracer(options or BacktraceOptions(), live_pid=pid)
 
     def backtrace(self) -> Backtrace:
         """Stops the process, takes what unwinding needs, lets it go, and unwinds.
@@ -68,10 +67,9 @@ class Session:
         )
         perf_map = read_perf_map(self.pid)
         modules = None
-        jit_possible = self.snapshot and self._find_registry_roots(process, perf_map)
-        python = (
-            self._backtracer.python if self.snapshot and self._read_python_ahead(process) else None
-        )
+        running = self._map_running(process, perf_map) if self.snapshot else None
+        jit_possible = running is not None and self._find_registry_roots(running)
+        python = self._read_python_ahead(running)
         attaching = time.perf_counter()
         timings["prepare"] = attaching - started
         with process:
@@ -113,34 +111,38 @@ class Session:
         timings["total"] = time.perf_counter() - started
         return backtrace
 
-    def _find_registry_roots(self, process: PtraceProcess, perf_map: str) -> bool:
+    def _map_running(self, process: PtraceProcess, perf_map: str) -> ModuleMap | None:
+        """The module map of the process while it still runs, or None if it cannot be made.
+
+        What is read ahead of the stop (JIT registry roots, Python code) is
+        read through it; the stop's map takes its modules over.
+        """
+        try:
+            return self._backtracer.module_map(process, perf_map)
+        except (OSError, LiveUnwindError):
+            return None  # gone, or not ours to look at: attaching will say which
+
+    def _find_registry_roots(self, running: ModuleMap) -> bool:
         """Whether the process, still running, can have JIT code; if so, finds its registry roots.
 
         Opening the modules' files and searching their symbols is the slow
         part of reading a JIT registry: done here, before the stop (or kept
         from an earlier backtrace), the stop itself only walks the lists.
         """
-        try:
-            modules = self._backtracer.module_map(process, perf_map)
-        except (OSError, LiveUnwindError):
-            return False  # gone, or not ours to look at: attaching will say which
-        if not modules.jit_possible:
+        if not running.jit_possible:
             return False
-        modules.find_registry_roots()
+        running.find_registry_roots()
         return True
 
-    def _read_python_ahead(self, process: PtraceProcess) -> bool:
+    def _read_python_ahead(self, running: ModuleMap | None) -> PythonReader | None:
         """With ``python``: finds the running process's interpreter and reads its code ahead.
 
-        Uses the module map :meth:`_find_registry_roots` just made of the
-        running process; returns whether there is an interpreter for the
-        stop to read.
+        Returns the reader if there is an interpreter for the stop to read.
         """
         python = self._backtracer.python
-        modules = self._backtracer.modules
-        if python is None or modules is None or modules.space is not process:
-            return False
-        return python.before_stop(modules, process.read, process.read_frozen_many)
+        if python is None or running is None or not python.before_stop(running):
+            return None
+        return python
 
     def _copy_registry(self, space: AddressSpace, perf_map: str) -> ModuleMap:
         """While the process is stopped: reads its JIT registry into the snapshot.

@@ -24,7 +24,6 @@ from liveunwind.errors import LiveUnwindError
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from liveunwind.cpython.interpreter import Interpreter
-    from liveunwind.cpython.memory import Read, ReadMany
     from liveunwind.cpython.stacks import PythonThread
     from liveunwind.cpython.stop import Captured
     from liveunwind.frames import Backtrace
@@ -41,18 +40,24 @@ class PythonReader:
     The interpreter (and so its code cache) is kept for as long as the
     module that holds it is the same in each new module map; a search that
     found nothing is not repeated until the modules change.
+
+    A live process's backtrace calls, in this order: :meth:`before_stop`
+    with the map of the running process, :meth:`capture` in the stop, and
+    :meth:`add_frames` with the backtrace made after it.  Any other
+    target's calls :meth:`add_frames` alone.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, live_pid: int | None = None) -> None:
+        """``live_pid`` is the pid of the live process whose backtraces these are (a
+        session's): its threads may have other ids inside its pid namespace, the ids
+        the interpreter knows them by (see :func:`_match_namespaced_ids`)."""
         self._interpreter: Interpreter | None = None
         #: The module the interpreter was found in, as the module map hands it on.
         self._module: Module | None = None
         #: The modules of the last search that found nothing, and what it said.
         self._searched: frozenset[tuple[object, ...]] | None = None
         self._search_problems: list[str] = []
-        #: The pid of a live target (set by its session): its threads may have other
-        #: ids inside its pid namespace, the ids the interpreter knows them by.
-        self.live_pid: int | None = None
+        self._live_pid = live_pid
         #: The stop's read of the plan, made ready before it (see :meth:`before_stop`).
         self._planned: PlannedRead | None = None
         #: What a stop read, for the backtrace of that stop.
@@ -82,20 +87,23 @@ class PythonReader:
         )
         return interpreter
 
-    def before_stop(self, modules: ModuleMap, read: Read, read_many: ReadMany) -> bool:
+    def before_stop(self, running: ModuleMap) -> bool:
         """Finds the interpreter of a running process and walks it ahead: code objects, plan.
 
-        Returns whether there is one, i.e. whether :meth:`capture` has
-        anything to do in the stop.  What goes wrong reading ahead costs
+        ``running`` is the module map of the process as it runs, made just
+        before the stop; the walk reads the process through its space.
+        Returns whether there is an interpreter, i.e. whether :meth:`capture`
+        has anything to do in the stop.  What goes wrong reading ahead costs
         only speed: the stop reads what was missed.
         """
         self._captured = self._planned = None
-        interpreter = self.interpreter(modules)
+        interpreter = self.interpreter(running)
         if interpreter is None:
             return False
+        process = running.space
         # The stop reads what this misses; a process that is gone fails its attach.
         with contextlib.suppress(LiveUnwindError, OSError):
-            prepare(read, interpreter, read_many)
+            prepare(process.read, interpreter, process.read_frozen_many)
         from liveunwind.targets.live.syscalls import PlannedRead
 
         self._planned = PlannedRead(interpreter.plan) if interpreter.plan else None
@@ -128,8 +136,8 @@ class PythonReader:
         problems = [*self._search_problems, *([] if collected is None else collected.problems)]
         if collected is not None:
             threads = describe(collected)
-            if self.live_pid is not None:
-                _match_namespaced_ids(self.live_pid, backtrace, threads)
+            if self._live_pid is not None:
+                _match_namespaced_ids(self._live_pid, backtrace, threads)
             placed = place_all(backtrace, threads)
             for thread in backtrace.threads:
                 found = placed.get(thread.tid)
