@@ -21,6 +21,7 @@ from liveunwind.cli.parse import (
     parse,
 )
 from liveunwind.errors import LiveUnwindError, UsageError
+from liveunwind.unwinder import DEFAULT_MAX_FRAMES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -116,9 +117,9 @@ def _walk_options() -> list[Option]:
     return [
         Option(
             "--max-frames",
-            "stop each walk after N frames (default 256, 0 = no limit)",
+            f"stop each walk after N frames (default {DEFAULT_MAX_FRAMES}, 0 = no limit)",
             convert=_count,
-            default=256,
+            default=DEFAULT_MAX_FRAMES,
             metavar="N",
         ),
         Option(
