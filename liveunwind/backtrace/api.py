@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 from liveunwind.backtrace.backtracer import BacktraceOptions, Backtracer
+from liveunwind.backtrace.phases import Phases
 from liveunwind.frames import Backtrace
 from liveunwind.unwinder.stepper import AUTO_UNWINDERS, DEFAULT_MAX_FRAMES
 
@@ -83,23 +83,24 @@ def open_core(
     options = BacktraceOptions(
         max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs), lines, python
     )
-    started = time.perf_counter()
+    phases = Phases()
+    opening = phases.timed("open")
     if _is_mach_o_core(core):
         from liveunwind.targets.cores.machocore import MachOCore
 
         with MachOCore(core, tuple(search_path)) as mach_o:
-            timings = {"open": time.perf_counter() - started}
-            backtrace = Backtracer(options).backtrace(mach_o, timings)
-        backtrace.timings["total"] = time.perf_counter() - started
+            opening.stop()
+            backtrace = Backtracer(options).backtrace(mach_o, phases.seconds)
+        phases.total()
         return backtrace
     from liveunwind.targets.cores.elfcore import ElfCore
 
     with ElfCore.open(core, executable, sysroot=sysroot, search_path=search_path) as space:
-        timings = {"open": time.perf_counter() - started}
-        backtrace = Backtracer(options).backtrace(space, timings)
+        opening.stop()
+        backtrace = Backtracer(options).backtrace(space, phases.seconds)
         backtrace.crash = space.crash_info()
         backtrace.problems = sorted({*backtrace.problems, *space.problems})
-    timings["total"] = time.perf_counter() - started
+    phases.total()
     return backtrace
 
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 
 from liveunwind.backtrace.backtracer import BacktraceOptions, Backtracer
+from liveunwind.backtrace.phases import Phases
 from liveunwind.errors import LiveUnwindError, UsageError
 from liveunwind.targets.local.capture import DEFAULT_TIMEOUT
 from liveunwind.unwinder.stepper import AUTO_UNWINDERS, DEFAULT_MAX_FRAMES
@@ -52,23 +52,23 @@ def local_backtrace(
     """
     from liveunwind.targets.local.process import LocalProcess
 
-    started = time.perf_counter()
-    tid, pthread_id = _identify(thread)
-    if tid == threading.get_native_id():
-        sampled = _sample_caller(tid, pthread_id, timeout)
-    else:
-        sampled = _sample(tid, pthread_id, timeout)
     options = BacktraceOptions(
         max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs), lines
     )
-    timings = {"sample": time.perf_counter() - started}
+    phases = Phases()
+    with phases.timed("sample"):
+        tid, pthread_id = _identify(thread)
+        if tid == threading.get_native_id():
+            sampled = _sample_caller(tid, pthread_id, timeout)
+        else:
+            sampled = _sample(tid, pthread_id, timeout)
     with _backtracer_lock:
         backtracer = _backtracers.get(options)
         if backtracer is None:
             _backtracers.clear()  # one set of options kept: a watchdog asks the same way
             backtracer = _backtracers[options] = Backtracer(options)
-        backtrace = backtracer.backtrace(LocalProcess([sampled]), timings)
-    timings["total"] = time.perf_counter() - started
+        backtrace = backtracer.backtrace(LocalProcess([sampled]), phases.seconds)
+    phases.total()
     return backtrace
 
 

@@ -7,9 +7,8 @@ reads memory only of a stopped target), then the target runs on; see
 
 from __future__ import annotations
 
-import time
-
 from liveunwind.backtrace.backtracer import BacktraceOptions, Backtracer
+from liveunwind.backtrace.phases import Phases
 from liveunwind.errors import UsageError
 from liveunwind.targets.remote.connection import DEFAULT_TIMEOUT
 from liveunwind.unwinder.stepper import AUTO_UNWINDERS, DEFAULT_MAX_FRAMES
@@ -57,7 +56,8 @@ def gdb_remote(
     options = BacktraceOptions(
         max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs), lines, python
     )
-    started = time.perf_counter()
+    phases = Phases()
+    stopping = phases.timed("stop")
     target = GdbRemote(
         host,
         port,
@@ -70,15 +70,15 @@ def gdb_remote(
     )
     try:
         with target:
-            timings = {"stop": time.perf_counter() - started}
-            backtrace = Backtracer(options).backtrace(target, timings)
+            stopping.stop()
+            backtrace = Backtracer(options).backtrace(target, phases.seconds)
             backtrace.problems = sorted({*backtrace.problems, *target.problems})
     finally:
         if stats is not None:
             stats.update(target.stats)
     if target.stopped_at is not None and target.resumed_at is not None:
-        timings["freeze"] = target.resumed_at - target.stopped_at
-    timings["total"] = time.perf_counter() - started
+        phases.add("freeze", target.resumed_at - target.stopped_at)
+    phases.total()
     return backtrace
 
 
