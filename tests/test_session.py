@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from liveunwind.backtrace.backtracer import BacktraceOptions, Backtracer
+from liveunwind.backtrace.backtracer import Backtracer
+from liveunwind.backtrace.options import BacktraceOptions
 from liveunwind.backtrace.session import Session
 from liveunwind.frames import Frame
 from liveunwind.modules.modulemap import ModuleMap
@@ -115,9 +116,7 @@ def test_phases_in_the_order_stats_prints_them(
 ) -> None:
     """--stats names each phase once, in the order of the pipeline (a phase in pieces: its last)."""
     program = run_program("threads-O2")
-    backtrace = Session(
-        program.pid, snapshot=snapshot, options=BacktraceOptions(lines=lines)
-    ).backtrace()
+    backtrace = Session(program.pid, snapshot=snapshot, lines=lines).backtrace()
     assert list(backtrace.timings) == phases.split()
     assert all(seconds >= 0 for seconds in backtrace.timings.values())
     assert backtrace.timings["total"] >= backtrace.timings["unwind"] + backtrace.timings["attach"]

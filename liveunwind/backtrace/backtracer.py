@@ -9,42 +9,19 @@ first.  The cache says what it drops when the process's modules change.
 
 from __future__ import annotations
 
-from collections import namedtuple
-
 from liveunwind.backtrace.phases import Phases
 from liveunwind.frames import Backtrace
 from liveunwind.unwinder.cache import UnwindCache
-from liveunwind.unwinder.stepper import AUTO_UNWINDERS, DEFAULT_MAX_FRAMES, Stepper, unwind_all
+from liveunwind.unwinder.stepper import Stepper, unwind_all
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable
 
+    from liveunwind.backtrace.options import BacktraceOptions
     from liveunwind.backtrace.python import PythonReader
     from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.targets.base import AddressSpace
-
-
-class BacktraceOptions(
-    namedtuple(
-        "BacktraceOptions",
-        "max_frames unwinders symbols verbose debug_dirs lines python",
-        defaults=(DEFAULT_MAX_FRAMES, AUTO_UNWINDERS, True, False, (), False, False),
-    )
-):
-    """How to unwind and name the frames of a target (the options every command shares)."""
-
-    __slots__ = ()
-    max_frames: int
-    unwinders: Sequence[str]
-    symbols: bool
-    verbose: bool
-    #: Separate debug files are looked for here, then in the default folders.
-    debug_dirs: Sequence[str]
-    #: Give each frame its source file and line and the calls inlined into it (DWARF).
-    lines: bool
-    #: Give each frame of CPython's eval loop the Python frames it runs.
-    python: bool
 
 
 class Backtracer:

@@ -7,14 +7,17 @@ what liveunwind learned about the process's files is kept for the next one.
 
 from __future__ import annotations
 
-from liveunwind.backtrace.backtracer import BacktraceOptions, Backtracer
+from liveunwind.backtrace.backtracer import Backtracer
+from liveunwind.backtrace.options import chosen
 from liveunwind.backtrace.phases import Phases
 from liveunwind.errors import LiveUnwindError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from typing import Any
 
+    from liveunwind.backtrace.options import BacktraceOptions
     from liveunwind.frames import Backtrace
     from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.targets.base import AddressSpace
@@ -34,17 +37,20 @@ class Session:
         stack_cap: int | None = None,
         total_cap: int | None = None,
         stop_timeout: float | None = None,
+        **keywords: Any,
     ) -> None:
         """``stack_cap`` bounds the copy of each thread's stack, ``total_cap`` all
         copies together (see Snapshot.capture); ``stop_timeout`` is how long each
-        thread is given to stop (seconds) before it is reported as not stopped."""
+        thread is given to stop (seconds) before it is reported as not stopped.
+        ``options`` say how to walk and name the stacks; each may also be
+        given as a keyword of its own (``Session(pid, python=True)``)."""
         self.pid = pid
         self.threads = list(threads) if threads else None
         self.snapshot = snapshot
         self.stack_cap = stack_cap
         self.total_cap = total_cap
         self.stop_timeout = stop_timeout
-        self._backtracer = Backtracer(options or BacktraceOptions())
+        self._backtracer = Backtracer(chosen(options, keywords))
         if self._backtracer.python is not None:
             self._backtracer.python.live_pid = pid
 
