@@ -29,7 +29,8 @@ class BacktraceOptions:
     a dataclass: a backtrace of a process pays for no ``dataclasses`` import.
     """
 
-    #: In the order of ``__init__``, which :meth:`__repr__` follows.
+    #: Every option, in the order of ``__init__`` (which :meth:`__repr__` follows): a new
+    #: option is named here and in ``__init__``, with its default and what it asks for.
     __slots__ = ("max_frames", "unwinders", "symbols", "verbose", "debug_dirs", "lines", "python")
 
     def __init__(
