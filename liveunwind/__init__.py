@@ -3,6 +3,8 @@
 ``attach(pid)`` returns a :class:`Backtrace` of every thread of a live
 process, ``open_core(path)`` of every thread recorded in a core file;
 a :class:`Session` takes many backtraces of one process with warm caches.
+Every entry point takes ``options=BacktraceOptions(...)`` (or each option
+as a keyword of its own) for how to walk and name the stacks.
 Names are imported lazily so that ``import liveunwind`` stays cheap.
 """
 
@@ -14,12 +16,14 @@ if TYPE_CHECKING:
 
     from liveunwind.backtrace.api import attach, open_core
     from liveunwind.backtrace.local import local_backtrace
+    from liveunwind.backtrace.options import BacktraceOptions
     from liveunwind.backtrace.remote import gdb_remote
     from liveunwind.backtrace.session import Session
     from liveunwind.frames import Backtrace, Frame, ThreadBacktrace
 
 __all__ = [
     "Backtrace",
+    "BacktraceOptions",
     "Frame",
     "Session",
     "ThreadBacktrace",
@@ -35,6 +39,7 @@ _EXPORTS = {
     "Session": "liveunwind.backtrace.session",
     "local_backtrace": "liveunwind.backtrace.local",
     "gdb_remote": "liveunwind.backtrace.remote",
+    "BacktraceOptions": "liveunwind.backtrace.options",
     "Backtrace": "liveunwind.frames",
     "Frame": "liveunwind.frames",
     "ThreadBacktrace": "liveunwind.frames",

@@ -21,7 +21,8 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 from liveunwind.arch.x86_64 import X86_64
-from liveunwind.backtrace.backtracer import BacktraceOptions, Backtracer
+from liveunwind.backtrace.backtracer import Backtracer
+from liveunwind.backtrace.options import BacktraceOptions
 from liveunwind.errors import MemoryReadError
 from liveunwind.formats.elf import ElfImage
 from liveunwind.formats.unwind.dwarf_cfi import CfiTable

@@ -42,7 +42,8 @@ import jsonschema
 import pytest
 
 from liveunwind.backtrace.api import attach
-from liveunwind.backtrace.backtracer import BacktraceOptions, Backtracer
+from liveunwind.backtrace.backtracer import Backtracer
+from liveunwind.backtrace.options import BacktraceOptions
 from liveunwind.backtrace.remote import gdb_remote
 from liveunwind.backtrace.session import Session
 from liveunwind.cpython import layouts, objects

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from liveunwind.backtrace.backtracer import BacktraceOptions, Backtracer
+from liveunwind.backtrace.backtracer import Backtracer
+from liveunwind.backtrace.options import BacktraceOptions
 from liveunwind.backtrace.session import Session
 from liveunwind.frames import Frame
 from liveunwind.modules.modulemap import ModuleMap
@@ -100,3 +101,22 @@ def test_fast_path_walks_exactly_like_the_general_path(run_program, program_args
             _frame_key(frame) for frame in theirs.frames
         ]
         assert ours.stop_reason == theirs.stop_reason
+
+
+@pytest.mark.parametrize(
+    ("snapshot", "lines", "phases"),
+    [
+        (True, False, "prepare attach copy detach freeze unwind symbolize total"),
+        (True, True, "prepare attach copy detach freeze unwind symbolize lines total"),
+        (False, True, "prepare attach unwind symbolize lines detach freeze total"),
+    ],
+)
+def test_phases_in_the_order_stats_prints_them(
+    run_program, snapshot: bool, lines: bool, phases: str
+) -> None:
+    """--stats names each phase once, in the order of the pipeline (a phase in pieces: its last)."""
+    program = run_program("threads-O2")
+    backtrace = Session(program.pid, snapshot=snapshot, lines=lines).backtrace()
+    assert list(backtrace.timings) == phases.split()
+    assert all(seconds >= 0 for seconds in backtrace.timings.values())
+    assert backtrace.timings["total"] >= backtrace.timings["unwind"] + backtrace.timings["attach"]

@@ -2,29 +2,29 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
+from liveunwind.backtrace.backtracer import Backtracer
+from liveunwind.backtrace.options import chosen
+from liveunwind.backtrace.phases import Phases
 
-from liveunwind.backtrace.backtracer import BacktraceOptions, Backtracer
-from liveunwind.frames import Backtrace
-from liveunwind.unwinder.stepper import AUTO_UNWINDERS, DEFAULT_MAX_FRAMES
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
+    from liveunwind.backtrace.options import BacktraceOptions
+    from liveunwind.frames import Backtrace
 
 
 def attach(
     pid: int,
     *,
     threads: Sequence[int] | None = None,
-    max_frames: int = DEFAULT_MAX_FRAMES,
-    unwinders: Sequence[str] = AUTO_UNWINDERS,
-    symbols: bool = True,
     snapshot: bool = True,
     stack_cap: int | None = None,
     total_cap: int | None = None,
     stop_timeout: float | None = None,
-    verbose: bool = False,
-    debug_dirs: Sequence[str] = (),
-    lines: bool = False,
-    python: bool = False,
+    options: BacktraceOptions | None = None,
+    **keywords: Any,
 ) -> Backtrace:
     """Stops the live process ``pid``, walks the stacks of its threads, and lets it go.
 
@@ -36,24 +36,23 @@ def attach(
     all of them together ``total_cap`` (256 MiB); what the caps cut is in the
     backtrace's problems.  A thread that has not stopped ``stop_timeout``
     seconds (0.5) after being asked is let go and reported with
-    ``StopReason.NOT_STOPPED``.  ``lines`` gives each frame its source file,
-    line and inlined calls; ``python`` gives each frame of CPython's eval loop
-    the Python frames it runs (``Frame.python``), read while the process is
-    stopped.
+    ``StopReason.NOT_STOPPED``.  ``options`` say how to walk and name the
+    stacks, and each may also be given as a keyword of its own: ``lines``
+    gives each frame its source file, line and inlined calls; ``python``
+    gives each frame of CPython's eval loop the Python frames it runs
+    (``Frame.python``), read while the process is stopped.
     """
     from liveunwind.backtrace.session import Session
 
-    options = BacktraceOptions(
-        max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs), lines, python
-    )
     session = Session(
         pid,
         threads=threads,
-        options=options,
         snapshot=snapshot,
         stack_cap=stack_cap,
         total_cap=total_cap,
         stop_timeout=stop_timeout,
+        options=options,
+        **keywords,
     )
     return session.backtrace()
 
@@ -64,42 +63,37 @@ def open_core(
     *,
     sysroot: str | None = None,
     search_path: Sequence[str] = (),
-    max_frames: int = DEFAULT_MAX_FRAMES,
-    unwinders: Sequence[str] = AUTO_UNWINDERS,
-    symbols: bool = True,
-    verbose: bool = False,
-    debug_dirs: Sequence[str] = (),
-    lines: bool = False,
-    python: bool = False,
+    options: BacktraceOptions | None = None,
+    **keywords: Any,
 ) -> Backtrace:
-    """Backtraces of every thread recorded in a core file (ELF; Mach-O once supported).
+    """Backtraces of every thread recorded in a core file (ELF or Mach-O).
 
     The thread that received the fatal signal comes first.  Files the core
     refers to are found by their recorded path, the same path under
-    ``sysroot``, by name along ``search_path``, and by build-id.  ``lines``
-    gives each frame its source file, line and inlined calls; ``python`` the
-    Python frames each frame of CPython's eval loop runs.
+    ``sysroot``, by name along ``search_path``, and by build-id.  ``options``
+    (or each as a keyword of its own) say how to walk and name the stacks:
+    ``lines`` gives each frame its source file, line and inlined calls;
+    ``python`` the Python frames each frame of CPython's eval loop runs.
     """
-    options = BacktraceOptions(
-        max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs), lines, python
-    )
-    started = time.perf_counter()
+    asked = chosen(options, keywords)
+    phases = Phases()
+    opening = phases.timed("open")
     if _is_mach_o_core(core):
         from liveunwind.targets.cores.machocore import MachOCore
 
         with MachOCore(core, tuple(search_path)) as mach_o:
-            timings = {"open": time.perf_counter() - started}
-            backtrace = Backtracer(options).backtrace(mach_o, timings)
-        backtrace.timings["total"] = time.perf_counter() - started
+            opening.stop()
+            backtrace = Backtracer(asked).backtrace(mach_o, phases.seconds)
+        phases.total()
         return backtrace
     from liveunwind.targets.cores.elfcore import ElfCore
 
     with ElfCore.open(core, executable, sysroot=sysroot, search_path=search_path) as space:
-        timings = {"open": time.perf_counter() - started}
-        backtrace = Backtracer(options).backtrace(space, timings)
+        opening.stop()
+        backtrace = Backtracer(asked).backtrace(space, phases.seconds)
         backtrace.crash = space.crash_info()
         backtrace.problems = sorted({*backtrace.problems, *space.problems})
-    timings["total"] = time.perf_counter() - started
+    phases.total()
     return backtrace
 
 

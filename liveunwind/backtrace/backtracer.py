@@ -9,42 +9,19 @@ first.  The cache says what it drops when the process's modules change.
 
 from __future__ import annotations
 
-import time
-from collections import namedtuple
-
+from liveunwind.backtrace.phases import Phases
 from liveunwind.frames import Backtrace
 from liveunwind.unwinder.cache import UnwindCache
-from liveunwind.unwinder.stepper import AUTO_UNWINDERS, DEFAULT_MAX_FRAMES, Stepper, unwind_all
+from liveunwind.unwinder.stepper import Stepper, unwind_all
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable
 
+    from liveunwind.backtrace.options import BacktraceOptions
     from liveunwind.cpython.reader import PythonReader
     from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.targets.base import AddressSpace
-
-
-class BacktraceOptions(
-    namedtuple(
-        "BacktraceOptions",
-        "max_frames unwinders symbols verbose debug_dirs lines python",
-        defaults=(DEFAULT_MAX_FRAMES, AUTO_UNWINDERS, True, False, (), False, False),
-    )
-):
-    """How to unwind and name the frames of a target (the options every command shares)."""
-
-    __slots__ = ()
-    max_frames: int
-    unwinders: Sequence[str]
-    symbols: bool
-    verbose: bool
-    #: Separate debug files are looked for here, then in the default folders.
-    debug_dirs: Sequence[str]
-    #: Give each frame its source file and line and the calls inlined into it (DWARF).
-    lines: bool
-    #: Give each frame of CPython's eval loop the Python frames it runs.
-    python: bool
 
 
 class Backtracer:
@@ -97,57 +74,56 @@ class Backtracer:
         perf_map: str = "",
         modules: ModuleMap | None = None,
     ) -> Backtrace:
-        """The backtrace of every thread of ``space``, with ``timings`` filled in.
+        """The backtrace of every thread of ``space``; its phases' seconds are added to ``timings``.
+
+        ``timings`` (a caller's phases so far, or empty) becomes the
+        backtrace's; :class:`~liveunwind.backtrace.phases.Phases` says in which order.
 
         ``modules`` is the map of ``space`` if :meth:`module_map` already made it.
         With ``options.python``, the Python frames a stop captured (see
         :class:`~liveunwind.cpython.reader.PythonReader`) or, without one,
         those read from ``space`` now are put on the frames that run them.
         """
-        started = time.perf_counter()
         options = self.options
-        if modules is None:
-            modules = self.module_map(space, perf_map)
-        self.cache.begin(modules)
-        stepper = Stepper(
-            space,
-            modules,
-            unwinders=options.unwinders,
-            max_frames=options.max_frames,
-            should_stop=should_stop,
-            verbose=options.verbose,
-            cache=self.cache,
-        )
-        threads = space.threads()
-        lines_started = 0.0
-        spare = False
+        phases = Phases(timings)
+        with phases.timed("unwind"):
+            if modules is None:
+                modules = self.module_map(space, perf_map)
+            self.cache.begin(modules)
+            stepper = Stepper(
+                space,
+                modules,
+                unwinders=options.unwinders,
+                max_frames=options.max_frames,
+                should_stop=should_stop,
+                verbose=options.verbose,
+                cache=self.cache,
+            )
+            threads = space.threads()
         if options.lines:
             # Started before the walk, from each thread's pc, and again after it,
             # from every frame's: compressed DWARF inflates on a thread meanwhile.
             from liveunwind.backtrace.sourcelines import read_ahead, read_ahead_at_pcs, spare_core
 
-            spare = spare_core()
-            read_ahead_at_pcs(threads, modules, space.arch.pc, spare)
-            lines_started = time.perf_counter() - started
-        traces = unwind_all(space, threads, stepper)
-        unwound = time.perf_counter()
-        timings["unwind"] = unwound - started - lines_started
+            with phases.timed("lines"):
+                spare = spare_core()
+                read_ahead_at_pcs(threads, modules, space.arch.pc, spare)
+        with phases.timed("unwind"):
+            traces = unwind_all(space, threads, stepper)
         lookup_order = None
         if options.lines:
-            lookup_order = read_ahead(traces, modules, spare)
-            lines_started += time.perf_counter() - unwound
+            with phases.timed("lines"):
+                lookup_order = read_ahead(traces, modules, spare)
         if options.symbols:
             from liveunwind.backtrace.symbolizer import symbolize
 
-            naming = time.perf_counter()
-            symbolize(traces, modules, self.cache)
-            timings["symbolize"] = time.perf_counter() - naming
+            with phases.timed("symbolize"):
+                symbolize(traces, modules, self.cache)
         if options.lines:
             from liveunwind.backtrace.sourcelines import add_source_lines
 
-            named = time.perf_counter()
-            add_source_lines(traces, modules, lookup_order)
-            timings["lines"] = lines_started + time.perf_counter() - named
+            with phases.timed("lines"):
+                add_source_lines(traces, modules, lookup_order)
         backtrace = Backtrace(
             pid=space.pid,
             threads=traces,
@@ -156,7 +132,6 @@ class Backtracer:
             timings=timings,
         )
         if self.python is not None:
-            placing = time.perf_counter()
-            self.python.add_frames(space, modules, backtrace)
-            timings["python"] = time.perf_counter() - placing
+            with phases.timed("python"):
+                self.python.add_frames(space, modules, backtrace)
         return backtrace

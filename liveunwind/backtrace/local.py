@@ -18,17 +18,18 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 
-from liveunwind.backtrace.backtracer import BacktraceOptions, Backtracer
+from liveunwind.backtrace.backtracer import Backtracer
+from liveunwind.backtrace.options import chosen
+from liveunwind.backtrace.phases import Phases
 from liveunwind.errors import LiveUnwindError, UsageError
 from liveunwind.targets.local.capture import DEFAULT_TIMEOUT
-from liveunwind.unwinder.stepper import AUTO_UNWINDERS, DEFAULT_MAX_FRAMES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from typing import Any
 
+    from liveunwind.backtrace.options import BacktraceOptions
     from liveunwind.frames import Backtrace
     from liveunwind.targets.local.capture import ThreadSample
 
@@ -37,38 +38,36 @@ def local_backtrace(
     thread: threading.Thread | int | None = None,
     *,
     timeout: float = DEFAULT_TIMEOUT,
-    max_frames: int = DEFAULT_MAX_FRAMES,
-    unwinders: Sequence[str] = AUTO_UNWINDERS,
-    symbols: bool = True,
-    verbose: bool = False,
-    debug_dirs: Sequence[str] = (),
-    lines: bool = False,
+    options: BacktraceOptions | None = None,
+    **keywords: Any,
 ) -> Backtrace:
     """The backtrace of ``thread`` of this process: the caller's own by default.
 
     ``thread`` is a ``threading.Thread`` or a native thread id (as in
     ``/proc/self/task``).  A thread that does not take the sampling signal
     within ``timeout`` seconds (one that blocks signals) is a TargetError.
+    ``options`` (or each as a keyword of its own) say how to walk and name
+    the stack; Python frames (``python``) are not read here.
     """
     from liveunwind.targets.local.process import LocalProcess
 
-    started = time.perf_counter()
-    tid, pthread_id = _identify(thread)
-    if tid == threading.get_native_id():
-        sampled = _sample_caller(tid, pthread_id, timeout)
-    else:
-        sampled = _sample(tid, pthread_id, timeout)
-    options = BacktraceOptions(
-        max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs), lines
-    )
-    timings = {"sample": time.perf_counter() - started}
+    asked = chosen(options, keywords)
+    if asked.python:
+        raise UsageError("local_backtrace does not read Python frames (python=True)")
+    phases = Phases()
+    with phases.timed("sample"):
+        tid, pthread_id = _identify(thread)
+        if tid == threading.get_native_id():
+            sampled = _sample_caller(tid, pthread_id, timeout)
+        else:
+            sampled = _sample(tid, pthread_id, timeout)
     with _backtracer_lock:
-        backtracer = _backtracers.get(options)
+        backtracer = _backtracers.get(asked)
         if backtracer is None:
             _backtracers.clear()  # one set of options kept: a watchdog asks the same way
-            backtracer = _backtracers[options] = Backtracer(options)
-        backtrace = backtracer.backtrace(LocalProcess([sampled]), timings)
-    timings["total"] = time.perf_counter() - started
+            backtracer = _backtracers[asked] = Backtracer(asked)
+        backtrace = backtracer.backtrace(LocalProcess([sampled]), phases.seconds)
+    phases.total()
     return backtrace
 
 

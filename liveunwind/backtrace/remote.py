@@ -7,17 +7,18 @@ reads memory only of a stopped target), then the target runs on; see
 
 from __future__ import annotations
 
-import time
-
-from liveunwind.backtrace.backtracer import BacktraceOptions, Backtracer
+from liveunwind.backtrace.backtracer import Backtracer
+from liveunwind.backtrace.options import chosen
+from liveunwind.backtrace.phases import Phases
 from liveunwind.errors import UsageError
 from liveunwind.targets.remote.connection import DEFAULT_TIMEOUT
-from liveunwind.unwinder.stepper import AUTO_UNWINDERS, DEFAULT_MAX_FRAMES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from typing import Any
 
+    from liveunwind.backtrace.options import BacktraceOptions
     from liveunwind.frames import Backtrace
 
 
@@ -30,14 +31,9 @@ def gdb_remote(
     after: float | None = None,
     attach: int | None = None,
     timeout: float = DEFAULT_TIMEOUT,
-    max_frames: int = DEFAULT_MAX_FRAMES,
-    unwinders: Sequence[str] = AUTO_UNWINDERS,
-    symbols: bool = True,
-    verbose: bool = False,
-    debug_dirs: Sequence[str] = (),
-    lines: bool = False,
-    python: bool = False,
     stats: dict[str, int] | None = None,
+    options: BacktraceOptions | None = None,
+    **keywords: Any,
 ) -> Backtrace:
     """Backtraces of every thread of the process behind the stub at ``address`` (``HOST:PORT``).
 
@@ -47,17 +43,17 @@ def gdb_remote(
     many seconds before it is interrupted; ``attach`` makes a ``gdbserver
     --multi`` attach to that process first.  Every wait for the stub is
     bounded by ``timeout`` seconds.  ``stats``, if given, receives the
-    protocol round trips and bytes received.  ``python`` gives each frame of
-    CPython's eval loop the Python frames it runs, read through the stub
-    while the target is stopped.
+    protocol round trips and bytes received.  ``options`` (or each as a
+    keyword of its own) say how to walk and name the stacks: ``python`` gives
+    each frame of CPython's eval loop the Python frames it runs, read through
+    the stub while the target is stopped.
     """
     from liveunwind.targets.remote.gdbremote import GdbRemote
 
     host, port = parse_address(address)
-    options = BacktraceOptions(
-        max_frames, tuple(unwinders), symbols, verbose, tuple(debug_dirs), lines, python
-    )
-    started = time.perf_counter()
+    asked = chosen(options, keywords)
+    phases = Phases()
+    stopping = phases.timed("stop")
     target = GdbRemote(
         host,
         port,
@@ -70,15 +66,15 @@ def gdb_remote(
     )
     try:
         with target:
-            timings = {"stop": time.perf_counter() - started}
-            backtrace = Backtracer(options).backtrace(target, timings)
+            stopping.stop()
+            backtrace = Backtracer(asked).backtrace(target, phases.seconds)
             backtrace.problems = sorted({*backtrace.problems, *target.problems})
     finally:
         if stats is not None:
             stats.update(target.stats)
     if target.stopped_at is not None and target.resumed_at is not None:
-        timings["freeze"] = target.resumed_at - target.stopped_at
-    timings["total"] = time.perf_counter() - started
+        phases.add("freeze", target.resumed_at - target.stopped_at)
+    phases.total()
     return backtrace
 
 

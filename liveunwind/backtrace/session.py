@@ -7,15 +7,17 @@ what liveunwind learned about the process's files is kept for the next one.
 
 from __future__ import annotations
 
-import time
-
-from liveunwind.backtrace.backtracer import BacktraceOptions, Backtracer
+from liveunwind.backtrace.backtracer import Backtracer
+from liveunwind.backtrace.options import chosen
+from liveunwind.backtrace.phases import Phases
 from liveunwind.errors import LiveUnwindError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from typing import Any
 
+    from liveunwind.backtrace.options import BacktraceOptions
     from liveunwind.cpython.reader import PythonReader
     from liveunwind.frames import Backtrace
     from liveunwind.modules.modulemap import ModuleMap
@@ -36,17 +38,20 @@ class Session:
         stack_cap: int | None = None,
         total_cap: int | None = None,
         stop_timeout: float | None = None,
+        **keywords: Any,
     ) -> None:
         """``stack_cap`` bounds the copy of each thread's stack, ``total_cap`` all
         copies together (see Snapshot.capture); ``stop_timeout`` is how long each
-        thread is given to stop (seconds) before it is reported as not stopped."""
+        thread is given to stop (seconds) before it is reported as not stopped.
+        ``options`` say how to walk and name the stacks; each may also be
+        given as a keyword of its own (``Session(pid, python=True)``)."""
         self.pid = pid
         self.threads = list(threads) if threads else None
         self.snapshot = snapshot
         self.stack_cap = stack_cap
         self.total_cap = total_cap
         self.stop_timeout = stop_timeout
-        self._backtracer = Backtracer(options or BacktraceOptions(), live_pid=pid)
+        self._backtracer = Backtracer(chosen(options, keywords), live_pid=pid)
 
     def backtrace(self) -> Backtrace:
         """Stops the process, takes what unwinding needs, lets it go, and unwinds.
@@ -58,57 +63,48 @@ class Session:
         from liveunwind.targets.live.ptrace import DEFAULT_STOP_TIMEOUT, PtraceProcess
         from liveunwind.targets.live.snapshot import DEFAULT_STACK_CAP, DEFAULT_TOTAL_CAP, Snapshot
 
-        timings: dict[str, float] = {}
-        started = time.perf_counter()
-        process = PtraceProcess(
-            self.pid,
-            thread_ids=self.threads,
-            stop_timeout=DEFAULT_STOP_TIMEOUT if self.stop_timeout is None else self.stop_timeout,
-        )
-        perf_map = read_perf_map(self.pid)
-        modules = None
-        running = self._map_running(process, perf_map) if self.snapshot else None
-        jit_possible = running is not None and self._find_registry_roots(running)
-        python = self._read_python_ahead(running)
-        attaching = time.perf_counter()
-        timings["prepare"] = attaching - started
+        stop_timeout = DEFAULT_STOP_TIMEOUT if self.stop_timeout is None else self.stop_timeout
+        phases = Phases()
+        with phases.timed("prepare"):
+            process = PtraceProcess(self.pid, thread_ids=self.threads, stop_timeout=stop_timeout)
+            perf_map = read_perf_map(self.pid)
+            modules = None
+            running = self._map_running(process, perf_map) if self.snapshot else None
+            jit_possible = running is not None and self._find_registry_roots(running)
+            python = self._read_python_ahead(running)
+        attaching = phases.timed("attach")
         with process:
-            stopped = time.perf_counter()
-            timings["attach"] = stopped - attaching
+            stopped = attaching.stop()
             if self.snapshot:
-                snapshot = Snapshot.capture(
-                    process,
-                    stack_cap=self.stack_cap or DEFAULT_STACK_CAP,
-                    total_cap=self.total_cap or DEFAULT_TOTAL_CAP,
-                )
-                space: AddressSpace = snapshot
-                copied = time.perf_counter()
-                timings["copy"] = copied - stopped
+                with phases.timed("copy"):
+                    snapshot = Snapshot.capture(
+                        process,
+                        stack_cap=self.stack_cap or DEFAULT_STACK_CAP,
+                        total_cap=self.total_cap or DEFAULT_TOTAL_CAP,
+                    )
                 if jit_possible:
-                    modules = self._copy_registry(space, perf_map)
-                    timings["registry"] = time.perf_counter() - copied
+                    with phases.timed("registry"):
+                        modules = self._copy_registry(snapshot, perf_map)
                 if python is not None:
-                    reading = time.perf_counter()
-                    python.capture(snapshot)
-                    timings["python_copy"] = time.perf_counter() - reading
+                    with phases.timed("python_copy"):
+                        python.capture(snapshot)
             else:
                 backtrace = self._backtracer.backtrace(
                     process,
-                    timings,
+                    phases.seconds,
                     should_stop=lambda: process.interrupted,
                     perf_map=perf_map,
                 )
-            detaching = time.perf_counter()
-        resumed = process.resumed_at or time.perf_counter()
-        timings["detach"] = resumed - detaching
-        timings["freeze"] = resumed - (process.stopped_at or stopped)
+            detaching = phases.timed("detach")
+        resumed = detaching.stop(at=process.resumed_at)
+        phases.add("freeze", resumed - (process.stopped_at or stopped))
         if self.snapshot:
             backtrace = self._backtracer.backtrace(
-                space, timings, perf_map=perf_map, modules=modules
+                snapshot, phases.seconds, perf_map=perf_map, modules=modules
             )
             if snapshot.problems:  # what the caps cut; a new list: the modules own theirs
                 backtrace.problems = [*snapshot.problems, *backtrace.problems]
-        timings["total"] = time.perf_counter() - started
+        phases.total()
         return backtrace
 
     def _map_running(self, process: PtraceProcess, perf_map: str) -> ModuleMap | None:

@@ -21,13 +21,14 @@ from liveunwind.cli.parse import (
     parse,
 )
 from liveunwind.errors import LiveUnwindError, UsageError
+from liveunwind.unwinder import DEFAULT_MAX_FRAMES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from types import SimpleNamespace
 
-    from liveunwind.backtrace.backtracer import BacktraceOptions
+    from liveunwind.backtrace.options import BacktraceOptions
     from liveunwind.frames import Backtrace
 
 EXIT_COMPLETE = 0
@@ -116,9 +117,9 @@ def _walk_options() -> list[Option]:
     return [
         Option(
             "--max-frames",
-            "stop each walk after N frames (default 256, 0 = no limit)",
+            f"stop each walk after N frames (default {DEFAULT_MAX_FRAMES}, 0 = no limit)",
             convert=_count,
-            default=256,
+            default=DEFAULT_MAX_FRAMES,
             metavar="N",
         ),
         Option(
@@ -395,13 +396,7 @@ def _run(argv: Sequence[str] | None) -> int:
             arguments.executable,
             sysroot=arguments.sysroot,
             search_path=[part for part in arguments.search_path.split(":") if part],
-            max_frames=arguments.max_frames,
-            unwinders=unwinders,
-            symbols=not arguments.no_symbols,
-            verbose=arguments.verbose,
-            debug_dirs=arguments.debug_dir,
-            lines=arguments.lines,
-            python=arguments.python,
+            options=_backtrace_options(arguments, unwinders),
         )
         return _print(arguments, backtrace)
     if arguments.command == "gdb-remote":
@@ -440,14 +435,8 @@ def _remote_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> i
         after=arguments.after,
         attach=arguments.attach,
         **timeout,
-        max_frames=arguments.max_frames,
-        unwinders=unwinders,
-        symbols=not arguments.no_symbols,
-        verbose=arguments.verbose,
-        debug_dirs=arguments.debug_dir,
-        lines=arguments.lines,
-        python=arguments.python,
         stats=counters,
+        options=_backtrace_options(arguments, unwinders),
     )
     status = _print(arguments, backtrace)
     if arguments.stats:
@@ -487,12 +476,12 @@ def _pid_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> int:
 
 
 def _backtrace_options(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> BacktraceOptions:
-    """The walk options of ``pid`` and ``profile``, as a session takes them (one place).
+    """What the flags of :func:`_walk_options` ask for, as every walking command passes it on.
 
-    Both take ``--python``: ``profile``'s folded stacks then have a level
-    per Python frame.
+    ``profile`` takes ``--python`` too (its folded stacks then have a level
+    per Python frame), but not ``--verbose``.
     """
-    from liveunwind.backtrace.backtracer import BacktraceOptions
+    from liveunwind.backtrace.options import BacktraceOptions
 
     return BacktraceOptions(
         max_frames=arguments.max_frames,

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from types import FrameType, SimpleNamespace
     from typing import Any, TextIO
 
-    from liveunwind.backtrace.backtracer import BacktraceOptions
+    from liveunwind.backtrace.options import BacktraceOptions
     from liveunwind.backtrace.profile import Profile, ThreadProfile
 
 #: The shape of the ``profile --json`` document and the ``$id`` of its schema;

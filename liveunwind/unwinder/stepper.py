@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from liveunwind.errors import FormatError, LiveUnwindError, MemoryReadError, UsageError
 from liveunwind.frames import Frame, Method, StopReason, ThreadBacktrace
+from liveunwind.unwinder import DEFAULT_MAX_FRAMES
 from liveunwind.unwinder.cache import UnwindCache
 from liveunwind.unwinder.strategies.scan import ScanBudget
 
@@ -41,7 +42,6 @@ TABLE_UNWINDERS = ("dynamic", "compact", "cfi", "sframe")
 #: SFrame then covers code whose CFI is missing.  The strategies come last:
 #: they are guesses, checked but guesses.
 AUTO_UNWINDERS = ("dynamic", "compact", "cfi", "sframe", "fp", "scan")
-DEFAULT_MAX_FRAMES = 256
 
 
 def parse_unwinders(text: str) -> tuple[str, ...]:
