@@ -123,7 +123,7 @@ def test_a_mach_o_image_is_read_through_the_inode_that_was_checked(
     monkeypatch.setattr(lief.MachO, "parse", parse)
     with within(5):
         image = macho.MachOImage(str(copy))
-    assert image.arch == "x86_64" and image.compact_table is not None
+    assert image.arch.name == "x86_64" and image.compact_table is not None
     assert parsed and parsed[0].startswith("/proc/self/fd/")
 
 

@@ -23,11 +23,12 @@ from pathlib import Path
 import pytest
 
 import liveunwind.targets.local.process as local
+from liveunwind.arch import arch_by_name
 from liveunwind.backtrace.local import local_backtrace
 from liveunwind.cli.report import format_json
 from liveunwind.errors import MemoryReadError, TargetError, UsageError
 from liveunwind.frames import Backtrace
-from liveunwind.targets.local.capture import MACHINE_CODE, sample_thread
+from liveunwind.targets.local.capture import sample_thread
 from tests.oracles import gdb_backtraces, pcs
 from tests.test_gdb_remote import AARCH64_SYSROOT, remote_build  # noqa: F401
 from tests.test_schema import VALIDATOR
@@ -306,7 +307,9 @@ def test_machine_code_is_its_source(arch: str, prefix: str, tmp_path: Path) -> N
     assembler, objcopy, nm = (prefix + tool for tool in ("as", "objcopy", "nm"))
     if not all(shutil.which(tool) for tool in (assembler, objcopy, nm)):
         pytest.skip(f"{assembler} and binutils are needed")
-    source, code, cas_offset, _ = MACHINE_CODE[arch]
+    handler = arch_by_name(arch).self_capture()
+    assert handler is not None
+    source, code, cas_offset = handler.source, handler.code, handler.cas_offset
     (tmp_path / "handler.s").write_text(source)
     subprocess.run([assembler, "-o", "handler.o", "handler.s"], cwd=tmp_path, check=True)
     subprocess.run(
@@ -333,7 +336,9 @@ def test_machine_code_samples_a_c_thread(arch: str, tmp_path: Path) -> None:
     for tool in (compiler, *runner[:1]):
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} is not installed")
-    _, code, cas_offset, _ = MACHINE_CODE[arch]
+    handler = arch_by_name(arch).self_capture()
+    assert handler is not None
+    code, cas_offset = handler.code, handler.cas_offset
     (tmp_path / "handler.h").write_text(
         "#define HANDLER_CODE {" + ",".join(map(str, code)) + "}\n"
         f"#define CAS_OFFSET {cas_offset}\n#define REGS_OFFSET {_SP_IN_UCONTEXT[arch]}\n"

@@ -10,6 +10,7 @@ end-to-end tests against live processes live with the stepper.
 
 from __future__ import annotations
 
+import copy
 import re
 import shutil
 import subprocess
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from liveunwind.arch.aarch64 import AARCH64
+from liveunwind.arch.base import FrameRecord
 from liveunwind.arch.x86_64 import X86_64
 from liveunwind.errors import MemoryReadError
 from liveunwind.formats.elf import PT_LOAD, ElfImage
@@ -412,6 +414,15 @@ class TestFramePointer:
         registers = {AARCH64.pc: 0x400010, AARCH64.sp: 0x7FF100, AARCH64.fp: 0x7FF100}
         caller = framepointer.step(AARCH64, registers, stack.read, _is_code, STACK)
         assert caller == {AARCH64.pc: 0x400105, AARCH64.sp: 0x7FF110, AARCH64.fp: 0x7FF180}
+
+    def test_a_frame_record_below_fp_where_the_arch_keeps_it(self) -> None:
+        """RISC-V's layout: fp is the CFA, the caller's fp at fp-16, the return address at fp-8."""
+        below = copy.copy(AARCH64)
+        below.frame_record = FrameRecord(saved_fp=-16, return_address=-8, caller_sp=0)
+        stack = _stack({0x7FF100: 0x7FF180, 0x7FF108: 0x400104})
+        registers = {below.pc: 0x400010, below.sp: 0x7FF0F0, below.fp: 0x7FF110}
+        caller = framepointer.step(below, registers, stack.read, _is_code, STACK)
+        assert caller == {below.pc: 0x400104, below.sp: 0x7FF110, below.fp: 0x7FF180}
 
 
 class TestLeaf:

@@ -1,20 +1,123 @@
-"""What the stepper and the targets need to know about one architecture: the Arch record.
+"""What the rest of liveunwind asks of one architecture: the Arch record and its parts.
 
-Kept apart from the package's ``__init__`` so that the per-architecture files,
-which build Arch instances, and the package, which picks one of them, do not
-import each other.
+Kept apart from the package's ``__init__`` so that the per-architecture
+folders, which build Arch instances, and the package, which registers them,
+do not import each other.  Everything that differs between architectures is
+a field of :class:`Arch` (or of a part it holds), so code outside
+``liveunwind/arch/`` never asks which architecture it is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import namedtuple
+from collections.abc import Callable, Iterator
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from liveunwind.arch.selfcapture import SelfCapture
 
 #: Reads ``size`` bytes of target memory at an address (raises MemoryReadError).
 ReadMemory = Callable[[int, int], bytes]
+#: Registers keyed by DWARF number, decoded from one register block.
+DecodeRegisters = Callable[[bytes], dict[int, int]]
 
 #: Addresses and registers are 64-bit on every architecture liveunwind reads:
 #: arithmetic on them (CFA + offset, load bias + symbol) wraps with this mask.
 WORD_MASK = (1 << 64) - 1
+#: Bytes of a function's code read to decode the address it returns
+#: (:attr:`Arch.address_returned`): enough for every architecture's sequence.
+ACCESSOR_CODE_SIZE = 16
+
+
+class CallSite(namedtuple("CallSite", "address target")):
+    """A call instruction that ends at a return address."""
+
+    __slots__ = ()
+    #: Address of the opcode (after any prefixes).
+    address: int
+    #: The address called, for direct calls; None for indirect ones.
+    target: int | None
+
+
+class FrameRecord:
+    """Where a function that keeps a frame pointer saved its caller's fp and return address.
+
+    Offsets are from the frame pointer: x86_64 and aarch64 point it at the
+    saved fp with the return address above it (``[fp]``, ``[fp+8]``, caller's
+    sp at least ``fp+16``); RISC-V points it at the CFA, with both below
+    (``[fp-16]``, ``[fp-8]``, caller's sp ``fp``).  The two words are read
+    with one read of ``size`` bytes at ``fp + start``.
+    """
+
+    __slots__ = ("caller_sp", "return_address", "saved_fp", "size", "start", "word")
+
+    def __init__(
+        self, *, saved_fp: int, return_address: int, caller_sp: int, word: int = 8
+    ) -> None:
+        #: Offset of the caller's saved frame pointer.
+        self.saved_fp = saved_fp
+        #: Offset of the saved return address.
+        self.return_address = return_address
+        #: The caller's sp is fp plus this (a lower bound where the record is
+        #: not at the top of the frame, as with gcc on aarch64).
+        self.caller_sp = caller_sp
+        self.start = min(saved_fp, return_address)
+        self.size = abs(saved_fp - return_address) + word
+        self.word = word
+
+    def links(self, data: bytes) -> tuple[int, int]:
+        """The caller's fp and the return address, from the ``size`` bytes at ``fp + start``."""
+        fp_at, ra_at, word = self.saved_fp - self.start, self.return_address - self.start, self.word
+        return (
+            int.from_bytes(data[fp_at : fp_at + word], "little"),
+            int.from_bytes(data[ra_at : ra_at + word], "little"),
+        )
+
+
+class GdbDescription:
+    """How GDB names the architecture and lays out its registers (the remote protocol).
+
+    ``architectures`` are the ``<architecture>`` strings of a target
+    description that mean this architecture; ``registers`` maps the register
+    names of a description to DWARF numbers, for the registers unwinding
+    uses; ``default_layout`` is the ``g`` block of a stub that sends no
+    description (GDB's built-in layout): (name, bits) in order.
+    """
+
+    __slots__ = ("architectures", "default_layout", "registers")
+
+    def __init__(
+        self,
+        *,
+        architectures: tuple[str, ...],
+        registers: dict[str, int],
+        default_layout: tuple[tuple[str, int], ...],
+    ) -> None:
+        self.architectures = architectures
+        self.registers = registers
+        self.default_layout = default_layout
+
+
+class MachODescription:
+    """The architecture as Mach-O records it: its CPU type and the thread states of a core.
+
+    ``thread_states`` maps an LC_THREAD flavor to the least size its state
+    has and the decoder of its bytes; ``unified_flavor`` is the flavor that
+    wraps another state behind a (flavor, count) header.
+    """
+
+    __slots__ = ("cpu_type", "thread_states", "unified_flavor")
+
+    def __init__(
+        self,
+        *,
+        cpu_type: int,
+        unified_flavor: int,
+        thread_states: dict[int, tuple[int, DecodeRegisters]],
+    ) -> None:
+        self.cpu_type = cpu_type
+        self.unified_flavor = unified_flavor
+        self.thread_states = thread_states
 
 
 def _no_pointer_auth(value: int) -> int:
@@ -22,31 +125,47 @@ def _no_pointer_auth(value: int) -> int:
 
 
 class Arch:
-    """What the stepper and the targets need to know about one architecture.
+    """What the stepper, the targets and the formats need to know about one architecture.
 
-    One instance per architecture (``X86_64``, ``AARCH64``), compared by identity.
+    One instance per architecture (``X86_64``, ``AARCH64``), compared by
+    identity and listed in :data:`liveunwind.arch.ARCHITECTURES`.
     """
 
     __slots__ = (
+        "address_returned",
+        "aliases",
+        "call_sites",
+        "code_alignment",
         "elf_machine",
         "fp",
+        "frame_record",
+        "gdb",
         "link_register",
+        "longest_call",
+        "macho",
         "name",
         "pc",
+        "pointer_auth",
         "red_zone",
         "register_names",
+        "registers_from_user_regs",
         "return_address",
+        "sframe_abis",
         "signal_frame_reader",
         "sigreturn_code",
         "sp",
         "strip_pointer_auth",
+        "user_regs_size",
+        "vsyscall_page",
         "word_size",
+        "_self_capture",
     )
 
     def __init__(
         self,
         *,
         name: str,
+        aliases: tuple[str, ...] = (),
         elf_machine: int,
         pc: int,
         sp: int,
@@ -54,13 +173,28 @@ class Arch:
         return_address: int,
         register_names: dict[int, str],
         red_zone: int,
+        code_alignment: int,
+        user_regs_size: int,
+        registers_from_user_regs: DecodeRegisters,
         sigreturn_code: bytes,
         signal_frame_reader: Callable[[ReadMemory, int], dict[int, int]],
+        frame_record: FrameRecord,
+        call_sites: Callable[[int, bytes], Iterator[CallSite]],
+        longest_call: int,
+        address_returned: Callable[[bytes, int], int | None],
+        gdb: GdbDescription,
         link_register: int | None = None,
-        strip_pointer_auth: Callable[[int], int] = _no_pointer_auth,
+        strip_pointer_auth: Callable[[int], int] | None = None,
+        sframe_abis: dict[int, str] | None = None,
+        macho: MachODescription | None = None,
+        vsyscall_page: int | None = None,
+        self_capture: Callable[[], SelfCapture] | None = None,
         word_size: int = 8,
     ) -> None:
+        #: The name liveunwind reports (``uname -m``'s), and others it answers to.
         self.name = name
+        self.aliases = aliases
+        #: ELF ``e_machine``.
         self.elf_machine = elf_machine
         #: DWARF numbers of the program counter, stack pointer and frame pointer.
         self.pc = pc
@@ -74,12 +208,40 @@ class Arch:
         self.register_names = register_names
         #: Bytes below the stack pointer a leaf function may use without moving it.
         self.red_zone = red_zone
+        #: Bytes every instruction's size is a multiple of (DWARF's code alignment factor).
+        self.code_alignment = code_alignment
+        #: The kernel's ``user_regs_struct`` (PTRACE_GETREGSET, NT_PRSTATUS): its
+        #: size, and its decoder to DWARF numbers; shorter means a 32-bit process.
+        self.user_regs_size = user_regs_size
+        self.registers_from_user_regs = registers_from_user_regs
         #: Machine code of the kernel's sigreturn trampoline (the bytes at its pc).
         self.sigreturn_code = sigreturn_code
         #: Recovers the interrupted registers from the signal frame at ``sp``.
         self.signal_frame_reader = signal_frame_reader
+        #: Where a frame-pointer chain keeps its links.
+        self.frame_record = frame_record
+        #: ``call_sites(return_address, code)``: every call instruction whose
+        #: last byte is the last byte of ``code`` (the bytes before the return
+        #: address), needing at most ``longest_call`` of them.
+        self.call_sites = call_sites
+        self.longest_call = longest_call
+        #: ``address_returned(code, address)``: the address a function that only
+        #: returns a constant address returns (read off its first
+        #: :data:`ACCESSOR_CODE_SIZE` bytes at link-time ``address``), or None.
+        self.address_returned = address_returned
+        #: The GDB remote protocol's names and register layout.
+        self.gdb = gdb
         #: Clears pointer-authentication bits from a code address.
-        self.strip_pointer_auth = strip_pointer_auth
+        self.strip_pointer_auth = strip_pointer_auth or _no_pointer_auth
+        #: Whether return addresses may be signed (pointer authentication).
+        self.pointer_auth = strip_pointer_auth is not None
+        #: SFrame ABI/arch ids of this architecture and their byte order ("little", "big").
+        self.sframe_abis = sframe_abis or {}
+        #: What Mach-O files and cores say of it; None where Apple never ran it.
+        self.macho = macho
+        #: Address of the kernel's legacy vsyscall page, where it has one.
+        self.vsyscall_page = vsyscall_page
+        self._self_capture = self_capture
         self.word_size = word_size
 
     def __repr__(self) -> str:
@@ -93,3 +255,10 @@ class Arch:
             if known == name:
                 return number
         raise KeyError(name)
+
+    def self_capture(self) -> SelfCapture | None:
+        """The signal handler a thread of this process copies its own stack with, if written.
+
+        Loaded on first use: only local backtraces need its machine code.
+        """
+        return None if self._self_capture is None else self._self_capture()

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from liveunwind.arch import Arch, arch_by_elf_machine, arch_by_name
+from liveunwind.arch import Arch, arch_by_elf_machine
 from liveunwind.errors import FormatError, TargetError, UsageError
 from liveunwind.formats.elf import ElfImage
 from liveunwind.formats.unwind.dwarf_cfi import CfiTable, Fde
@@ -95,7 +95,7 @@ def _describe_mach_o(path: str, wanted: str | None, pc: int | None) -> tuple[str
         image = MachOImage(path)
     except FormatError as error:
         raise TargetError(str(error)) from None
-    arch = arch_by_name(image.arch)
+    arch = image.arch
     problems: list[str] = []
     sources = [
         source
@@ -103,7 +103,7 @@ def _describe_mach_o(path: str, wanted: str | None, pc: int | None) -> tuple[str
         if wanted is None or source.method == wanted
     ]
     labels = ", ".join(source.label for source in sources) or f"no {wanted or 'unwind'} tables"
-    lines = [f"{path} ({image.arch}, Mach-O): {labels}"]
+    lines = [f"{path} ({arch.name}, Mach-O): {labels}"]
     table = image.compact_table
     if pc is None:
         if table is not None and wanted in (None, "compact"):

@@ -12,7 +12,8 @@ import struct
 from collections import namedtuple
 from functools import cached_property
 
-from liveunwind.errors import FormatError
+from liveunwind.arch import arch_by_elf_machine
+from liveunwind.errors import FormatError, UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -30,9 +31,9 @@ SHT_SYMTAB = 2
 SHT_NOBITS = 8
 SHT_DYNSYM = 11
 _MAX_HEADERS = 65535
-_MACHINES = {2: "SPARC", 3: "i386", 8: "MIPS", 20: "PowerPC", 21: "PowerPC64", 22: "s390",
-             40: "ARM", 43: "SPARC64", 62: "x86_64", 183: "aarch64", 243: "RISC-V",
-             258: "LoongArch"}  # fmt: skip
+#: Names of the machines liveunwind does not unwind (those it does are named by their Arch).
+_OTHER_MACHINES = {2: "SPARC", 3: "i386", 8: "MIPS", 20: "PowerPC", 21: "PowerPC64", 22: "s390",
+                   40: "ARM", 43: "SPARC64", 243: "RISC-V", 258: "LoongArch"}  # fmt: skip
 #: Longest symbol name decoded (a corrupt string table could have no NUL for megabytes).
 MAX_SYMBOL_NAME = 512
 #: Elf64_Sym (st_name, st_info, st_other, st_shndx, st_value, st_size) in each byte order.
@@ -334,7 +335,10 @@ def _find_build_id(notes: memoryview, order: str) -> bytes | None:
 
 def machine_name(machine: int) -> str:
     """The usual name of ELF machine ``machine``, for messages."""
-    return _MACHINES.get(machine, f"ELF machine {machine}")
+    try:
+        return arch_by_elf_machine(machine).name
+    except UsageError:
+        return _OTHER_MACHINES.get(machine, f"ELF machine {machine}")
 
 
 def _align4(value: int) -> int:

@@ -38,8 +38,9 @@ from __future__ import annotations
 import bisect
 import struct
 
-from liveunwind.arch.base import WORD_MASK
-from liveunwind.errors import FormatError, MemoryReadError
+from liveunwind.arch import arch_by_elf_machine
+from liveunwind.arch.base import ACCESSOR_CODE_SIZE, WORD_MASK
+from liveunwind.errors import FormatError, MemoryReadError, UsageError
 from liveunwind.formats.unwind.dynamic import (
     DYN_INFO,
     DYN_INFO_LIST,
@@ -130,16 +131,24 @@ def _check_little_endian(image: ElfImage) -> None:
 
 
 def _decode_list_accessor(image: ElfImage, address: int) -> int:
-    """The link-time address ``_U_dyn_info_list_addr()`` returns, decoded from its code."""
-    from liveunwind.formats.unwind.accessor import ACCESSOR_CODE_SIZE, returned_address
+    """The link-time address ``_U_dyn_info_list_addr()`` returns, decoded from its code.
 
+    libunwind's list is a hidden symbol in Debian's ``libunwind.so.8`` (which
+    has no ``.symtab``); what is exported is this function, which only returns
+    the list's address.  Its code is two or three instructions, so the address
+    is read off them (``Arch.address_returned``) rather than by calling
+    anything in the target.
+    """
     offset = image.offset_for_vaddr(address, ACCESSOR_CODE_SIZE)
     if offset is None:
         raise FormatError(
             f"{image.origin}: _U_dyn_info_list_addr at {address:#x} is not in the file"
         )
     code = bytes(image.slice(offset, ACCESSOR_CODE_SIZE))
-    found = returned_address(code, address, image.machine)
+    try:
+        found = arch_by_elf_machine(image.machine).address_returned(code, address)
+    except UsageError:
+        found = None
     if found is None:
         raise FormatError(
             f"{image.origin}: cannot decode _U_dyn_info_list_addr ({code.hex()}) for machine "
@@ -229,7 +238,7 @@ class DynamicRegistry:
         jit_descriptors: Sequence[int] = (),
         perf_map: Sequence[JitRange] = (),
     ) -> None:
-        self._conventions = conventions_for(arch.name)
+        self._conventions = conventions_for(arch)
         self._raw_read = read
         self._lists = tuple(libunwind_lists)
         self._descriptors = tuple(jit_descriptors)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from liveunwind.arch import Arch, arch_by_macho_cpu_type
 from liveunwind.errors import FormatError
 from liveunwind.modules.module import Module
 from liveunwind.modules.sources import UnwindSource
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
     from liveunwind.formats.unwind.compact import CompactUnwindTable
     from liveunwind.formats.unwind.rules import UnwindRule
 
-#: Mach-O ``cputype`` values and the architecture names liveunwind uses.
-CPU_TYPES = {0x01000007: "x86_64", 0x0100000C: "aarch64"}
 _N_STAB = 0xE0
 _N_TYPE = 0x0E
 _N_SECT = 0x0E
@@ -60,7 +59,7 @@ class MachOSection:
 class MachOImage:
     """One Mach-O file (the slice for ``arch`` of a universal file), in link-time addresses."""
 
-    def __init__(self, path: str, *, arch: str | None = None) -> None:
+    def __init__(self, path: str, *, arch: Arch | None = None) -> None:
         import lief
 
         self.path = path
@@ -79,21 +78,21 @@ class MachOImage:
             fat = lief.MachO.parse(f"/proc/self/fd/{file.fd}")
         if fat is None or fat.size == 0:
             raise FormatError(f"{path}: not a Mach-O file")
-        binary = None
+        binary, found = None, None
         for index in range(fat.size):
             candidate = fat.at(index)
             if candidate is None:
                 continue
-            name = CPU_TYPES.get(_cpu_type(candidate.header))
-            if name is not None and (arch is None or name == arch):
+            found = arch_by_macho_cpu_type(_cpu_type(candidate.header))
+            if found is not None and (arch is None or found is arch):
                 binary = candidate
                 break
-        if binary is None:
-            raise FormatError(f"{path}: no {arch or 'x86_64 or arm64'} slice")
+        if binary is None or found is None:
+            raise FormatError(f"{path}: no {arch.name if arch else 'x86_64 or arm64'} slice")
         # The FatBinary owns the slices: keep it alive as long as the slice is used.
         self._fat = fat
         self._binary: Any = binary
-        self.arch = CPU_TYPES[_cpu_type(binary.header)]
+        self.arch: Arch = found
         self.segments = [
             MachOSegment(
                 _text(s.name), s.virtual_address, s.virtual_size, s.file_offset, s.file_size
@@ -320,7 +319,7 @@ class MachOModule(Module):
         load_address: int,
         ranges: list[tuple[int, int]],
         *,
-        arch: str | None = None,
+        arch: Arch | None = None,
         uuid: bytes | None = None,
     ) -> None:
         self.ranges = sorted(ranges)

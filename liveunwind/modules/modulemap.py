@@ -100,7 +100,7 @@ class ModuleMap:
         """A Mach-O core names its images and their segments itself."""
         from liveunwind.modules.macho import MachOModule
 
-        arch = self.space.arch.name
+        arch = self.space.arch
         found: list[MachOModule] = []
         for image in images:
             if image.path:

@@ -4,7 +4,8 @@ Every function of a Mach-O image gets one 32-bit encoding that says how to
 leave it: for x86_64 an rbp frame or a frameless frame of a known size with
 saved registers in a known order, for arm64 a frame record with saved
 register pairs or a frameless leaf — or, when none of that fits, the offset
-of a DWARF FDE in ``__eh_frame`` (the "DWARF escape").
+of a DWARF FDE in ``__eh_frame`` (the "DWARF escape").  The encodings differ
+per CPU: a table reads those of its architecture's Mach-O cputype.
 
 The section is a two-level index (layout facts from LLVM's
 ``compact_unwind_encoding.h``; the meaning of each mode from libunwind's
@@ -35,7 +36,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from liveunwind.errors import FormatError
+from liveunwind.arch import Arch, arch_by_name
+from liveunwind.errors import FormatError, UsageError
 from liveunwind.formats.unwind.rules import CfaRule, RegisterRule, RegKind, UnwindRule
 
 if TYPE_CHECKING:
@@ -50,6 +52,10 @@ UNWIND_HAS_LSDA = 0x40000000
 UNWIND_PERSONALITY_MASK = 0x30000000
 UNWIND_MODE_MASK = 0x0F000000
 DWARF_SECTION_OFFSET = 0x00FFFFFF
+
+# The Mach-O cputypes (mach/machine.h) that have encodings: ``Arch.macho.cpu_type``.
+CPU_TYPE_X86_64 = 0x01000007
+CPU_TYPE_ARM64 = 0x0100000C
 
 # x86_64 modes and fields.
 X86_64_MODE_RBP_FRAME = 0x01000000
@@ -100,8 +106,6 @@ _U32 = struct.Struct("<I")
 _REGULAR_PAGE = struct.Struct("<I2H")
 _COMPRESSED_PAGE = struct.Struct("<I4H")
 
-_ARCH_NAMES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "arm64", "arm64": "arm64"}
-
 
 @dataclass(frozen=True, slots=True)
 class CompactEntry:
@@ -149,14 +153,17 @@ class CompactUnwindTable:
         data: bytes | bytearray | memoryview,
         section_address: int,
         *,
-        arch: str,
+        arch: Arch | str,
         image_base: int,
         eh_frame: CfiTable | None = None,
         read_code: ReadCode | None = None,
     ) -> None:
-        if arch not in _ARCH_NAMES:
-            raise ValueError(f"compact unwind has no encoding for {arch!r}")
-        self.arch = _ARCH_NAMES[arch]
+        self.arch = _arch(arch)
+        macho = self.arch.macho
+        encodings = _ENCODINGS.get(macho.cpu_type) if macho is not None else None
+        if encodings is None:
+            raise ValueError(f"compact unwind has no encoding for {self.arch.name!r}")
+        self._encodings = encodings
         self._data = bytes(data)
         self.section_address = section_address
         self.image_base = image_base
@@ -376,7 +383,7 @@ class CompactUnwindTable:
 
     @property
     def _dwarf_mode(self) -> int:
-        return X86_64_MODE_DWARF if self.arch == "x86_64" else ARM64_MODE_DWARF
+        return self._encodings.dwarf_mode
 
     def _dwarf_rule(self, entry: CompactEntry, pc: int) -> UnwindRule:
         if self.eh_frame is None:
@@ -389,28 +396,7 @@ class CompactUnwindTable:
 
     def rule_for_entry(self, entry: CompactEntry) -> UnwindRule | None:
         """The rule of a non-DWARF entry (None for "no information")."""
-        if self.arch == "x86_64":
-            return self._x86_64_rule(entry)
-        return self._arm64_rule(entry)
-
-    def _x86_64_rule(self, entry: CompactEntry) -> UnwindRule | None:
-        encoding, mode = entry.encoding, entry.mode
-        if mode == X86_64_MODE_RBP_FRAME:
-            offset = _bits(encoding, X86_64_RBP_FRAME_OFFSET)
-            saved = {_X86_64_RBP: -16, _X86_64_RIP: -8}
-            for number, code in _rbp_frame_registers(encoding):
-                saved[_X86_64_REGISTERS[code]] = -16 - 8 * offset + 8 * number
-            return _rule(_X86_64_RBP, 16, saved, _X86_64_RIP, entry)
-        if mode in (X86_64_MODE_STACK_IMMD, X86_64_MODE_STACK_IND):
-            size = self.frameless_size(entry)
-            saved = {_X86_64_RIP: -8}
-            registers = frameless_registers(encoding)
-            for number, code in enumerate(registers):
-                saved[_X86_64_REGISTERS[code]] = -8 - 8 * len(registers) + 8 * number
-            return _rule(_X86_64_RSP, size, saved, _X86_64_RIP, entry)
-        if mode == 0:
-            return None
-        raise FormatError(f"x86_64 compact encoding {encoding:#010x} has unknown mode")
+        return self._encodings.rule(self, entry)
 
     def frameless_size(self, entry: CompactEntry) -> int:
         """Bytes from rsp to the CFA of an x86_64 frameless function (return address included)."""
@@ -426,24 +412,23 @@ class CompactUnwindTable:
         adjust = _bits(encoding, X86_64_FRAMELESS_STACK_ADJUST)
         return _U32.unpack(immediate)[0] + adjust * 8
 
-    def _arm64_rule(self, entry: CompactEntry) -> UnwindRule | None:
-        encoding, mode = entry.encoding, entry.mode
-        if mode == ARM64_MODE_FRAME:
-            saved = {_ARM64_FP: -16, _ARM64_LR: -8}
-            saved.update(_arm64_pairs(encoding, -24))
-            return _rule(_ARM64_FP, 16, saved, _ARM64_LR, entry)
-        if mode == ARM64_MODE_FRAMELESS:
-            size = _bits(encoding, ARM64_FRAMELESS_STACK_SIZE) * 16
-            return _rule(_ARM64_SP, size, _arm64_pairs(encoding, -8), _ARM64_LR, entry)
-        if mode == 0:
-            return None
-        raise FormatError(f"arm64 compact encoding {encoding:#010x} has unknown mode")
-
     # -- dumps ----------------------------------------------------------------------
 
     def describe_encoding(self, encoding: int) -> str:
         """The encoding's fields in words: ``RBP_FRAME offset=5 rbx@cfa-24 …``."""
-        return describe_encoding(encoding, self.arch)
+        flags = []
+        if encoding & UNWIND_IS_NOT_FUNCTION_START:
+            flags.append("not-function-start")
+        if encoding & UNWIND_HAS_LSDA:
+            flags.append("lsda")
+        personality = (encoding & UNWIND_PERSONALITY_MASK) >> 28
+        if personality:
+            flags.append(f"personality={personality}")
+        try:
+            text = self._encodings.describe(encoding)
+        except FormatError as error:
+            text = f"invalid ({error})"
+        return " ".join([text, *flags])
 
     def format_dump(self) -> str:
         """The whole table, laid out like ``llvm-objdump --unwind-info`` plus decoded meanings."""
@@ -556,24 +541,37 @@ def _rule(
     )
 
 
-def describe_encoding(encoding: int, arch: str) -> str:
-    """Readable fields of one encoding for ``arch`` (``x86_64`` or ``arm64``)."""
-    if arch not in _ARCH_NAMES:
-        raise ValueError(f"compact unwind has no encoding for {arch!r}")
-    arch = _ARCH_NAMES[arch]
-    flags = []
-    if encoding & UNWIND_IS_NOT_FUNCTION_START:
-        flags.append("not-function-start")
-    if encoding & UNWIND_HAS_LSDA:
-        flags.append("lsda")
-    personality = (encoding & UNWIND_PERSONALITY_MASK) >> 28
-    if personality:
-        flags.append(f"personality={personality}")
+def _arch(arch: Arch | str) -> Arch:
+    """The Arch, also when given by name (``x86_64``, ``arm64``…)."""
+    if not isinstance(arch, str):
+        return arch
     try:
-        text = (_describe_x86_64 if arch == "x86_64" else _describe_arm64)(encoding)
-    except FormatError as error:
-        text = f"invalid ({error})"
-    return " ".join([text, *flags])
+        return arch_by_name(arch)
+    except UsageError:
+        raise ValueError(f"compact unwind has no encoding for {arch!r}") from None
+
+
+# -- x86_64 ------------------------------------------------------------------------
+
+
+def _x86_64_rule(table: CompactUnwindTable, entry: CompactEntry) -> UnwindRule | None:
+    encoding, mode = entry.encoding, entry.mode
+    if mode == X86_64_MODE_RBP_FRAME:
+        offset = _bits(encoding, X86_64_RBP_FRAME_OFFSET)
+        saved = {_X86_64_RBP: -16, _X86_64_RIP: -8}
+        for number, code in _rbp_frame_registers(encoding):
+            saved[_X86_64_REGISTERS[code]] = -16 - 8 * offset + 8 * number
+        return _rule(_X86_64_RBP, 16, saved, _X86_64_RIP, entry)
+    if mode in (X86_64_MODE_STACK_IMMD, X86_64_MODE_STACK_IND):
+        size = table.frameless_size(entry)
+        saved = {_X86_64_RIP: -8}
+        registers = frameless_registers(encoding)
+        for number, code in enumerate(registers):
+            saved[_X86_64_REGISTERS[code]] = -8 - 8 * len(registers) + 8 * number
+        return _rule(_X86_64_RSP, size, saved, _X86_64_RIP, entry)
+    if mode == 0:
+        return None
+    raise FormatError(f"x86_64 compact encoding {encoding:#010x} has unknown mode")
 
 
 def _describe_x86_64(encoding: int) -> str:
@@ -601,6 +599,23 @@ def _describe_x86_64(encoding: int) -> str:
     return "none" if mode == 0 else f"unknown mode {mode >> 24}"
 
 
+# -- arm64 -------------------------------------------------------------------------
+
+
+def _arm64_rule(_table: CompactUnwindTable, entry: CompactEntry) -> UnwindRule | None:
+    encoding, mode = entry.encoding, entry.mode
+    if mode == ARM64_MODE_FRAME:
+        saved = {_ARM64_FP: -16, _ARM64_LR: -8}
+        saved.update(_arm64_pairs(encoding, -24))
+        return _rule(_ARM64_FP, 16, saved, _ARM64_LR, entry)
+    if mode == ARM64_MODE_FRAMELESS:
+        size = _bits(encoding, ARM64_FRAMELESS_STACK_SIZE) * 16
+        return _rule(_ARM64_SP, size, _arm64_pairs(encoding, -8), _ARM64_LR, entry)
+    if mode == 0:
+        return None
+    raise FormatError(f"arm64 compact encoding {encoding:#010x} has unknown mode")
+
+
 def _describe_arm64(encoding: int) -> str:
     mode = encoding & UNWIND_MODE_MASK
     pairs = " ".join(
@@ -616,3 +631,26 @@ def _describe_arm64(encoding: int) -> str:
     if mode == ARM64_MODE_DWARF:
         return f"DWARF fde=__eh_frame+{encoding & DWARF_SECTION_OFFSET:#x}"
     return "none" if mode == 0 else f"unknown mode {mode >> 24}"
+
+
+class _Encodings:
+    """One architecture's compact encodings: its DWARF-escape mode, its rules, their words."""
+
+    __slots__ = ("describe", "dwarf_mode", "rule")
+
+    def __init__(
+        self,
+        dwarf_mode: int,
+        rule: Callable[[CompactUnwindTable, CompactEntry], UnwindRule | None],
+        describe: Callable[[int], str],
+    ) -> None:
+        self.dwarf_mode = dwarf_mode
+        self.rule = rule
+        self.describe = describe
+
+
+#: The encodings by the Mach-O cputype they are defined for.
+_ENCODINGS = {
+    CPU_TYPE_X86_64: _Encodings(X86_64_MODE_DWARF, _x86_64_rule, _describe_x86_64),
+    CPU_TYPE_ARM64: _Encodings(ARM64_MODE_DWARF, _arm64_rule, _describe_arm64),
+}

@@ -8,13 +8,14 @@ ops of a ``UNW_INFO_FORMAT_DYNAMIC`` procedure into an
 :class:`~liveunwind.formats.unwind.rules.UnwindRule` for a pc.
 
 Conventions for ``UNW_INFO_FORMAT_DYNAMIC`` — libunwind interprets this format
-only on IA-64; on x86_64 and aarch64 liveunwind defines it as follows:
+only on IA-64; elsewhere liveunwind defines it as follows (:func:`conventions_for`):
 
-* An *instruction* (the unit of ``insn_count`` and ``when``) is one byte on
-  x86_64 (variable-length code: ``when`` is the byte offset of the
-  instruction's first byte within its region) and one 4-byte word on aarch64.
+* An *instruction* (the unit of ``insn_count`` and ``when``) is the
+  architecture's code alignment: one byte on x86_64 (variable-length code:
+  ``when`` is the byte offset of the instruction's first byte within its
+  region), one 4-byte word on aarch64.
 * Register numbers (``reg``, and ``val`` of SAVE_REG) are libunwind's, which
-  are the DWARF numbers on both architectures.
+  are the DWARF numbers.
 * At procedure entry the frame is the ABI's: x86_64 CFA = rsp+8 with the return
   address at CFA-8; aarch64 CFA = sp with the return address in x30.
 * An op at ``when`` = *t* takes effect once instruction *t* has executed: for
@@ -59,6 +60,10 @@ import struct
 
 from liveunwind.errors import FormatError
 from liveunwind.formats.unwind.rules import CfaRule, RegisterRule, RegKind, UnwindRule
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from liveunwind.arch import Arch
 
 # unw_dyn_info_t.format
 UNW_INFO_FORMAT_DYNAMIC = 0
@@ -133,22 +138,22 @@ class DynamicConventions:
         self.entry_ra_offset = entry_ra_offset
 
 
-_CONVENTIONS = {
-    "x86_64": DynamicConventions(
-        insn_size=1, sp=7, fp=6, return_address=16, entry_cfa_offset=8, entry_ra_offset=-8
-    ),
-    "aarch64": DynamicConventions(
-        insn_size=4, sp=31, fp=29, return_address=30, entry_cfa_offset=0, entry_ra_offset=None
-    ),
-}
+def conventions_for(arch: Arch) -> DynamicConventions:
+    """The conventions on ``arch``: its instruction unit, and the frame a call leaves.
 
-
-def conventions_for(arch_name: str) -> DynamicConventions:
-    """The conventions of architecture ``arch_name``; FormatError where there are none."""
-    conventions = _CONVENTIONS.get(arch_name)
-    if conventions is None:
-        raise FormatError(f"dynamic unwind info is not supported on {arch_name}")
-    return conventions
+    A call pushes the return address (CFA = sp + one word, the address at
+    CFA - one word) where the architecture has no link register; otherwise
+    the CFA is the sp and the address stays in the link register.
+    """
+    pushed = arch.link_register is None
+    return DynamicConventions(
+        insn_size=arch.code_alignment,
+        sp=arch.sp,
+        fp=arch.fp,
+        return_address=arch.return_address,
+        entry_cfa_offset=arch.word_size if pushed else 0,
+        entry_ra_offset=-arch.word_size if pushed else None,
+    )
 
 
 class Op:

@@ -34,6 +34,7 @@ from collections import namedtuple
 from collections.abc import Iterator
 from enum import Enum
 
+from liveunwind.arch import Arch, arch_by_sframe_abi
 from liveunwind.errors import FormatError
 from liveunwind.formats import leb128
 from liveunwind.formats.unwind.rules import CfaRule, RegisterRule, RegKind, UnwindRule
@@ -64,24 +65,6 @@ _WORD_FORMATS = {0: "b", 1: "h", 2: "i"}
 _DW_OP_DEREF = 0x06
 _DW_OP_BREG0 = 0x70
 _DW_OP_BREGX = 0x92
-
-
-class _Abi(namedtuple("_Abi", "name big_endian sp fp ra")):
-    """DWARF numbers of the registers SFrame talks about, per ABI/arch id."""
-
-    __slots__ = ()
-    name: str
-    big_endian: bool
-    sp: int
-    fp: int
-    ra: int
-
-
-_ABIS = {
-    1: _Abi("aarch64", True, sp=31, fp=29, ra=30),
-    2: _Abi("aarch64", False, sp=31, fp=29, ra=30),
-    3: _Abi("x86_64", False, sp=7, fp=6, ra=16),
-}
 
 
 class PcType(Enum):
@@ -232,11 +215,12 @@ class SFrameSection:
             raise FormatError(
                 f".sframe+0x3: unknown flags {self.flags:#x} for version {self.version}"
             )
-        abi = _ABIS.get(abi_id)
-        if abi is None:
+        arch = arch_by_sframe_abi(abi_id)
+        if arch is None:
             raise FormatError(f".sframe+0x4: unsupported ABI/arch id {abi_id}")
-        self._abi: _Abi = abi
-        if abi.big_endian != (self._endian == ">"):
+        #: The architecture of the ABI id, whose DWARF numbers the rules use.
+        self._arch: Arch = arch
+        if arch.sframe_abis[abi_id] != ("big" if self._endian == ">" else "little"):
             raise FormatError(f".sframe+0x4: ABI/arch id {abi_id} contradicts the byte order")
         self.abi_arch = abi_id
         header_end = _HEADER_SIZE + self.auxhdr_len
@@ -261,8 +245,8 @@ class SFrameSection:
 
     @property
     def arch(self) -> str:
-        """``x86_64`` or ``aarch64``: the architecture name used by liveunwind.arch."""
-        return self._abi.name
+        """The architecture's name (``x86_64``, ``aarch64``), as liveunwind.arch has it."""
+        return self._arch.name
 
     @property
     def big_endian(self) -> bool:
@@ -396,8 +380,8 @@ class SFrameSection:
             return SFrameRow(offset, _UNTRACKED, _UNTRACKED, _UNDEFINED, signed)
         if len(words) > 3:
             raise FormatError(f".sframe: FDE {index}: FRE at {offset:#x} has {len(words)} words")
-        abi = self._abi
-        cfa = Location(LocKind.REGISTER, abi.sp if info & 1 else abi.fp, words[0])
+        arch = self._arch
+        cfa = Location(LocKind.REGISTER, arch.sp if info & 1 else arch.fp, words[0])
         rest = list(words[1:])
         if self.fixed_ra_offset:
             ra = Location(LocKind.FIXED, offset=self.fixed_ra_offset)
@@ -478,7 +462,7 @@ class SFrameSection:
             pc_type=_pc_type(fde),
             fde_type=self._fde_type(fde),
             rep_size=fde.rep_size,
-            pauth_key_b=self._abi.name == "aarch64" and bool((fde.info >> 5) & 1),
+            pauth_key_b=self._arch.pointer_auth and bool((fde.info >> 5) & 1),
             signal_frame=self._signal_frame(fde),
             rows=tuple(self._rows(fde)),
         )
@@ -514,22 +498,23 @@ class SFrameSection:
     # -- rows to rules ---------------------------------------------------------------
 
     def _unwind_rule(self, row: SFrameRow, start: int, end: int, signal: bool) -> UnwindRule:
-        abi = self._abi
-        signed = row.ra_signed and abi.name == "aarch64"
+        arch = self._arch
+        ra = arch.return_address
+        signed = row.ra_signed and arch.pointer_auth
         if row.outermost:
             # Nothing to recover: the walk ends here, the CFA is only a placeholder.
-            cfa = CfaRule(register=abi.sp, offset=0)
+            cfa = CfaRule(register=arch.sp, offset=0)
             registers: tuple[tuple[int, RegisterRule], ...] = (
-                (abi.ra, RegisterRule(RegKind.UNDEFINED)),
+                (ra, RegisterRule(RegKind.UNDEFINED)),
             )
-            return UnwindRule(cfa, registers, abi.ra, signal, signed, start=start, end=end)
-        rules = {abi.ra: self._ra_rule(row.ra)}
+            return UnwindRule(cfa, registers, ra, signal, signed, start=start, end=end)
+        rules = {ra: self._ra_rule(row.ra)}
         if row.fp.kind is not LocKind.UNTRACKED:
-            rules[abi.fp] = _register_rule(row.fp)
+            rules[arch.fp] = _register_rule(row.fp)
         return UnwindRule(
             _cfa_rule(row.cfa),
             tuple(sorted(rules.items())),
-            abi.ra,
+            ra,
             signal_frame=signal,
             ra_signed=signed,
             start=start,
@@ -542,9 +527,9 @@ class SFrameSection:
         if kind in (LocKind.FIXED, LocKind.PADDING, LocKind.UNTRACKED):
             if self.fixed_ra_offset:
                 return RegisterRule(RegKind.OFFSET, offset=self.fixed_ra_offset)
-            if self._abi.name == "aarch64":
+            if self._arch.link_register is not None:
                 return RegisterRule(RegKind.SAME)  # still in the link register
-            raise FormatError(".sframe: x86_64 section without a fixed RA offset")
+            raise FormatError(f".sframe: {self._arch.name} section without a fixed RA offset")
         return _register_rule(location)
 
     # -- objdump-style text --------------------------------------------------------------
@@ -627,9 +612,9 @@ class SFrameSection:
 
     def register_name(self, number: int) -> str:
         """objdump's names: ``sp`` and ``fp`` for the ABI's stack and frame pointer, else rN."""
-        if number == self._abi.sp:
+        if number == self._arch.sp:
             return "sp"
-        if number == self._abi.fp:
+        if number == self._arch.fp:
             return "fp"
         return f"r{number}"
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import bisect
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from liveunwind.arch import Arch, arch_by_elf_machine
+from liveunwind.arch import Arch, arch_by_elf_machine, supported
 from liveunwind.errors import CoreFileError, FormatError, MemoryReadError, UsageError
 from liveunwind.formats.elf import PT_LOAD, PT_NOTE, ElfImage, machine_name
 from liveunwind.frames import CrashInfo
@@ -54,8 +54,6 @@ _MAX_PHENTSIZE = 1024
 _MAX_NOTES_SIZE = 256 << 20
 _PAGE = linkmap.PAGE_SIZE
 _PN_XNUM = 0xFFFF
-#: The fixed address of x86_64's legacy vsyscall page.
-_X86_64_VSYSCALL = 0xFFFFFFFFFF600000
 #: Placeholder for a mapping whose permissions the core does not record.
 _UNKNOWN_PERMS = "?"
 
@@ -111,14 +109,13 @@ class ElfCore(AddressSpace):
         except UsageError:
             raise CoreFileError(
                 f"{self.name} is a core of an unsupported architecture ({machine_name(machine)}); "
-                "x86_64 and aarch64 are supported"
+                f"{supported()} are supported"
             ) from None
         self._starts = [segment.vaddr for segment in self._segments]
         self._loaded = LoadedFiles(
             self.arch, self._read_core_only, self._finder, target="the core", problems=self.problems
         )
-        self._decode, register_size = _register_decoder(self.arch)
-        self.notes: CoreNotes = core_notes.parse_notes(note_segments, register_size)
+        self.notes: CoreNotes = core_notes.parse_notes(note_segments, self.arch.user_regs_size)
         self.problems += self.notes.problems
         if not self.notes.threads:
             raise CoreFileError(f"{self.name} holds no thread registers (no NT_PRSTATUS note)")
@@ -324,7 +321,7 @@ class ElfCore(AddressSpace):
         """
         if address == vdso:
             return "[vdso]"
-        if self.arch.name == "x86_64" and address == _X86_64_VSYSCALL:
+        if address == self.arch.vsyscall_page:
             return "[vsyscall]"
         return ""
 
@@ -349,7 +346,8 @@ class ElfCore(AddressSpace):
             if index == 0:
                 signal = self._crash_signal()
                 state = f"received {core_notes.signal_name(signal)}" if signal else ""
-            threads.append(ThreadState(note.tid, name, self._decode(note.raw_registers), state))
+            registers = self.arch.registers_from_user_regs(note.raw_registers)
+            threads.append(ThreadState(note.tid, name, registers, state))
         return threads
 
     def mappings(self) -> list[Mapping]:
@@ -527,17 +525,6 @@ def _segment_flags(image: ElfImage, mapping: Mapping, mappings: list[Mapping]) -
         if header.vaddr - header.vaddr % _PAGE <= address < header.vaddr + header.memsz:
             return header.flags
     return None
-
-
-def _register_decoder(arch: Arch) -> tuple[Callable[[bytes], dict[int, int]], int]:
-    """The NT_PRSTATUS ``pr_reg`` decoder of ``arch`` and the size it needs."""
-    if arch.name == "x86_64":
-        from liveunwind.arch import x86_64
-
-        return x86_64.registers_from_user_regs, x86_64.USER_REGS_SIZE
-    from liveunwind.arch import aarch64
-
-    return aarch64.registers_from_user_regs, aarch64.USER_REGS_SIZE
 
 
 def _overlay(files: list[Mapping], segments: list[_Segment]) -> list[Mapping]:

@@ -21,7 +21,7 @@ import struct
 from bisect import bisect_right
 from dataclasses import dataclass
 
-from liveunwind.arch import Arch, arch_by_name
+from liveunwind.arch import Arch, arch_by_macho_cpu_type
 from liveunwind.errors import CoreFileError, MemoryReadError
 from liveunwind.targets.base import AddressSpace, CoreImage, Mapping, ThreadState
 from liveunwind.targets.files import FileError, RegularFile, open_file
@@ -36,13 +36,6 @@ LC_UNIXTHREAD = 0x5
 LC_SEGMENT_64 = 0x19
 LC_UUID = 0x1B
 LC_NOTE = 0x31
-CPU_TYPE_X86_64 = 0x01000007
-CPU_TYPE_ARM64 = 0x0100000C
-X86_THREAD_STATE = 7
-X86_THREAD_STATE64 = 4
-ARM_THREAD_STATE = 1
-ARM_THREAD_STATE64 = 6
-ARM_NEON_STATE64 = 17
 ALL_IMAGE_INFOS = "all image infos"
 
 _HEADER = struct.Struct("<7I4x")
@@ -52,8 +45,6 @@ _NOTE = struct.Struct("<2I16s2Q")
 _IMAGE_INFOS = struct.Struct("<2IQ2I")
 _IMAGE_ENTRY = struct.Struct("<Q16s2Q2I")
 _SEGMENT_VMADDR = struct.Struct("<16s2Q")
-#: x86_thread_state64_t: rax rbx rcx rdx rdi rsi rbp rsp r8–r15 rip (then rflags cs fs gs).
-_X86_64_ORDER = (0, 3, 2, 1, 5, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16)
 _MAX_COMMANDS = 1 << 16
 _MAX_IMAGES = 1 << 16
 _MAX_SEGMENTS_PER_IMAGE = 256
@@ -122,11 +113,12 @@ class MachOCore(AddressSpace):
         )
         if magic != MH_MAGIC_64 or file_type != MH_CORE:
             raise CoreFileError(f"{path}: not a 64-bit Mach-O core")
-        names = {CPU_TYPE_X86_64: "x86_64", CPU_TYPE_ARM64: "aarch64"}
-        if cpu_type not in names:
+        arch = arch_by_macho_cpu_type(cpu_type)
+        if arch is None or arch.macho is None:
             raise CoreFileError(f"{path}: unsupported CPU type {cpu_type:#x}")
-        self.arch: Arch = arch_by_name(names[cpu_type])
+        self.arch: Arch = arch
         self._cpu_type = cpu_type
+        self._thread_states = arch.macho
         self.segments: list[CoreSegment] = []
         self._thread_commands: list[tuple[int, int]] = []
         self._notes: dict[str, tuple[int, int]] = {}
@@ -256,22 +248,15 @@ class MachOCore(AddressSpace):
         return registers
 
     def _decode_state(self, flavor: int, start: int, end: int, registers: dict[int, int]) -> None:
-        data, size = self._data, end - start
-        if flavor in (X86_THREAD_STATE, ARM_THREAD_STATE) and size >= 8:
+        """Adds the registers of one thread state (the architecture knows its flavors)."""
+        data, size, states = self._data, end - start, self._thread_states
+        if flavor == states.unified_flavor and size >= 8:
             inner, _count = struct.unpack_from("<2I", data, start)
             self._decode_state(inner, start + 8, end, registers)
-        elif flavor == X86_THREAD_STATE64 and self._cpu_type == CPU_TYPE_X86_64 and size >= 136:
-            values = struct.unpack_from("<17Q", data, start)
-            registers.update(zip(_X86_64_ORDER, values))
-        elif flavor == ARM_THREAD_STATE64 and self._cpu_type == CPU_TYPE_ARM64 and size >= 264:
-            values = struct.unpack_from("<33Q", data, start)
-            registers.update(enumerate(values[:31]))  # x0–x28, fp, lr
-            registers[31] = values[31]
-            registers[self.arch.pc] = values[32]
-        elif flavor == ARM_NEON_STATE64 and self._cpu_type == CPU_TYPE_ARM64 and size >= 512:
-            # v0–v31 are DWARF 64–95; a register rule restores the low 64 bits (d0–d31).
-            for number in range(32):
-                registers[64 + number] = struct.unpack_from("<Q", data, start + 16 * number)[0]
+            return
+        known = states.thread_states.get(flavor)
+        if known is not None and size >= known[0]:
+            registers.update(known[1](data[start:end]))
 
     # -- images ------------------------------------------------------------------------
 

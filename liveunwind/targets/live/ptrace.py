@@ -567,17 +567,9 @@ class _Tracer:
 
 
 def _decode_registers(arch: Arch, raw: bytes, pid: int) -> dict[int, int]:
-    if arch.name == "x86_64":
-        from liveunwind.arch import x86_64
-
-        if len(raw) < x86_64.USER_REGS_SIZE:
-            raise NotTraceableError(f"process {pid} is a 32-bit process; only 64-bit is supported")
-        return x86_64.registers_from_user_regs(raw)
-    from liveunwind.arch import aarch64
-
-    if len(raw) < aarch64.USER_REGS_SIZE:
+    if len(raw) < arch.user_regs_size:
         raise NotTraceableError(f"process {pid} is a 32-bit process; only 64-bit is supported")
-    return aarch64.registers_from_user_regs(raw)
+    return arch.registers_from_user_regs(raw)
 
 
 def _is_exiting(pid: int, tid: int) -> bool:

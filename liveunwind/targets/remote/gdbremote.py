@@ -46,7 +46,7 @@ from __future__ import annotations
 import bisect
 import time
 
-from liveunwind.arch import Arch, arch_by_elf_machine, arch_by_name
+from liveunwind.arch import Arch, arch_by_elf_machine, arch_by_gdb_architecture, supported
 from liveunwind.errors import FormatError, MemoryReadError, UsageError
 from liveunwind.targets.base import AddressSpace, Mapping, ThreadState
 from liveunwind.targets.cores.notes import parse_auxv
@@ -78,18 +78,6 @@ _MAX_READ = 64 << 20
 _MAX_BLOCK = 1 << 16
 #: GDB signal numbers of stops that are not the target's own: none, ^C, a trap, SIGSTOP.
 _OUR_SIGNALS = (0, rsp.SIGINT, rsp.SIGTRAP, 17)
-#: ``<architecture>`` of a target description → liveunwind's name.
-_ARCHITECTURES = {"aarch64": "aarch64", "i386:x86-64": "x86_64"}
-#: The ``g`` block of stubs that send no target description (GDB's built-in layouts).
-_DEFAULT_LAYOUTS = {
-    "x86_64": [
-        *((name, 64) for name in ("rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp")),
-        *((f"r{number}", 64) for number in range(8, 16)),
-        ("rip", 64),
-        ("eflags", 32),
-    ],
-    "aarch64": [*((f"x{number}", 64) for number in range(31)), ("sp", 64), ("pc", 64)],
-}
 
 
 class GdbRemote(AddressSpace):
@@ -367,12 +355,11 @@ class GdbRemote(AddressSpace):
         layout: list[rsp.RegisterDesc] = []
         if self._features.get("qXfer:features:read") is True:
             architecture, layout = self._target_description()
-        name = _ARCHITECTURES.get(architecture)
-        arch = arch_by_name(name) if name is not None else self._arch_from_files(architecture)
+        arch = arch_by_gdb_architecture(architecture) or self._arch_from_files(architecture)
         if not layout or not _has_registers(layout, arch):
             layout = [
                 rsp.RegisterDesc(register, bits, number)
-                for number, (register, bits) in enumerate(_DEFAULT_LAYOUTS[arch.name])
+                for number, (register, bits) in enumerate(arch.gdb.default_layout)
             ]
         return arch, layout
 
@@ -406,10 +393,8 @@ class GdbRemote(AddressSpace):
                     position += 1
                 else:
                     items.append(item)
-            known = _ARCHITECTURES.get(architecture)
-            if known is not None and _has_registers(
-                rsp.number_registers(items), arch_by_name(known)
-            ):
+            known = arch_by_gdb_architecture(architecture)
+            if known is not None and _has_registers(rsp.number_registers(items), known):
                 break
         return architecture, rsp.number_registers(items)
 
@@ -424,7 +409,7 @@ class GdbRemote(AddressSpace):
             what = f"an unsupported architecture ({architecture})" if architecture else "none"
             raise RemoteError(
                 f"the stub at {self.where} names {what}; give the executable to tell "
-                "x86_64 from aarch64"
+                f"which of {supported()} it is"
             )
         try:
             return arch_by_elf_machine(image.machine)
@@ -433,7 +418,7 @@ class GdbRemote(AddressSpace):
 
     def _read_threads(self, layout: list[rsp.RegisterDesc]) -> list[ThreadState]:
         listed = self._listed_threads()
-        wanted = _register_numbers(self.arch)
+        wanted = self.arch.gdb.registers
         threads = []
         for thread, name in listed.items():
             registers = self._registers(thread, layout, wanted)
@@ -725,16 +710,8 @@ class _Memory:
         return data[:length]
 
 
-def _register_numbers(arch: Arch) -> dict[str, int]:
-    """Register name in a target description → DWARF number, for the registers unwinding uses."""
-    numbers = {name: number for number, name in arch.register_names.items() if number < 64}
-    if arch.name == "aarch64":
-        numbers.update({f"x{number}": number for number in range(31)})
-    return numbers
-
-
 def _has_registers(layout: list[rsp.RegisterDesc], arch: Arch) -> bool:
     """True when ``layout`` places the pc, the sp and every general register of ``arch``."""
-    wanted = _register_numbers(arch)
+    wanted = arch.gdb.registers
     numbers = {wanted[register.name] for register in layout if register.name in wanted}
     return all(number in numbers for number in range(arch.pc + 1))

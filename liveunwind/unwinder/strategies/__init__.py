@@ -26,9 +26,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from liveunwind.arch.base import WORD_MASK, ReadMemory
+from liveunwind.arch.base import ReadMemory
 
-__all__ = ["WORD_MASK", "CodeReader", "IsCode", "ReadMemory", "note"]
+__all__ = ["CodeReader", "IsCode", "ReadMemory", "note"]
 
 #: True when an address is executable code of the target.
 IsCode = Callable[[int], bool]

@@ -1,5 +1,8 @@
 """One step along a frame-pointer chain, with every link checked.
 
+Where the caller's fp and the return address sit relative to fp, and what
+the caller's sp is, the architecture says (``Arch.frame_record``):
+
 x86_64 (``push %rbp; mov %rsp,%rbp``): ``[rbp]`` is the caller's rbp,
 ``[rbp+8]`` the return address, and the caller's rsp is ``rbp+16`` exactly.
 
@@ -22,13 +25,9 @@ AAPCS64 does not promise more for the record's address.
 
 from __future__ import annotations
 
-import struct
-
 from liveunwind.arch import Arch
 from liveunwind.errors import MemoryReadError
 from liveunwind.unwinder.strategies import IsCode, ReadMemory, note
-
-_RECORD = struct.Struct("<QQ")
 
 
 def step(
@@ -52,18 +51,18 @@ def step(
         note(notes, "frame pointer: fp is zero or unknown")
         return None
     word = arch.word_size
-    record_size = 2 * word
+    record = arch.frame_record
     if fp % word:
         note(notes, f"frame pointer: fp {fp:#x} is not aligned")
         return None
     if sp is not None and fp < sp:
         note(notes, f"frame pointer: fp {fp:#x} is below sp {sp:#x}")
         return None
-    if stack_range is not None and not _inside(fp, record_size, stack_range):
+    if stack_range is not None and not _inside(fp + record.start, record.size, stack_range):
         note(notes, f"frame pointer: fp {fp:#x} is outside the stack")
         return None
     try:
-        caller_fp, return_address = _RECORD.unpack(read(fp, record_size))
+        caller_fp, return_address = record.links(read(fp + record.start, record.size))
     except MemoryReadError as error:
         note(notes, f"frame pointer: cannot read the frame record at {error.address:#x}")
         return None
@@ -72,16 +71,18 @@ def step(
         if caller_fp % word:
             note(notes, f"frame pointer: next fp {caller_fp:#x} is not aligned")
             return None
-        if caller_fp < fp + record_size:
+        if caller_fp < fp + record.size:
             note(notes, f"frame pointer: next fp {caller_fp:#x} is not above fp {fp:#x}")
             return None
-        if stack_range is not None and not _inside(caller_fp, record_size, stack_range):
+        if stack_range is not None and not _inside(
+            caller_fp + record.start, record.size, stack_range
+        ):
             note(notes, f"frame pointer: next fp {caller_fp:#x} is outside the stack")
             return None
     if not is_code(return_address):
         note(notes, f"frame pointer: return address {return_address:#x} is not code")
         return None
-    return {arch.pc: return_address, arch.sp: fp + record_size, arch.fp: caller_fp}
+    return {arch.pc: return_address, arch.sp: fp + record.caller_sp, arch.fp: caller_fp}
 
 
 def _inside(address: int, size: int, stack_range: tuple[int, int]) -> bool:

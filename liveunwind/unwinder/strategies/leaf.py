@@ -34,17 +34,19 @@ def step(
 ) -> dict[int, int] | None:
     """The caller's pc, sp and fp if the return address is still at entry position, else None.
 
-    x86_64: pc = ``[sp]``, sp = sp + 8.  aarch64 (any arch whose return
-    address lives in a register): pc = the link register stripped of its
-    pointer-authentication code, sp unchanged.  The fp is unchanged either
-    way: a function that has not built a frame has not touched it.
+    x86_64 (any arch without a link register): pc = ``[sp]``, sp = sp + 8.
+    aarch64 (any arch whose return address lives in a register): pc = the
+    link register stripped of its pointer-authentication code, sp unchanged.
+    The fp is unchanged either way: a function that has not built a frame
+    has not touched it.
     """
     sp = registers.get(arch.sp)
     if sp is None:
         note(notes, "leaf: sp is unknown")
         return None
     word = arch.word_size
-    if arch.return_address == arch.pc:  # the return address is on the stack
+    link_register = arch.link_register
+    if link_register is None:  # the call pushed the return address
         try:
             return_address = int.from_bytes(read(sp, word), "little")
         except MemoryReadError as error:
@@ -53,13 +55,13 @@ def step(
         caller_sp = sp + word
         where = f"[sp {sp:#x}]"
     else:
-        link = registers.get(arch.return_address)
+        link = registers.get(link_register)
         if link is None:
-            note(notes, f"leaf: {arch.register_name(arch.return_address)} is unknown")
+            note(notes, f"leaf: {arch.register_name(link_register)} is unknown")
             return None
         return_address = arch.strip_pointer_auth(link)
         caller_sp = sp
-        where = arch.register_name(arch.return_address)
+        where = arch.register_name(link_register)
     if not is_code(return_address):
         note(notes, f"leaf: {where} = {return_address:#x} is not code")
         return None

@@ -13,49 +13,27 @@ Scanning is bounded twice: a window per scan and a :class:`ScanBudget` shared
 by all scans of one thread, so a corrupt or huge stack costs at most
 ``budget`` words of reads and checks.
 
-Call forms recognised
----------------------
-x86_64 (Intel SDM vol. 2, CALL): ``E8 rel32`` and ``FF /2`` with every
-ModRM form — register (``FF D0+r``), ``[reg]``, ``[reg+disp8]``,
-``[reg+disp32]``, SIB with and without displacement, SIB without base
-(``disp32``), and RIP-relative (``FF 15 disp32``).  Prefixes (REX,
-segment overrides, ``notrack`` 3E, ``bnd`` F2, ``data16``, ``addr32``) sit
-before the opcode and do not change the length of what follows it in 64-bit
-mode, so the decoder need not see them: ``41 FF D3`` ends like ``FF D3``, and
-the linker's ``67 E8 rel32`` relaxation like ``E8 rel32``.
-
-aarch64 (Arm ARM, C6): ``BL imm26``, ``BLR Xn``, and the pointer-auth
-variants ``BLRAA``/``BLRAB Xn, Xm`` and ``BLRAAZ``/``BLRABZ Xn``.
+The call instructions are each architecture's to decode
+(``Arch.call_sites``, in ``liveunwind/arch/<name>/instructions.py``, which
+lists the forms recognised).
 """
 
 from __future__ import annotations
 
 import struct
-from collections import namedtuple
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from liveunwind.arch import Arch
+from liveunwind.arch.base import CallSite
 from liveunwind.errors import MemoryReadError
-from liveunwind.unwinder.strategies import WORD_MASK, CodeReader, IsCode, ReadMemory, note
+from liveunwind.unwinder.strategies import CodeReader, IsCode, ReadMemory, note
 
 #: Words one scan examines at most (16 KiB): frames with big local buffers
 #: (PATH_MAX, BUFSIZ) must not hide their caller.
 DEFAULT_WINDOW = 2048
 #: Words all scans of one thread examine at most (512 KiB of stack).
 DEFAULT_BUDGET = 65536
-#: Longest x86_64 call without prefixes: FF, ModRM, SIB, disp32.
-_X86_LONGEST_CALL = 7
 _PAGE = 4096
-
-
-class CallSite(namedtuple("CallSite", "address target")):
-    """A call instruction that ends at a return address."""
-
-    __slots__ = ()
-    #: Address of the opcode (after any prefixes).
-    address: int
-    #: The address called, for direct calls; None for indirect ones.
-    target: int | None
 
 
 class ScanBudget:
@@ -82,79 +60,15 @@ class ScanBudget:
 # -- call decoding -----------------------------------------------------------
 
 
-def _x86_64_calls(return_address: int, code: bytes) -> Iterator[CallSite]:
-    """Call instructions whose last byte is the last byte of ``code``."""
-    size = len(code)
-    if size >= 5 and code[-5] == 0xE8:
-        relative = int.from_bytes(code[-4:], "little", signed=True)
-        yield CallSite(return_address - 5, (return_address + relative) & WORD_MASK)
-    for length in (2, 3, 4, 6, 7):
-        if length > size:
-            return
-        start = size - length
-        if code[start] == 0xFF and _ff2_length(code, start) == length:
-            yield CallSite(return_address - length, None)
-
-
-def _ff2_length(code: bytes, start: int) -> int | None:
-    """Length of an ``FF /2`` (near indirect call) at ``start``, from its ModRM and SIB."""
-    modrm = code[start + 1]
-    if (modrm >> 3) & 7 != 2:
-        return None
-    mod, rm = modrm >> 6, modrm & 7
-    if mod == 3:
-        return 2
-    length = 2
-    if rm == 4:  # a SIB byte follows
-        if start + 2 >= len(code):
-            return None
-        length += 1
-        if mod == 0 and code[start + 2] & 7 == 5:  # no base register: disp32
-            return length + 4
-    elif mod == 0 and rm == 5:  # RIP-relative disp32
-        return length + 4
-    return length + (0, 1, 4)[mod]
-
-
-_BL_MASK, _BL = 0xFC000000, 0x94000000
-_BLR_MASK, _BLR = 0xFFFFFC1F, 0xD63F0000
-#: BLRAA / BLRAB Xn, Xm (bit 10 selects key B).
-_BLRA_MASK, _BLRA = 0xFFFFF800, 0xD73F0800
-#: BLRAAZ / BLRABZ Xn (bit 10 selects key B, Rm is 11111).
-_BLRAZ_MASK, _BLRAZ = 0xFFFFF81F, 0xD63F081F
-
-
-def _aarch64_calls(return_address: int, code: bytes) -> Iterator[CallSite]:
-    """The BL/BLR-family instruction in the last four bytes of ``code``, if any."""
-    if len(code) < 4 or return_address % 4:
-        return
-    (word,) = struct.unpack("<I", code[-4:])
-    site = return_address - 4
-    if word & _BL_MASK == _BL:
-        offset = (word & 0x03FFFFFF) << 2
-        if offset & (1 << 27):
-            offset -= 1 << 28
-        yield CallSite(site, (site + offset) & WORD_MASK)
-    elif word & _BLR_MASK == _BLR or word & _BLRA_MASK == _BLRA or word & _BLRAZ_MASK == _BLRAZ:
-        yield CallSite(site, None)
-
-
-_DECODERS: dict[str, tuple[Callable[[int, bytes], Iterator[CallSite]], int]] = {
-    "x86_64": (_x86_64_calls, _X86_LONGEST_CALL),
-    "aarch64": (_aarch64_calls, 4),
-}
-
-
 def calls_before(arch: Arch, return_address: int, code: bytes) -> list[CallSite]:
     """Every call instruction that could end at ``return_address``.
 
     ``code`` holds the bytes just before ``return_address`` (its last byte at
-    ``return_address - 1``); a few bytes suffice (7 on x86_64, 4 on aarch64).
-    More than one decoding is possible on x86_64, whose instructions have no
-    fixed start.
+    ``return_address - 1``); ``arch.longest_call`` bytes suffice (7 on
+    x86_64, 4 on aarch64).  More than one decoding is possible on x86_64,
+    whose instructions have no fixed start.
     """
-    decoder, _ = _DECODERS[arch.name]
-    return list(decoder(return_address, code))
+    return list(arch.call_sites(return_address, code))
 
 
 def call_before(
@@ -172,11 +86,8 @@ def call_before(
     direct call must target code when ``check_target`` is set, and
     ``confirm`` (if given) has the last word on each decoding.
     """
-    decoder, longest = _DECODERS.get(arch.name, (None, 0))
-    if decoder is None:
-        return None
-    code = _code_before(code_reader, return_address, longest)
-    for site in decoder(return_address, code):
+    code = _code_before(code_reader, return_address, arch.longest_call)
+    for site in arch.call_sites(return_address, code):
         if check_target and site.target is not None and not is_code(site.target):
             continue
         if confirm is None or confirm(site):
