@@ -2,7 +2,8 @@
 
 Usage: report.py RESULTS PLATFORM...  Reads RESULTS/parts/PLATFORM*.xml (the
 x86_64 platform has three: the container with CAP_SYS_PTRACE, the one
-without, and the host looking into a container), writes RESULTS/PLATFORM.xml
+without, and the host looking into a container; the VMs one each,
+RESULTS/PLATFORM.xml itself), writes RESULTS/PLATFORM.xml
 (one <testsuites> of all its parts) and prints ran / passed / skipped (with
 the reasons) / failed and the minutes of each platform's build and run, from
 RESULTS/times.tsv. Exits 1 if a platform has no report or a failure.
@@ -60,7 +61,12 @@ def main(results: Path, platforms: list[str]) -> int:
         for line in (results / "times.tsv").read_text().splitlines():
             name, _, seconds = line.partition("\t")
             times[name] = times.get(name, 0) + int(seconds)
-    build_of = {"x86_64": "image x86_64 (all)", "arm64": "image arm64 (all)", "arm64-vm": ""}
+    build_of = {
+        "x86_64": "image x86_64 (all)",
+        "arm64": "image arm64 (all)",
+        "arm64-vm": "",
+        "riscv64-vm": "image riscv64-vm (all)",
+    }
     rows: list[tuple[object, ...]] = []
     notes: list[str] = []
     bad = False

@@ -1,10 +1,10 @@
 """What the integration tests share: the platform they run on, the installed command, ptrace.
 
 docker/run-integration runs tests/integration/ in the x86_64 and arm64
-containers and in the arm64 VM, and sets ``LIVEUNWIND_PLATFORM`` to
-``x86_64``, ``arm64`` or ``arm64-vm``. The tests drive liveunwind as a user
-does: the ``liveunwind`` command installed by ``pip install``, and the public
-Python API.
+containers and in the arm64 VM (the riscv64 VM runs test_riscv64_vm.py), and
+sets ``LIVEUNWIND_PLATFORM`` to ``x86_64``, ``arm64``, ``arm64-vm`` or
+``riscv64-vm``. The tests drive liveunwind as a user does: the ``liveunwind``
+command installed by ``pip install``, and the public Python API.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ import pytest
 from tests.conftest import RunningProgram
 
 PLATFORM = os.environ.get("LIVEUNWIND_PLATFORM", "")
-"""``x86_64``, ``arm64`` (container, QEMU user mode), ``arm64-vm`` or empty (not run by docker/)."""
-MACHINES = {"x86_64": "x86_64", "arm64": "aarch64", "arm64-vm": "aarch64"}
+"""``x86_64``, ``arm64`` (container, QEMU user mode), ``arm64-vm``, ``riscv64-vm`` or empty
+(not run by docker/)."""
+MACHINES = {"x86_64": "x86_64", "arm64": "aarch64", "arm64-vm": "aarch64", "riscv64-vm": "riscv64"}
 """What ``uname -m`` says on each platform."""
 UNDER_QEMU_USER = PLATFORM == "arm64"
 COMMAND_TIMEOUT = 600.0
