@@ -1,6 +1,6 @@
 """The fuzz campaign of issue 14: every reader of untrusted bytes, fed real inputs with edits.
 
-Each target (see ``tests/fuzzing.py``) runs for ``FUZZ_SECONDS`` seconds
+Each target (see ``tests/support/fuzzing.py``) runs for ``FUZZ_SECONDS`` seconds
 (default 5: the small budget of ``make test``; ``make fuzz`` gives each
 several minutes) from real inputs the other tests make: kernel cores and a
 gcore core, Mach-O files and the cores ``tools/macho_core.py`` writes of
@@ -11,7 +11,7 @@ typed errors may come out, each input within its CPU and wall time bounds
 and its memory bound.  ``FUZZ_SEED`` picks the inputs (a new seed each run
 by default, printed on failure); a finding's input is saved under
 ``FUZZ_FINDINGS`` (default: the test's temporary folder) with its report,
-and ``python -m tests.fuzzing reproduce TARGET SEED INDEX PATHS`` runs it
+and ``python -m tests.support.fuzzing reproduce TARGET SEED INDEX PATHS`` runs it
 again with its whole traceback.
 """
 
@@ -20,22 +20,21 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from tests import fuzzing
-from tests.test_compact import ARCHES, MACHO, TOOLS, make_core
-from tests.test_core import crash
-from tests.test_hostile_attach import start
+from tests.support import fuzzing
+from tests.support.builds import build
+from tests.support.cores import crash
+from tests.support.macho import ARCHES, make_core
+from tests.support.paths import DATA
+from tests.support.programs import start_command
 
-ROOT = Path(__file__).resolve().parents[1]
 SECONDS = float(os.environ.get("FUZZ_SECONDS", "5"))
 SEED = int(os.environ.get("FUZZ_SEED", str(time.time_ns() % 1_000_000_007)))
-LINES = ROOT / "testprogs" / "lines"
-SFRAME_VECTORS = ROOT / "tests" / "data" / "sframe-vectors"
+SFRAME_VECTORS = DATA / "sframe-vectors"
 
 
 def _kernel_writes_cores_here() -> None:
@@ -50,34 +49,28 @@ def _needs(*tools: str) -> None:
         pytest.skip(f"needs {', '.join(missing)}")
 
 
-def _make(folder: Path) -> None:
-    subprocess.run(["make", "-C", str(folder), "-j2"], check=True, capture_output=True)
-
-
 def kernel_cores(folder: Path) -> list[str]:
     _kernel_writes_cores_here()
-    _make(ROOT / "testprogs" / "crash")
-    build = ROOT / "testprogs" / "crash" / "build"
+    programs = build("crash")
     return [
-        str(crash(folder / name, [str(build / name), mode], glob="core*"))
+        str(crash(folder / name, [str(programs / name), mode], glob="core*"))
         for name, mode in (("crash-O2", "leaf"), ("crash-O0", "thread"))
     ]
 
 
 def gcore_cores(folder: Path, testprogs_build: Path) -> list[str]:
     _needs("gdb")
-    from tests.oracles import gdb_gcore
+    from tests.support.oracles import gdb_gcore
 
     core = folder / "threads.core"
-    with start([str(testprogs_build / "threads-O2")]) as program:
+    with start_command([str(testprogs_build / "threads-O2")]) as program:
         gdb_gcore(program.pid, core)
     return [str(core)]
 
 
 def macho_files() -> list[str]:
-    _needs(*TOOLS)
-    _make(MACHO)
-    return [str(MACHO / "build" / f"chain-{arch}") for arch in ARCHES]
+    programs = build("macho")
+    return [str(programs / f"chain-{arch}") for arch in ARCHES]
 
 
 def macho_cores(folder: Path) -> list[str]:
@@ -92,15 +85,13 @@ def elf_files(testprogs_build: Path) -> list[str]:
 
 
 def dwarf_files() -> list[str]:
-    _make(LINES)
+    programs = build("lines")
     names = ("lines-dwarf5", "lines-dwarf4", "lines-dwarf2", "lines-zlib", "lines-noaranges")
-    return [str(LINES / "build" / name) for name in names]
+    return [str(programs / name) for name in names]
 
 
 def go_files() -> list[str]:
-    from tests.test_gopclntab import build_go_program
-
-    return [str(build_go_program())]
+    return [str(build("go") / "goroutines")]
 
 
 def sframe_vectors() -> list[str]:
@@ -132,7 +123,9 @@ def test_fuzz(name: str, tmp_path: Path, testprogs_build: Path) -> None:
     campaign = fuzzing.Campaign(name, paths, SEED, SECONDS).run()
     folder = Path(os.environ.get("FUZZ_FINDINGS", tmp_path / "findings"))
     saved = campaign.save(folder)
-    reproduce = f"python -m tests.fuzzing reproduce {name} {SEED} INDEX '{json.dumps(paths)}'"
+    reproduce = (
+        f"python -m tests.support.fuzzing reproduce {name} {SEED} INDEX '{json.dumps(paths)}'"
+    )
     assert not campaign.findings, (
         f"{len(campaign.findings)} finding(s) in {campaign.inputs} inputs, saved as "
         f"{[str(path) for path in saved]}; run again with: {reproduce}\n\n"

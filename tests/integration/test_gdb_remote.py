@@ -30,8 +30,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import RunningProgram
-from tests.integration.support import (
+from tests.support.oracles import GDB_MARKER, GDB_SCRIPT, OracleFrame, pcs
+from tests.support.platform import (
     COMMAND_TIMEOUT,
     UNDER_QEMU_USER,
     StartedProgram,
@@ -42,8 +42,8 @@ from tests.integration.support import (
     start_parked,
     tool,
 )
-from tests.oracles import GDB_MARKER, GDB_SCRIPT, OracleFrame, pcs
-from tests.ports import free_port, wait_listening
+from tests.support.ports import free_port, wait_listening
+from tests.support.programs import RunningProgram
 
 pytestmark = pytest.mark.integration
 

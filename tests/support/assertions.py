@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 
 from liveunwind.frames import Backtrace
-from tests.oracles import Backtraces, describe, pcs
+from tests.support.oracles import Backtraces, describe, pcs
 
 
 def assert_matches_gdb(

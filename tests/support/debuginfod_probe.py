@@ -6,7 +6,7 @@ server has: first through the server (with a dead server and a silent one
 listed before it), then from the client cache with the server gone.  Prints
 one JSON document on stdout; the test compares it with gdb's frames.
 
-    python tests/debuginfod_probe.py PID SERVED CACHE WORK
+    python tests/support/debuginfod_probe.py PID SERVED CACHE WORK
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from liveunwind.modules import debuginfod
-from tests.lines_support import liveunwind_logical_frames
+from tests.support.lines import liveunwind_logical_frames
 
 PORT = 8002
 READY_WITHIN = 30.0

@@ -11,7 +11,7 @@ bytes copied from elsewhere, a cut.  The edits are made by
 ``random.Random(f"{seed}:{index}")``, so ``(target, seed, index)`` names an
 input for good: :func:`reproduce` makes it again.
 
-The inputs run in a worker process (``python -m tests.fuzzing worker …``)
+The inputs run in a worker process (``python -m tests.support.fuzzing worker …``)
 whose address space is capped (RLIMIT_AS, :data:`MEMORY_BOUND` above what
 it holds once set up), so an allocation sized by a corrupt field shows up as
 a MemoryError rather than as a swapping machine.  The parent watches each
@@ -41,7 +41,7 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.paths import ROOT
 
 #: CPU seconds one input may take (a whole core backtrace takes ~0.1 s).
 CPU_BOUND = 5.0
@@ -476,13 +476,20 @@ def _dwarf_expression_target(paths: list[str]) -> Target:
 
 def _rsp_target(paths: list[str]) -> Target:
     from liveunwind.targets.remote import rsp
-    from tests.test_rsp import _DECODERS, GDBSERVER_STOP, QEMU_FEATURES, QEMU_TARGET, SVR4, THREADS
+    from tests.support.rsp_replies import (
+        DECODERS,
+        GDBSERVER_STOP,
+        QEMU_FEATURES,
+        QEMU_TARGET,
+        SVR4,
+        THREADS,
+    )
 
     bases = [GDBSERVER_STOP, QEMU_FEATURES, QEMU_TARGET, SVR4, THREADS]
     bases.append(rsp.encode_packet(GDBSERVER_STOP) + b"+" + rsp.encode_packet(SVR4))
 
     def run(data: bytes, which: int) -> None:
-        for decode in _DECODERS:
+        for decode in DECODERS:
             with contextlib.suppress(rsp.FormatError):
                 decode(data)
         reader = rsp.PacketReader()
@@ -634,7 +641,7 @@ class Campaign:
         self.workers += 1
         stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in finally
         process = subprocess.Popen(
-            [sys.executable, "-m", "tests.fuzzing", "worker", self.name, str(self.seed),
+            [sys.executable, "-m", "tests.support.fuzzing", "worker", self.name, str(self.seed),
              str(start), json.dumps(self.paths)],
             stdout=subprocess.PIPE,
             stderr=stderr,

@@ -1,4 +1,4 @@
-"""Runs inside gdb (``gdb -batch -x tests/gdb_frames.py``): print every thread's frames as JSON.
+"""Runs inside gdb (``gdb -batch -x tests/support/gdb_frames.py``): every thread's frames, as JSON.
 
 The oracle in ``oracles.py`` needs gdb's view of each stack in a form that does
 not depend on how gdb happens to format ``bt`` today, so this script walks the

@@ -1,4 +1,4 @@
-"""Runs inside gdb (``gdb -batch -x tests/gdb_lines.py``): every thread's logical frames as JSON.
+"""Runs inside gdb (``gdb -batch -x tests/support/gdb_lines.py``): every logical frame, as JSON.
 
 The oracle of ``--lines``: for each frame, inline frames included, gdb's
 function name, frame type, pc, and the source file and line gdb shows for it

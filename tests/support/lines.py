@@ -17,36 +17,18 @@ from __future__ import annotations
 import json
 import mmap
 import os
-import shutil
 import subprocess
 from pathlib import Path
-
-import pytest
 
 from liveunwind.formats.elf import ElfImage
 from liveunwind.modules.debuginfo import DEFAULT_DEBUG_DIRS, find_debug_file
 from liveunwind.modules.lines import read_lines
 
-ROOT = Path(__file__).resolve().parents[1]
-LINES_PROGRAMS = ROOT / "testprogs" / "lines"
 GDB_LINES = Path(__file__).with_name("gdb_lines.py")
 GDB_MARKER = "LIVEUNWIND-GDB-LINES "
 
 Logical = tuple[str | None, str | None, int | None]
 LogicalFrames = dict[int, list[list[Logical]]]
-
-
-def build_lines_programs() -> Path:
-    """Builds testprogs/lines (skips without a toolchain) and returns its build directory."""
-    for tool in ("make", "gcc", "objcopy"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} is not installed: cannot build testprogs/lines")
-    result = subprocess.run(
-        ["make", "-C", str(LINES_PROGRAMS), "-j2"], capture_output=True, text=True, check=False
-    )
-    if result.returncode != 0:
-        pytest.fail(f"building testprogs/lines failed:\n{result.stdout}\n{result.stderr}")
-    return LINES_PROGRAMS / "build"
 
 
 class FileModule:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import RunningProgram
+from tests.support.programs import RunningProgram
 
 PLATFORM = os.environ.get("LIVEUNWIND_PLATFORM", "")
 """``x86_64``, ``arm64`` (container, QEMU user mode), ``arm64-vm`` or empty (not run by docker/)."""

@@ -15,34 +15,11 @@ import pytest
 
 from liveunwind.targets.live import procfs
 from liveunwind.targets.live.ptrace import PtraceProcess
-from tests.assertions import assert_one_line_error
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def run_cli(
-    *args: str, user: int | None = None, package_root: Path = ROOT
-) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "liveunwind", *args]
-    if user is not None:
-        command = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *command]
-    env = dict(os.environ, PYTHONPATH=str(package_root))
-    return subprocess.run(command, capture_output=True, text=True, timeout=60, cwd="/", env=env)
-
-
-def start_sleeper() -> subprocess.Popen[bytes]:
-    process = subprocess.Popen(["sleep", "600"])
-    wait_for_state(process.pid, "S")
-    return process
-
-
-def wait_for_state(pid: int, wanted: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if procfs.process_stat(pid).state == wanted:
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"process {pid} never reached state {wanted}")
+from tests.support.assertions import assert_one_line_error
+from tests.support.cli import run_cli
+from tests.support.paths import ROOT
+from tests.support.programs import start_sleeper
+from tests.support.waits import wait_for_state
 
 
 def test_pid_that_does_not_exist() -> None:

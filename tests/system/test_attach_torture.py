@@ -25,10 +25,8 @@ from pathlib import Path
 import pytest
 
 from liveunwind.targets.live import procfs
-from tests.conftest import TESTPROGS, RunningProgram
-from tests.test_hostile_attach import start
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.paths import ROOT, TESTPROGS
+from tests.support.programs import RunningProgram, start_command
 
 FORK_EXEC = r"""
 #include "tp.h"
@@ -186,7 +184,7 @@ def kill_at_random(pid: int, rng: random.Random, *args: str) -> str:
 
 @pytest.fixture
 def churn(testprogs_build: Path) -> Iterator[RunningProgram]:
-    with start([str(testprogs_build / "churn"), "8"]) as program:
+    with start_command([str(testprogs_build / "churn"), "8"]) as program:
         yield program
 
 
@@ -205,7 +203,7 @@ def test_killed_at_random_instants_while_threads_churn(churn: RunningProgram) ->
 
 def test_threads_that_fork_and_exec_in_a_loop(programs: dict[str, Path]) -> None:
     rng = random.Random()
-    with start([str(programs["forkexec"])]) as program:
+    with start_command([str(programs["forkexec"])]) as program:
         for _ in range(20):
             run_to_the_end(program.pid)
             assert_let_go(program.pid)
@@ -217,7 +215,7 @@ def test_threads_that_fork_and_exec_in_a_loop(programs: dict[str, Path]) -> None
 
 def test_a_thousand_threads(programs: dict[str, Path]) -> None:
     rng = random.Random()
-    with start([str(programs["many"]), "1000"], timeout=60) as program:
+    with start_command([str(programs["many"]), "1000"], timeout=60) as program:
         assert len(procfs.list_tids(program.pid)) == 1001
         for extra in ((), ("--no-snapshot",)):
             run_to_the_end(program.pid, *extra)

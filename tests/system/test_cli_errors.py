@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from liveunwind.targets.live import procfs
-from tests.assertions import assert_one_line_error
-from tests.test_attach_errors import ROOT, run_cli, start_sleeper
-from tests.test_compact import BUILD, TOOLS, make_core
+from tests.support.assertions import assert_one_line_error
+from tests.support.cli import run_cli
+from tests.support.macho import BUILD, TOOLS, make_core
+from tests.support.paths import ROOT
+from tests.support.programs import start_sleeper
 
 YAMA_SCOPE = Path("/proc/sys/kernel/yama/ptrace_scope")
 
@@ -111,9 +113,8 @@ needs_macho_tools = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def mach_o_binary() -> Path:
-    subprocess.run(["make", "-C", str(BUILD.parent), "-j2"], check=True, capture_output=True)
-    return BUILD / "chain-x86_64"
+def mach_o_binary(macho_build: Path) -> Path:
+    return macho_build / "chain-x86_64"
 
 
 @needs_macho_tools
@@ -128,5 +129,5 @@ def test_mach_o_without_lief_is_one_line_naming_the_extra(
     assert_one_line_error(run_without_site_packages(*command), 69, "Mach-O", "lief", fix)
     info = run_without_site_packages("-m", "liveunwind", "unwind-info", str(mach_o_binary))
     assert_one_line_error(info, 69, "Mach-O", "lief", "not installed", fix)
-    # With lief, the same core is read (tests/test_compact.py checks its frames).
+    # With lief, the same core is read (tests/system/test_compact.py checks its frames).
     assert run_cli("core", str(core), "--search-path", str(BUILD)).returncode == 0

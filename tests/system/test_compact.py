@@ -11,7 +11,6 @@ chain of frames and registers in a core.
 from __future__ import annotations
 
 import itertools
-import json
 import re
 import shutil
 import struct
@@ -26,16 +25,11 @@ from hypothesis import strategies as st
 
 from liveunwind.errors import CoreFileError, FormatError, MemoryReadError
 from liveunwind.formats.unwind import compact
-from liveunwind.formats.unwind.compact import CompactUnwindTable, frameless_registers
+from liveunwind.formats.unwind.compact import CompactUnwindTable
 from liveunwind.formats.unwind.rules import RegKind, UnwindRule
 from liveunwind.frames import Method, StopReason
-
-ROOT = Path(__file__).resolve().parent.parent
-MACHO = ROOT / "testprogs" / "macho"
-BUILD = MACHO / "build"
-TOOL = ROOT / "tools" / "macho_core.py"
-ARCHES = ("x86_64", "arm64")
-TOOLS = ("clang-16", "ld64.lld-16", "llvm-objdump-16", "llvm-dwarfdump-16")
+from tests.support.macho import ARCHES, BUILD, TOOLS, build_unwind_info, make_core
+from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.skipif(
     any(shutil.which(tool) is None for tool in TOOLS), reason="needs clang-16, lld-16, llvm-16"
@@ -43,9 +37,8 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="session")
-def binaries() -> dict[str, Path]:
-    subprocess.run(["make", "-C", str(MACHO), "-j2"], check=True, capture_output=True)
-    return {arch: BUILD / f"chain-{arch}" for arch in ARCHES}
+def binaries(macho_build: Path) -> dict[str, Path]:
+    return {arch: macho_build / f"chain-{arch}" for arch in ARCHES}
 
 
 @cache
@@ -286,63 +279,7 @@ def test_dump_lists_every_entry_with_its_meaning(binaries: dict[str, Path]) -> N
     assert "lsda=0x" in dump and "personality@0x" in dump
 
 
-# -- hand-built tables: page kinds, continuation entries, permutations, corruption -------
-
-
-def build_unwind_info(
-    common: list[int],
-    pages: list[tuple[str, list[tuple[int, int]]]],
-    sentinel: int,
-    personalities: list[int] = (),
-    lsdas: list[tuple[int, int]] = (),
-) -> bytes:
-    """An ``__unwind_info`` section; each page is ("regular"|"compressed", [(offset, encoding)])."""
-    header_size = 28
-    common_at = header_size
-    personalities_at = common_at + 4 * len(common)
-    index_at = personalities_at + 4 * len(personalities)
-    lsda_at = index_at + 12 * (len(pages) + 1)
-    pages_at = lsda_at + 8 * len(lsdas)
-    blobs = []
-    position = pages_at
-    index = []
-    for kind, entries in pages:
-        base = entries[0][0]
-        if kind == "regular":
-            blob = struct.pack("<I2H", 2, 8, len(entries))
-            blob += b"".join(struct.pack("<2I", offset, encoding) for offset, encoding in entries)
-        else:
-            local = sorted({encoding for _, encoding in entries if encoding not in common})
-            words = []
-            for offset, encoding in entries:
-                slot = (
-                    common.index(encoding)
-                    if encoding in common
-                    else len(common) + local.index(encoding)
-                )
-                words.append(slot << 24 | (offset - base))
-            blob = struct.pack("<I4H", 3, 12, len(words), 12 + 4 * len(words), len(local))
-            blob += struct.pack(f"<{len(words)}I", *words)
-            blob += struct.pack(f"<{len(local)}I", *local)
-        index.append((base, position, lsda_at))
-        blobs.append(blob)
-        position += len(blob)
-    index.append((sentinel, 0, lsda_at + 8 * len(lsdas)))
-    section = struct.pack(
-        "<7I",
-        1,
-        common_at,
-        len(common),
-        personalities_at,
-        len(personalities),
-        index_at,
-        len(index),
-    )
-    section += struct.pack(f"<{len(common)}I", *common)
-    section += struct.pack(f"<{len(personalities)}I", *personalities)
-    section += b"".join(struct.pack("<3I", *entry) for entry in index)
-    section += b"".join(struct.pack("<2I", *pair) for pair in lsdas)
-    return section + b"".join(blobs)
+# -- hand-built tables of a real table's entries (the hand-made ones: tests/unit) --------
 
 
 def _outcome(table: CompactUnwindTable, pc: int) -> UnwindRule | str | None:
@@ -383,101 +320,12 @@ def test_regular_and_compressed_pages_decode_alike(binaries: dict[str, Path], ar
         _same_entries(real, CompactUnwindTable(data, 0, **arguments))
 
 
-def test_continuation_entries_walk_back_to_the_function_start() -> None:
-    """A "not function start" entry (on the next page) reads STACK_IND code at the real start."""
-    stack_ind = compact.X86_64_MODE_STACK_IND | (6 << 16) | (1 << 13)  # subq imm at +6, adjust 8
-    data = build_unwind_info(
-        [],
-        [
-            ("regular", [(0x1000, stack_ind)]),
-            ("compressed", [(0x1040, stack_ind | compact.UNWIND_IS_NOT_FUNCTION_START)]),
-        ],
-        sentinel=0x1080,
-    )
-    base = 0x100000000
-    reads = []
-
-    def read_code(address: int, size: int) -> bytes:
-        reads.append(address)
-        return struct.pack("<I", 0x1000) if address == base + 0x1006 else b"\xff" * size
-
-    table = CompactUnwindTable(data, 0, arch="x86_64", image_base=base, read_code=read_code)
-    entry = table.entry_for(base + 0x1050)
-    assert (entry.start, entry.end, entry.function_start) == (
-        base + 0x1040,
-        base + 0x1080,
-        base + 0x1000,
-    )
-    rule = table.rule_for(base + 0x1050)
-    assert (rule.cfa.register, rule.cfa.offset) == (7, 0x1000 + 8)
-    assert reads == [base + 0x1006]
-
-
-def test_no_information_and_outside_the_table() -> None:
-    data = build_unwind_info([0], [("compressed", [(0x1000, 0), (0x1010, 0x02010000)])], 0x1020)
-    table = CompactUnwindTable(data, 0, arch="x86_64", image_base=0)
-    assert table.rule_for(0x1008) is None  # encoding 0: the stepper falls back
-    assert table.rule_for(0x1010) is not None
-    assert table.rule_for(0xFFF) is None
-    assert table.rule_for(0x1020) is None  # the sentinel ends the table
-
-
-def lehmer_encode(registers: list[int]) -> int:
-    """Packs a register order the way the compact encoding's 10-bit field is specified."""
-    unused, value = [1, 2, 3, 4, 5, 6], 0
-    count = len(registers)
-    for i, register in enumerate(registers):
-        digit = unused.index(register)
-        unused.remove(register)
-        weight = 1
-        for j in range(i + 1, min(count, 5)):
-            weight *= 6 - j
-        value += digit * weight
-    return value
-
-
-def test_every_register_permutation_round_trips() -> None:
-    seen = 0
-    for count in range(7):
-        for order in itertools.permutations(range(1, 7), count):
-            field = lehmer_encode(list(order))
-            assert field < 1024
-            encoding = compact.X86_64_MODE_STACK_IMMD | count << 10 | field
-            assert frameless_registers(encoding) == list(order)
-            seen += 1
-    assert seen == 1 + 6 + 30 + 120 + 360 + 720 + 720
-
-
-@pytest.mark.parametrize(
-    "corrupt",
-    [
-        lambda d: struct.pack("<I", 2) + d[4:],  # version
-        lambda d: d[:20] + struct.pack("<I", 0xFFFF) + d[24:],  # index past the end
-        lambda d: d[:8] + struct.pack("<I", 0x10000) + d[12:],  # common encodings past the end
-        lambda d: d[:-20] + struct.pack("<I", 7) + d[-16:],  # unknown page kind
-        lambda d: d[:-4] + struct.pack("<I", 0x09000010),  # compressed index 9 of 1
-        lambda d: d[:28] + struct.pack("<I", 0x31000000) + d[32:],  # personality 3 of 0
-    ],
-)
-def test_corrupt_tables_raise_format_error(corrupt) -> None:
-    data = build_unwind_info(
-        [0x02010000], [("compressed", [(0x1000, 0x02010000), (0x1010, 0x02010000)])], 0x1020
-    )
-    assert len(data) == 28 + 4 + 24 + 12 + 8
-    broken = corrupt(data)
-    with pytest.raises(FormatError):
-        table = CompactUnwindTable(broken, 0, arch="x86_64", image_base=0)
-        for entry in table.entries():
-            table.rule_for(entry.start)
-
-
 _FUZZ_BASES = {}
 
 
-def _fuzz_base(arch: str) -> tuple[bytes, dict]:
+def _fuzz_base(binaries: dict[str, Path], arch: str) -> tuple[bytes, dict]:
     if arch not in _FUZZ_BASES:
-        subprocess.run(["make", "-C", str(MACHO), "-j2"], check=True, capture_output=True)
-        macho = image(BUILD / f"chain-{arch}")
+        macho = image(binaries[arch])
         data = macho.section_data("__TEXT", "__unwind_info")
         arguments = dict(
             arch=arch, image_base=macho.text_base, eh_frame=macho.eh_frame, read_code=macho.read
@@ -493,8 +341,8 @@ def _fuzz_base(arch: str) -> tuple[bytes, dict]:
     cut=st.integers(0, 400),
     probes=st.lists(st.integers(0, 0x1000), max_size=8),
 )
-def test_fuzzed_sections_raise_only_format_error(arch, edits, cut, probes) -> None:
-    data, arguments = _fuzz_base(arch)
+def test_fuzzed_sections_raise_only_format_error(binaries, arch, edits, cut, probes) -> None:
+    data, arguments = _fuzz_base(binaries, arch)
     mutated = bytearray(data[: max(len(data) - cut, 0)] if cut > 300 else data)
     for position, value in edits:
         if position < len(mutated):
@@ -513,16 +361,6 @@ def test_fuzzed_sections_raise_only_format_error(arch, edits, cut, probes) -> No
 
 
 # -- Mach-O cores from the emulator --------------------------------------------------------
-
-
-def make_core(binary: Path, directory: Path, *extra: str) -> tuple[Path, dict]:
-    core = directory / f"{binary.name}.core"
-    subprocess.run(
-        [sys.executable, str(TOOL), str(binary), "leaf_stop", "-o", str(core), *extra],
-        check=True,
-        capture_output=True,
-    )
-    return core, json.loads(Path(f"{core}.json").read_text())
 
 
 def expected_method(path: Path, link_pc: int) -> Method:
@@ -635,7 +473,6 @@ def test_core_memory_and_corruption(binaries: dict[str, Path], tmp_path: Path) -
 def test_core_command_on_a_mach_o_core(
     binaries: dict[str, Path], tmp_path: Path, arch: str
 ) -> None:
-    import sys
 
     core_path, truth = make_core(binaries[arch], tmp_path, "--no-image-infos")
     result = subprocess.run(
@@ -643,7 +480,7 @@ def test_core_command_on_a_mach_o_core(
         capture_output=True,
         text=True,
         timeout=120,
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=ROOT,
     )
     assert result.returncode == 0, result.stderr
     frame_lines = [line for line in result.stdout.splitlines() if line.strip().startswith("#")]

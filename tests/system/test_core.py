@@ -14,12 +14,10 @@ import gzip
 import json
 import lzma
 import os
-import resource
 import shutil
 import struct
 import subprocess
 import sys
-from collections.abc import Callable
 from itertools import takewhile
 from pathlib import Path
 
@@ -31,12 +29,12 @@ from liveunwind.modules.modulemap import ModuleMap
 from liveunwind.targets.cores.coredata import BLOCK_SIZE, CompressedCoreData
 from liveunwind.targets.cores.elfcore import ElfCore
 from liveunwind.targets.filefinder import FileFinder, open_image
-from tests.assertions import assert_matches_gdb, assert_one_line_error
-from tests.oracles import gdb_core_backtraces, gdb_gcore, pcs
+from tests.support.assertions import assert_matches_gdb, assert_one_line_error
+from tests.support.cores import crash
+from tests.support.oracles import gdb_core_backtraces, gdb_gcore, pcs
+from tests.support.paths import AARCH64_SYSROOT, ROOT, TESTPROGS
 
-ROOT = Path(__file__).resolve().parents[1]
-CRASH = ROOT / "testprogs" / "crash"
-AARCH64_SYSROOT = Path("/usr/aarch64-linux-gnu")
+CRASH = TESTPROGS / "crash"
 MODES = ["leaf", "abort", "handler", "thread"]
 #: The innermost frames of the crashing thread that crash.c promises, per mode.
 CHAINS = {
@@ -47,97 +45,7 @@ CHAINS = {
 }
 SIGNALS = {"leaf": "SIGSEGV", "abort": "SIGABRT", "handler": "SIGSEGV", "thread": "SIGSEGV"}
 
-MakeCore = Callable[..., Path]
-
-
-# -- building and crashing --------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def crash_build() -> Path:
-    """Builds testprogs/crash (and its aarch64 variants when the cross compiler exists)."""
-    if shutil.which("make") is None or shutil.which("gcc") is None:
-        pytest.skip("make and gcc are needed to build testprogs/crash")
-    result = subprocess.run(
-        ["make", "-C", str(CRASH), "-j2"], capture_output=True, text=True, check=False
-    )
-    if result.returncode != 0:
-        pytest.fail(f"building testprogs/crash failed:\n{result.stdout}\n{result.stderr}")
-    return CRASH
-
-
-def _unlimited_core() -> None:
-    resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
-
-
-def _kernel_writes_cores_here() -> str | None:
-    """Why the kernel would not write a core into the working directory, or None."""
-    pattern = Path("/proc/sys/kernel/core_pattern").read_text().strip()
-    if pattern.startswith("|"):
-        return f"kernel.core_pattern pipes cores to a program ({pattern})"
-    if "/" in pattern:
-        return f"kernel.core_pattern writes cores elsewhere ({pattern})"
-    return None
-
-
-def crash(
-    folder: Path, command: list[str], *, glob: str, env: dict[str, str] | None = None
-) -> Path:
-    """Runs ``command`` in ``folder`` with unlimited cores and returns the core it left."""
-    folder.mkdir(parents=True, exist_ok=True)
-    result = subprocess.run(
-        command,
-        cwd=folder,
-        preexec_fn=_unlimited_core,
-        capture_output=True,
-        timeout=120,
-        check=False,
-        env=env,
-    )
-    assert result.returncode < 0, f"{command} did not die of a signal: {result}"
-    cores = sorted(path for path in folder.glob(glob) if path.is_file())
-    assert len(cores) == 1, f"{command} left {cores} in {folder}"
-    return cores[0]
-
-
-@pytest.fixture(scope="session")
-def kernel_core(crash_build: Path, tmp_path_factory: pytest.TempPathFactory) -> MakeCore:
-    """kernel_core(variant, mode) -> a core the kernel wrote of crash-<variant> <mode>."""
-    reason = _kernel_writes_cores_here()
-    if reason is not None:
-        pytest.skip(reason)
-    made: dict[tuple[str, str], Path] = {}
-
-    def make(variant: str, mode: str) -> Path:
-        if (variant, mode) not in made:
-            folder = tmp_path_factory.mktemp(f"kernel-{variant}-{mode}")
-            exe = crash_build / "build" / variant
-            made[variant, mode] = crash(folder, [str(exe), mode], glob="core*")
-        return made[variant, mode]
-
-    return make
-
-
-@pytest.fixture(scope="session")
-def qemu_core(crash_build: Path, tmp_path_factory: pytest.TempPathFactory) -> MakeCore:
-    """qemu_core(variant, mode) -> the guest core QEMU user mode wrote of an aarch64 crash."""
-    for tool in ("qemu-aarch64", "aarch64-linux-gnu-gcc"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} is not installed")
-    made: dict[tuple[str, str], Path] = {}
-
-    def make(variant: str, mode: str) -> Path:
-        if (variant, mode) not in made:
-            folder = tmp_path_factory.mktemp(f"qemu-{variant}-{mode}")
-            # QEMU dies of the guest's signal after writing the guest core; a
-            # folder named "core" keeps the kernel from also dumping QEMU itself.
-            (folder / "core").mkdir()
-            exe = crash_build / "build-aarch64" / variant
-            command = ["qemu-aarch64", "-L", str(AARCH64_SYSROOT), str(exe), mode]
-            made[variant, mode] = crash(folder, command, glob="qemu_*.core")
-        return made[variant, mode]
-
-    return make
+# -- the oracle for aarch64 cores ------------------------------------------------------
 
 
 @pytest.fixture(scope="session")

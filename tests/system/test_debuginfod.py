@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 
 from liveunwind.formats.elf import ElfImage
-from tests.conftest import start_program
-from tests.lines_support import build_lines_programs, differences, gdb_logical_frames
+from tests.support.lines import differences, gdb_logical_frames
+from tests.support.paths import SUPPORT
+from tests.support.programs import start_program
 
-PROBE = Path(__file__).with_name("debuginfod_probe.py")
-ROOT = Path(__file__).resolve().parents[1]
+PROBE = SUPPORT / "debuginfod_probe.py"
 
 
 def _require(tool: str) -> None:
@@ -32,10 +32,12 @@ def _require(tool: str) -> None:
         pytest.skip(f"{tool} is not installed")
 
 
-def test_frames_through_a_local_debuginfod_and_its_cache(tmp_path: Path, gdb: str) -> None:
+def test_frames_through_a_local_debuginfod_and_its_cache(
+    lines_build: Path, tmp_path: Path, gdb: str
+) -> None:
     for tool in ("debuginfod", "unshare", "ip"):
         _require(tool)
-    build = build_lines_programs()
+    build = lines_build
     program_dir, served, cache, work = (tmp_path / name for name in ("bin", "srv", "cache", "w"))
     for directory in (program_dir, served, work):
         directory.mkdir()

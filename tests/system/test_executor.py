@@ -3,7 +3,7 @@
 The stepper has a cached fast path and a general path (``--verbose``, or a
 rule that fails).  They once ran rules with two executors that drifted: the
 general one read CFA + offset without the 64-bit mask.  Here a real ELF
-object with hand-written CFI (tests/cfi/x86_64_wrap.s) is mapped into a
+object with hand-written CFI (tests/data/cfi/x86_64_wrap.s) is mapped into a
 small address space made of byte buffers, with the stack at the top of the
 address space so that its rules' addresses wrap past 2^64, and walked on
 both paths.
@@ -33,8 +33,9 @@ from liveunwind.targets.live.ptrace import PtraceProcess
 from liveunwind.unwinder import cache as cache_module
 from liveunwind.unwinder.cache import UnwindCache
 from liveunwind.unwinder.stepper import AUTO_UNWINDERS, Stepper
+from tests.support.paths import DATA
 
-CFI_DIR = Path(__file__).parent / "cfi"
+CFI_DIR = DATA / "cfi"
 TOP = 1 << 64
 LOAD_ADDRESS = 0x7F0000000000
 RIP, RSP = 16, 7
@@ -68,7 +69,7 @@ class BufferSpace(AddressSpace):
 
 @pytest.fixture(scope="module")
 def wrap_object(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """tests/cfi/x86_64_wrap.s assembled and linked into a shared object."""
+    """tests/data/cfi/x86_64_wrap.s assembled and linked into a shared object."""
     if shutil.which("gcc") is None or "x86_64" not in _gcc_machine():
         pytest.skip("needs gcc for x86_64")
     out = tmp_path_factory.mktemp("wrap")

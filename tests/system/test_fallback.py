@@ -17,18 +17,10 @@ import pytest
 
 import liveunwind
 from liveunwind.frames import Backtrace, Method, StopReason, ThreadBacktrace, Trust
-from tests.conftest import TESTPROGS, start_program
+from tests.support.paths import TESTPROGS
+from tests.support.programs import start_program
 
 CHAIN = ["chain_block", *(f"chain_{n:02d}" for n in range(10, 0, -1)), "chain_main"]
-
-
-@pytest.fixture(scope="module")
-def fallback_build(testprogs_build: Path) -> Path:
-    folder = TESTPROGS / "fallback"
-    result = subprocess.run(["make", "-C", str(folder), "-j2"], capture_output=True, text=True)
-    if result.returncode != 0:
-        pytest.fail(f"building testprogs/fallback failed:\n{result.stdout}\n{result.stderr}")
-    return folder / "build"
 
 
 def thread_named(backtrace: Backtrace, name: str) -> ThreadBacktrace:

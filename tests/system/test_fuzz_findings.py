@@ -1,4 +1,4 @@
-"""What the fuzz campaign (tests/test_fuzz.py) found, each input rebuilt by hand from a real file.
+"""What the fuzz campaign (tests/fuzz/) found, each input rebuilt by hand from a real file.
 
 A finding is an input that made liveunwind fail with something other than
 its own typed errors, run out of its time or memory bounds, or crash.  Each
@@ -10,29 +10,24 @@ from __future__ import annotations
 
 import shutil
 import struct
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from liveunwind.cli.unwindinfo import describe_file
 from liveunwind.errors import FormatError
-from tests.test_compact import MACHO, TOOLS
-
-ROOT = Path(__file__).resolve().parents[1]
-
+from tests.support.macho import TOOLS
 
 # -- Mach-O files: what lief hands back for corrupt fields ----------------------------------------
 
 
 @pytest.fixture(scope="module")
-def chain() -> bytes:
+def chain(macho_build: Path) -> bytes:
     """testprogs/macho's x86_64 program, a thin 64-bit Mach-O file."""
     pytest.importorskip("lief")
     if any(shutil.which(tool) is None for tool in TOOLS):
         pytest.skip(f"needs {', '.join(TOOLS)}")
-    subprocess.run(["make", "-C", str(MACHO), "-j2"], check=True, capture_output=True)
-    return (MACHO / "build" / "chain-x86_64").read_bytes()
+    return (macho_build / "chain-x86_64").read_bytes()
 
 
 def load_commands(data: bytes) -> list[tuple[int, int]]:
@@ -80,13 +75,13 @@ def test_a_segment_name_that_is_not_utf8(chain: bytes, tmp_path: Path) -> None:
         describe_file(path, None, None)
 
 
-def test_a_symbol_name_that_is_not_utf8(chain: bytes, tmp_path: Path) -> None:
+def test_a_symbol_name_that_is_not_utf8(chain: bytes, tmp_path: Path, macho_build: Path) -> None:
     """lief gives such a name as bytes (was: TypeError in the symbol table); it reads as text."""
     from liveunwind.modules.macho import MachOImage
 
     symtab = next(position for position, command in load_commands(chain) if command == 0x2)
     symoff, nsyms, stroff, _ = struct.unpack_from("<4I", chain, symtab + 8)
-    original = MachOImage(str(MACHO / "build" / "chain-x86_64")).symbols
+    original = MachOImage(str(macho_build / "chain-x86_64")).symbols
     name_of = {}
     for index in range(nsyms):
         (strx,) = struct.unpack_from("<I", chain, symoff + 16 * index)

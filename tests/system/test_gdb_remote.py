@@ -20,13 +20,10 @@ answers, one that hangs up, one that sends a bad checksum.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -36,22 +33,26 @@ from pathlib import Path
 
 import pytest
 
-from liveunwind.backtrace.remote import gdb_remote, parse_address
+from liveunwind.backtrace.remote import gdb_remote
 from liveunwind.cli.report import format_json
-from liveunwind.errors import MemoryReadError, TargetError, UsageError
+from liveunwind.errors import UsageError
 from liveunwind.frames import Backtrace
-from liveunwind.targets.remote import rsp
-from liveunwind.targets.remote.connection import Connection, RemoteError
-from liveunwind.targets.remote.gdbremote import _Memory
-from tests.assertions import assert_matches_gdb
-from tests.conftest import RunningProgram, start_program
-from tests.oracles import GDB_MARKER, GDB_SCRIPT, Backtraces, OracleFrame, gdb_backtraces, pcs
-from tests.ports import free_port, wait_listening
-from tests.test_schema import VALIDATOR
+from liveunwind.targets.remote.connection import RemoteError
+from tests.support.assertions import assert_matches_gdb
+from tests.support.oracles import (
+    GDB_MARKER,
+    GDB_SCRIPT,
+    Backtraces,
+    OracleFrame,
+    gdb_backtraces,
+    pcs,
+)
+from tests.support.paths import AARCH64_SYSROOT
+from tests.support.ports import free_port, wait_listening
+from tests.support.programs import RunningProgram, start_program
+from tests.support.schema import VALIDATOR
+from tests.support.stubs import GdbServer, ScriptedStub, silent, tool
 
-ROOT = Path(__file__).resolve().parents[1]
-REMOTE = ROOT / "testprogs" / "remote"
-AARCH64_SYSROOT = Path("/usr/aarch64-linux-gnu")
 #: Each thread's chain in remote.c, innermost first.
 CHAINS = {
     "main": ["wait_3", "wait_2", "wait_1", "main"],
@@ -62,26 +63,6 @@ CHAINS = {
 SERVE_TIMEOUT = 30.0
 #: Round trips a backtrace of the three-thread program may cost (measured: 26 to 32).
 MAX_ROUND_TRIPS = 40
-
-
-@pytest.fixture(scope="session")
-def remote_build() -> Path:
-    """Builds testprogs/remote (and its aarch64 variants when the cross compiler exists)."""
-    if shutil.which("make") is None or shutil.which("gcc") is None:
-        pytest.skip("make and gcc are needed to build testprogs/remote")
-    result = subprocess.run(
-        ["make", "-C", str(REMOTE), "-j2"], capture_output=True, text=True, check=False
-    )
-    if result.returncode != 0:
-        pytest.fail(f"building testprogs/remote failed:\n{result.stdout}\n{result.stderr}")
-    return REMOTE
-
-
-def _tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        pytest.skip(f"{name} is not installed")
-    return path
 
 
 # -- the program's chains -----------------------------------------------------------
@@ -131,7 +112,7 @@ class QemuStub:
         self.port = free_port()
         sysroot = ["-L", str(AARCH64_SYSROOT)] if arch == "aarch64" else []
         self.program = RunningProgram(
-            Path(_tool(f"qemu-{arch}")), ["-g", str(self.port), *sysroot, str(exe), *args]
+            Path(tool(f"qemu-{arch}")), ["-g", str(self.port), *sysroot, str(exe), *args]
         )
         wait_listening(self.port)
 
@@ -165,7 +146,7 @@ def qemu_backtrace(stub: QemuStub, stats: dict[str, int], **options: object) -> 
 @pytest.mark.parametrize("variant", ["remote-O0", "remote-O2", "remote-O2-pac"])
 def test_qemu_aarch64_known_chains(remote_build: Path, variant: str) -> None:
     """arm64 under qemu-aarch64 -g: every thread's chain, pointer authentication stripped."""
-    _tool("aarch64-linux-gnu-gcc")
+    tool("aarch64-linux-gnu-gcc")
     stats: dict[str, int] = {}
     with QemuStub("aarch64", remote_build / "build-aarch64" / variant) as stub:
         backtrace = qemu_backtrace(stub, stats, sysroot=str(AARCH64_SYSROOT))
@@ -178,7 +159,7 @@ def test_qemu_aarch64_known_chains(remote_build: Path, variant: str) -> None:
 
 def test_qemu_executable_given_and_checked(remote_build: Path) -> None:
     """EXE stands in for the stub's own idea of the program, if the auxiliary vector agrees."""
-    _tool("aarch64-linux-gnu-gcc")
+    tool("aarch64-linux-gnu-gcc")
     exe = remote_build / "build-aarch64" / "remote-O2"
     with QemuStub("aarch64", exe) as stub:
         backtrace = qemu_backtrace(stub, {}, executable=str(exe), sysroot=str(AARCH64_SYSROOT))
@@ -205,7 +186,7 @@ def gdb_multiarch_backtraces(stub: QemuStub, exe: Path) -> Backtraces:
     """gdb-multiarch on its own QEMU: connect, continue until SIGUSR1, print frames, detach."""
     stopper = stub.stop_when_ready()
     argv = [
-        _tool("gdb-multiarch"), "-batch", "-nx",
+        tool("gdb-multiarch"), "-batch", "-nx",
         "-iex", "set debuginfod enabled off",
         "-iex", f"set sysroot {AARCH64_SYSROOT}",
         "-ex", f"target remote 127.0.0.1:{stub.port}",
@@ -232,7 +213,7 @@ def gdb_multiarch_backtraces(stub: QemuStub, exe: Path) -> Backtraces:
 @pytest.mark.parametrize("variant", ["remote-O0", "remote-O2"])
 def test_qemu_aarch64_matches_gdb_multiarch(remote_build: Path, variant: str) -> None:
     """Thread by thread, the pcs gdb-multiarch finds through the same kind of stub."""
-    _tool("aarch64-linux-gnu-gcc")
+    tool("aarch64-linux-gnu-gcc")
     exe = remote_build / "build-aarch64" / variant
     with QemuStub("aarch64", exe) as stub:
         oracle = gdb_multiarch_backtraces(stub, exe)
@@ -246,31 +227,6 @@ def test_qemu_aarch64_matches_gdb_multiarch(remote_build: Path, variant: str) ->
 
 
 # -- gdbserver --------------------------------------------------------------------
-
-
-class GdbServer:
-    """``gdbserver --attach :PORT PID`` (or ``--multi :PORT``) for a running program."""
-
-    def __init__(self, pid: int | None) -> None:
-        self.port = free_port()
-        where = f"127.0.0.1:{self.port}"
-        argv = [_tool("gdbserver"), "--multi", where] if pid is None else [
-            _tool("gdbserver"), "--attach", where, str(pid)
-        ]  # fmt: skip
-        self.process = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
-        wait_listening(self.port)
-
-    def __enter__(self) -> GdbServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-        assert self.process.stderr is not None
-        self.process.stderr.close()
 
 
 def tracer_of(pid: int) -> int:
@@ -375,87 +331,6 @@ def test_interrupted_while_waiting_still_detaches(remote_build: Path) -> None:
 # -- bounded failures -------------------------------------------------------------
 
 
-class ScriptedStub:
-    """A TCP server that answers one connection with ``behave(socket)``."""
-
-    def __init__(self, behave: Callable[[socket.socket], None]) -> None:
-        self._server = socket.create_server(("127.0.0.1", 0))
-        self.port = int(self._server.getsockname()[1])
-        self._behave = behave
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        try:
-            connection, _ = self._server.accept()
-        except OSError:
-            return
-        with connection, contextlib.suppress(OSError):
-            self._behave(connection)
-
-    def __enter__(self) -> ScriptedStub:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.close()
-        self._thread.join(timeout=15)
-
-
-def _silent(connection: socket.socket) -> None:
-    connection.settimeout(12)
-    while connection.recv(4096):
-        pass
-
-
-def _hang_up(connection: socket.socket) -> None:
-    connection.recv(4096)
-
-
-def _bad_checksum(connection: socket.socket) -> None:
-    connection.recv(4096)
-    connection.sendall(b"+$PacketSize=1000#00")
-    connection.settimeout(5)
-    connection.recv(4096)
-
-
-@pytest.mark.parametrize(
-    ("behave", "words"),
-    [
-        (_silent, "did not answer 'qSupported' within 2 s"),
-        (_hang_up, "closed the connection"),
-        (_bad_checksum, "malformed packet"),
-    ],
-)
-def test_stub_failures_are_one_bounded_error(behave, words: str) -> None:
-    with ScriptedStub(behave) as stub:
-        started = time.monotonic()
-        with pytest.raises(RemoteError) as caught:
-            gdb_remote(f"127.0.0.1:{stub.port}", timeout=2.0)
-        elapsed = time.monotonic() - started
-    assert elapsed < 10
-    assert isinstance(caught.value, TargetError) and caught.value.exit_code == 2
-    message = str(caught.value)
-    assert words in message and "\n" not in message, message
-
-
-def test_silent_stub_with_default_timeout_fails_within_ten_seconds() -> None:
-    with ScriptedStub(_silent) as stub:
-        started = time.monotonic()
-        with pytest.raises(RemoteError):
-            gdb_remote(f"127.0.0.1:{stub.port}")
-        assert time.monotonic() - started < 10
-
-
-def test_connection_refused() -> None:
-    port = free_port()
-    started = time.monotonic()
-    with pytest.raises(
-        RemoteError, match=f"cannot connect to 127.0.0.1:{port}: connection refused"
-    ):
-        gdb_remote(f"127.0.0.1:{port}")
-    assert time.monotonic() - started < 5
-
-
 def test_qemu_user_mode_gets_no_interrupt(remote_build: Path) -> None:
     """QEMU user mode stops a running guest only at a signal: a bounded error, and it runs on.
 
@@ -472,61 +347,6 @@ def test_qemu_user_mode_gets_no_interrupt(remote_build: Path) -> None:
         assert_alive(stub.program)
 
 
-def test_binary_reads_with_x() -> None:
-    """``x`` (GDB 16's binary read, offered as binary-upload): escaped bytes, a partial block."""
-    memory = bytes(range(256)) * 16  # every byte value, '#', '$', '}' and '*' included
-    base = 0x10000
-
-    def serve(connection: socket.socket) -> None:
-        reader = rsp.PacketReader()
-        while True:
-            data = connection.recv(4096)
-            if not data:
-                return
-            reader.feed(data)
-            while (item := reader.next()) is not None:
-                if isinstance(item, bytes):
-                    continue
-                address, length = (int(part, 16) for part in item[1][1:].split(b","))
-                offset = address - base
-                if not 0 <= offset < len(memory):
-                    reply = b"E14"
-                else:
-                    reply = b"b" + rsp.escape(memory[offset : offset + length])
-                connection.sendall(b"+$" + reply + b"#" + rsp.checksum(reply))
-
-    with ScriptedStub(serve) as stub:
-        connection = Connection("127.0.0.1", stub.port, timeout=2.0)
-        try:
-            reads = _Memory(connection, 4096, binary=True)
-            assert reads.read(base + 30, 100) == memory[30:130]
-            assert reads.read(base + 4000, 96) == memory[4000:]
-            with pytest.raises(MemoryReadError):
-                reads.read(base + 4000, 200)  # runs past the end
-            assert connection.round_trips == 2
-        finally:
-            connection.close()
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("localhost:1234", ("localhost", 1234)),
-        (":1234", ("localhost", 1234)),
-        ("tcp:10.0.0.2:2345", ("10.0.0.2", 2345)),
-        ("[::1]:99", ("::1", 99)),
-    ],
-)
-def test_parse_address(text: str, expected: tuple[str, int]) -> None:
-    assert parse_address(text) == expected
-
-
-@pytest.mark.parametrize("text", ["localhost", "host:port", "host:0", "host:70000", "[::1]99"])
-def test_parse_address_rejects(text: str) -> None:
-    with pytest.raises(UsageError):
-        parse_address(text)
-
-
 # -- the command --------------------------------------------------------------------------
 
 
@@ -540,7 +360,7 @@ def command(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]
 
 
 def test_command_silent_stub_exits_2_with_one_line_within_ten_seconds() -> None:
-    with ScriptedStub(_silent) as stub:
+    with ScriptedStub(silent) as stub:
         started = time.monotonic()
         result = command(f"127.0.0.1:{stub.port}")
         elapsed = time.monotonic() - started
@@ -556,7 +376,7 @@ def test_command_rejects_a_timeout_of_zero() -> None:
 
 def test_command_aarch64_under_qemu_json_and_stats(remote_build: Path) -> None:
     """The command end to end: every thread's known chain, the counters, the target runs on."""
-    _tool("aarch64-linux-gnu-gcc")
+    tool("aarch64-linux-gnu-gcc")
     with QemuStub("aarch64", remote_build / "build-aarch64" / "remote-O2") as stub:
         stopper = stub.stop_when_ready()
         result = command(

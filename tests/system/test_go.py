@@ -14,7 +14,6 @@ the first signal frame (it does not get through Go's).
 from __future__ import annotations
 
 import random
-import resource
 import subprocess
 import time
 from pathlib import Path
@@ -24,21 +23,13 @@ import pytest
 from liveunwind.backtrace.api import attach, open_core
 from liveunwind.frames import Backtrace, ThreadBacktrace
 from liveunwind.targets.cores.elfcore import ElfCore
-from tests.conftest import start_program
-from tests.oracles import gdb_core_backtraces, pcs
-from tests.test_gopclntab import build_go_program, go_table
+from tests.support.cores import unlimited_core
+from tests.support.go import go_table
+from tests.support.oracles import gdb_core_backtraces, pcs
+from tests.support.programs import start_program
 
 #: The functions after the spinning thread's signal frame, outermost last.
 SPINNER = ["main.busy", "main.main.func1", "runtime.goexit"]
-
-
-@pytest.fixture(scope="module")
-def go_program() -> Path:
-    return build_go_program()
-
-
-def _unlimited_core() -> None:
-    resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +43,7 @@ def go_core(go_program, tmp_path_factory) -> tuple[Path, int]:
         [str(go_program), "crash"],
         cwd=folder,
         env={"GOTRACEBACK": "crash", "PATH": "/usr/bin:/bin"},
-        preexec_fn=_unlimited_core,
+        preexec_fn=unlimited_core,
         capture_output=True,
         text=True,
         timeout=60,

@@ -28,10 +28,11 @@ from liveunwind.targets import files
 from liveunwind.targets.live import procfs
 from liveunwind.targets.live.ptrace import PtraceProcess
 from liveunwind.targets.live.snapshot import Snapshot
-from tests.conftest import TESTPROGS, RunningProgram
-from tests.test_hostile_files import within
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.builds import build
+from tests.support.hostile import assert_untraced, states, within
+from tests.support.paths import ROOT, TESTPROGS
+from tests.support.programs import RunningProgram, start_command
+from tests.support.waits import wait_until
 
 
 def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
@@ -46,50 +47,15 @@ def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]
     )
 
 
-def states(pid: int) -> dict[int, tuple[str, int]]:
-    """tid → (state letter, TracerPid) of every thread of ``pid``."""
-    found = {}
-    for tid in procfs.list_tids(pid):
-        try:
-            state = procfs.read_stat(f"/proc/{pid}/task/{tid}/stat").state
-        except OSError:
-            continue
-        found[tid] = (state, procfs.tracer_of(pid, tid))
-    return found
-
-
-def assert_untraced(pid: int) -> None:
-    traced = {tid: tracer for tid, (_, tracer) in states(pid).items() if tracer}
-    assert not traced, f"threads still traced (tid: tracer): {traced}"
-
-
-def start(command: list[str], *, ready: bytes = b"ready\n", timeout: float = 10) -> RunningProgram:
-    """Starts ``command`` (a RunningProgram, so it is killed and reaped) and waits for ``ready``."""
-    program = RunningProgram(Path(command[0]), command[1:])
-    try:
-        program.wait_for_line(ready, time.monotonic() + timeout)
-    except BaseException:
-        program.stop()
-        raise
-    return program
-
-
-def wait_for(condition: object, timeout: float = 10, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
 # -- a thread that cannot stop --------------------------------------------------------------------
 
 
 @pytest.fixture
 def vforker(testprogs_build: Path) -> Iterator[RunningProgram]:
     """vforker: the main thread inside vfork() (state D) while its child sleeps 30 s."""
-    program = start([str(testprogs_build / "vforker"), "30"])
+    program = start_command([str(testprogs_build / "vforker"), "30"])
     try:
-        wait_for(lambda: states(program.pid).get(program.pid, ("",))[0] == "D", what="vfork")
+        wait_until(lambda: states(program.pid).get(program.pid, ("",))[0] == "D", what="vfork")
         yield program
     finally:
         program.stop()
@@ -114,8 +80,8 @@ def test_a_thread_that_never_stopped_is_let_go(testprogs_build: Path) -> None:
     Were it still traced, it would enter the stop it was asked for as soon
     as the child exits, and stay there.
     """
-    with start([str(testprogs_build / "vforker"), "1"]) as program:
-        wait_for(lambda: states(program.pid)[program.pid][0] == "D", what="vfork")
+    with start_command([str(testprogs_build / "vforker"), "1"]) as program:
+        wait_until(lambda: states(program.pid)[program.pid][0] == "D", what="vfork")
         with within(1), PtraceProcess(program.pid, stop_timeout=0.1) as process:
             threads = {thread.tid: thread for thread in process.threads()}
         main = threads[program.pid]
@@ -125,7 +91,7 @@ def test_a_thread_that_never_stopped_is_let_go(testprogs_build: Path) -> None:
                    if thread.tid != program.pid)  # fmt: skip
         assert_untraced(program.pid)
         # The child sleeps 1 s, then the parent returns from vfork() into pause().
-        wait_for(lambda: states(program.pid)[program.pid] == ("S", 0), what="pause()")
+        wait_until(lambda: states(program.pid)[program.pid] == ("S", 0), what="pause()")
         time.sleep(0.2)
         assert states(program.pid)[program.pid] == ("S", 0)
 
@@ -134,7 +100,7 @@ def test_a_thread_that_never_stopped_is_let_go(testprogs_build: Path) -> None:
 
 
 def test_threads_exiting_during_attach_never_abort_it(testprogs_build: Path) -> None:
-    with start([str(testprogs_build / "churn"), "8"]) as program:
+    with start_command([str(testprogs_build / "churn"), "8"]) as program:
         failures = []
         for _ in range(100):
             try:
@@ -159,8 +125,8 @@ def test_a_thread_that_is_already_exiting_is_gone(testprogs_build: Path, tmp_pat
     )
     exe = tmp_path / "leader"
     subprocess.run(["gcc", "-pthread", f"-I{TESTPROGS}", "-o", exe, source], check=True)
-    with start([str(exe)]) as program:
-        wait_for(lambda: states(program.pid)[program.pid][0] == "Z", what="a zombie leader")
+    with start_command([str(exe)]) as program:
+        wait_until(lambda: states(program.pid)[program.pid][0] == "Z", what="a zombie leader")
         process = PtraceProcess(program.pid)
         assert process._seize(program.pid) is False  # EPERM, and not "permission denied"
         backtrace = attach(program.pid)
@@ -204,8 +170,8 @@ def test_another_tracer_of_one_thread_is_named(run_program) -> None:
 def test_a_mapped_executable_replaced_by_a_fifo(testprogs_build: Path, tmp_path: Path) -> None:
     exe = tmp_path / "threads"
     shutil.copy(testprogs_build / "threads-O2", exe)
-    with start([str(exe)]) as program:
-        wait_for(lambda: all(s == "S" for s, _ in states(program.pid).values()), what="sleep")
+    with start_command([str(exe)]) as program:
+        wait_until(lambda: all(s == "S" for s, _ in states(program.pid).values()), what="sleep")
         exe.unlink()
         os.mkfifo(exe)
         for extra in ([], ["--no-snapshot"]):
@@ -231,8 +197,8 @@ def test_a_perf_map_that_is_a_fifo(run_program) -> None:
 def test_a_library_emptied_under_the_process(testprogs_build: Path, tmp_path: Path) -> None:
     for name in ("plt", "libtpshared.so"):
         shutil.copy(testprogs_build / name, tmp_path / name)
-    with start([str(tmp_path / "plt")]) as program:
-        wait_for(lambda: all(s == "S" for s, _ in states(program.pid).values()), what="sleep")
+    with start_command([str(tmp_path / "plt")]) as program:
+        wait_until(lambda: all(s == "S" for s, _ in states(program.pid).values()), what="sleep")
         os.truncate(tmp_path / "libtpshared.so", 0)
         result = run_cli("pid", str(program.pid), "--verbose", timeout=10)
         assert result.returncode in (0, 1) and "Traceback" not in result.stderr, result.stderr
@@ -245,15 +211,11 @@ def chrooted(testprogs_build: Path, tmp_path: Path) -> Iterator[tuple[RunningPro
     """anonexec-static in its own mount namespace and root: (program, root, "ADDRESS SIZE")."""
     if shutil.which("unshare") is None:
         pytest.skip("unshare (util-linux) is not installed")
-    build = subprocess.run(
-        ["make", "-C", str(TESTPROGS), "static"], capture_output=True, text=True, check=False
-    )
-    if build.returncode != 0:
-        pytest.skip(f"cannot build a static program (libc.a?): {build.stderr}")
+    build("testprogs", "static")
     root = tmp_path / "root"
     (root / "tmp").mkdir(parents=True)
     shutil.copy(testprogs_build / "anonexec-static", root / "prog")
-    program = start(["/usr/bin/unshare", "--mount", f"--root={root}", "/prog"])
+    program = start_command(["/usr/bin/unshare", "--mount", f"--root={root}", "/prog"])
     try:
         assert Path(f"/proc/{program.pid}/cmdline").read_bytes().startswith(b"/prog")
         maps = Path(f"/proc/{program.pid}/maps").read_text()
@@ -326,7 +288,7 @@ print(grown >> 10, len(snapshot.problems), snapshot.problems[0] if snapshot.prob
 
 def test_stack_copies_are_bounded_in_total(testprogs_build: Path) -> None:
     """16 threads at the bottom of 32 MiB stacks: 256 MiB of stack copies, cut to 64 MiB."""
-    with start([str(testprogs_build / "deepstacks"), "16", "32"], timeout=60) as program:
+    with start_command([str(testprogs_build / "deepstacks"), "16", "32"], timeout=60) as program:
         result = subprocess.run(
             [sys.executable, "-c", CAPTURE, str(program.pid), str(64 << 20)],
             capture_output=True,

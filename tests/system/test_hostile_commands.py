@@ -5,7 +5,9 @@ Every path a command is given or finds goes through ``targets/files.py``:
 in ``open`` before looking for a Mach-O magic), a device is never opened
 (an inotify watch says so), and so for Mach-O images and separate debug
 files.  A thread that cannot stop is reported as such — no invented frame —
-and the caps on stack copies are flags whose cuts the report states.
+and the caps on stack copies are flags whose cuts the report states.  The
+API alone on such files, and Ctrl-C inside the command, are
+tests/unit/test_hostile_commands.py.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import stat
 import subprocess
 import sys
 import time
@@ -24,16 +25,19 @@ import jsonschema
 import pytest
 
 from liveunwind.backtrace.api import attach
-from liveunwind.errors import FormatError
 from liveunwind.frames import StopReason
-from liveunwind.modules import debuginfo
-from liveunwind.targets import files
-from tests.assertions import assert_one_line_error
-from tests.conftest import RunningProgram
-from tests.test_hostile_attach import assert_untraced, start, states, wait_for
-from tests.test_hostile_files import OpenWatch, within
+from tests.support.assertions import assert_one_line_error
+from tests.support.hostile import (
+    OpenWatch,
+    assert_untraced,
+    planted_fifo_and_device,
+    states,
+    within,
+)
+from tests.support.paths import ROOT
+from tests.support.programs import RunningProgram, start_command
+from tests.support.waits import wait_until
 
-ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((ROOT / "liveunwind/cli/schemas/backtrace.schema.json").read_text())
 
 
@@ -51,13 +55,8 @@ def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]
 @pytest.fixture
 def fifo_and_device(tmp_path: Path) -> Iterator[tuple[Path, Path, OpenWatch]]:
     """A FIFO, a device with /dev/null's numbers, and a watch on the device."""
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
-    device = tmp_path / "device"
-    os.mknod(device, stat.S_IFCHR | 0o600, os.makedev(1, 3))
-    watch = OpenWatch(device)
-    yield fifo, device, watch
-    watch.close()
+    with planted_fifo_and_device(tmp_path) as planted:
+        yield planted
 
 
 # -- files given on the command line --------------------------------------------------------------
@@ -84,19 +83,6 @@ def test_unwind_info_on_an_unknown_machine_is_a_bad_file_not_a_usage_error(
     path = tmp_path / "foreign"
     path.write_bytes(data)
     assert_one_line_error(run_cli("unwind-info", str(path)), 2, "unsupported ELF machine 39321")
-
-
-def test_a_mach_o_image_that_is_not_a_regular_file(
-    fifo_and_device: tuple[Path, Path, OpenWatch],
-) -> None:
-    pytest.importorskip("lief")
-    from liveunwind.modules.macho import MachOImage
-
-    fifo, device, watch = fifo_and_device
-    for path, kind in ((fifo, "a FIFO"), (device, "a character device")):
-        with within(2), pytest.raises(FormatError, match=f"is {kind}, not a regular file"):
-            MachOImage(str(path))
-    assert not watch.opened()
 
 
 def test_a_mach_o_image_is_read_through_the_inode_that_was_checked(
@@ -127,44 +113,14 @@ def test_a_mach_o_image_is_read_through_the_inode_that_was_checked(
     assert parsed and parsed[0].startswith("/proc/self/fd/")
 
 
-def test_a_device_where_a_debug_file_should_be_is_never_opened(
-    fifo_and_device: tuple[Path, Path, OpenWatch], tmp_path: Path
-) -> None:
-    _, device, watch = fifo_and_device
-    build_id = bytes.fromhex("0123456789abcdef")
-    planted = tmp_path / "debug" / ".build-id" / "01" / "23456789abcdef.debug"
-    planted.parent.mkdir(parents=True)
-    os.rename(device, planted)
-    problems: list[str] = []
-    assert debuginfo.by_build_id(build_id, [str(tmp_path / "debug")], problems) is None
-    assert problems == [f"{planted}: is a character device, not a regular file"]
-    assert not watch.opened()
-    # Absent files are how a search ends: no problem said.
-    problems.clear()
-    assert debuginfo.by_build_id(build_id, [str(tmp_path / "nowhere")], problems) is None
-    assert problems == []
-
-
-def test_open_elf_says_what_is_wrong(tmp_path: Path) -> None:
-    (tmp_path / "text").write_text("hello\n")
-    (tmp_path / "empty").write_bytes(b"")
-    with pytest.raises(FormatError, match="not an ELF file"):
-        files.open_elf(str(tmp_path / "text"))
-    with pytest.raises(FormatError, match="not an ELF file"):
-        files.open_elf(str(tmp_path / "empty"))
-    with pytest.raises(files.FileError) as raised:
-        files.open_elf(str(tmp_path / "missing"))
-    assert raised.value.errno in files.ABSENT
-
-
 # -- a thread that cannot stop --------------------------------------------------------------------
 
 
 @pytest.fixture
 def vforker(testprogs_build: Path) -> Iterator[RunningProgram]:
-    program = start([str(testprogs_build / "vforker"), "30"])
+    program = start_command([str(testprogs_build / "vforker"), "30"])
     try:
-        wait_for(lambda: states(program.pid).get(program.pid, ("",))[0] == "D", what="vfork")
+        wait_until(lambda: states(program.pid).get(program.pid, ("",))[0] == "D", what="vfork")
         yield program
     finally:
         program.stop()
@@ -226,35 +182,3 @@ def test_what_the_total_stack_cap_cut_is_in_the_report(run_program) -> None:
     assert len(notes) == len(backtrace.threads)
     assert "(the cap of 8 KiB for all threads together)" in notes[0]
     assert_untraced(program.pid)
-
-
-# -- Ctrl-C -------------------------------------------------------------------------------------
-
-
-def test_ctrl_c_while_a_class_is_defined_is_an_interrupt(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Python 3.11 wraps it in a RuntimeError (a lazy import defining a class with a
-    cached_property, as ModuleMap does); it printed a traceback before."""
-    from liveunwind import cli
-
-    def interrupted_class_body(argv: object) -> int:
-        class Interrupting:
-            def __set_name__(self, owner: type, name: str) -> None:
-                raise KeyboardInterrupt
-
-        class Owner:
-            attribute = Interrupting()
-
-        return 0
-
-    monkeypatch.setattr(cli, "_run", interrupted_class_body)
-    assert cli.main([]) == cli.EXIT_INTERRUPTED
-    assert capsys.readouterr().err == "liveunwind: interrupted\n"
-
-    def other_runtime_error(argv: object) -> int:
-        raise RuntimeError("not an interrupt")
-
-    monkeypatch.setattr(cli, "_run", other_runtime_error)
-    with pytest.raises(RuntimeError, match="not an interrupt"):
-        cli.main([])

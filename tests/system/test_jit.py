@@ -10,7 +10,6 @@ again: the backtrace must still be the one of the instant it was stopped.
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,43 +25,23 @@ from liveunwind.modules.modulemap import ModuleMap
 from liveunwind.targets.live import procfs
 from liveunwind.targets.live.ptrace import PtraceProcess
 from liveunwind.targets.live.snapshot import Snapshot
-from tests.conftest import TESTPROGS, RunningProgram, start_program
-from tests.oracles import gdb_backtraces, gdb_gcore, pcs
-from tests.test_startup import HEAVY, modules_a_backtrace_loaded
+from tests.support.oracles import gdb_backtraces, gdb_gcore, pcs
+from tests.support.programs import RunningProgram, start_program
+from tests.support.startup import HEAVY, modules_a_backtrace_loaded
 
 PROGRAMS = {"jit-dynamic": "libunwind", "jit-table": "perf-map", "jit-gdb": "gdb-jit"}
 
 
-@pytest.fixture(scope="module")
-def jit_build() -> Path:
-    folder = TESTPROGS / "jit"
-    result = subprocess.run(["make", "-C", str(folder), "-j2"], capture_output=True, text=True)
-    if result.returncode != 0:
-        pytest.skip(f"cannot build testprogs/jit (needs x86_64 and libunwind-dev): {result.stderr}")
-    return folder / "build"
-
-
 @pytest.fixture
 def jit_program(jit_build: Path, request: pytest.FixtureRequest) -> Iterator[tuple[int, list[str]]]:
-    """Starts a JIT program; yields its pid and the chain it says it built."""
-    process = subprocess.Popen([jit_build / request.param], stdout=subprocess.PIPE, text=True)
-    try:
-        assert process.stdout is not None
-        chain: list[str] = []
-        for line in process.stdout:
-            if line.startswith("chain:"):
-                chain = line.split()[1:]
-            if line.strip() == "ready":
-                break
-        deadline = time.monotonic() + 10
-        while procfs.process_stat(process.pid).state != "S":
-            assert time.monotonic() < deadline, "the JIT program never went to sleep"
-            time.sleep(0.01)
-        yield process.pid, chain
-    finally:
-        process.kill()
-        process.wait()
-        Path(f"/tmp/perf-{process.pid}.map").unlink(missing_ok=True)
+    """Starts a JIT program; yields its pid, once it sleeps, and the chain it says it built."""
+    with start_program(jit_build, request.param) as program:
+        lines = program.output.decode().splitlines()
+        chain = next(line.split()[1:] for line in lines if line.startswith("chain:"))
+        try:
+            yield program.pid, chain
+        finally:
+            Path(f"/tmp/perf-{program.pid}.map").unlink(missing_ok=True)
 
 
 CHAIN = ["blocker", "jit_inner", "jit_outer", "main"]

@@ -3,15 +3,14 @@
 The program (testprogs/lines) parks five threads under chains of inlined
 calls; its libc frames come from Debian's separate libc debug file, so every
 comparison also covers DWARF 5 as glibc's build writes it.  Each DWARF shape
-the readers handle is its own build of the same program.
+the readers handle is its own build of the same program.  The read-ahead
+thread, on zlib streams made here, is tests/unit/test_lines.py.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
-import time
-import zlib
 from pathlib import Path
 from random import Random
 
@@ -21,23 +20,18 @@ from liveunwind.errors import FormatError
 from liveunwind.formats.dwarf.info import Sections
 from liveunwind.formats.elf import ElfImage
 from liveunwind.modules.debuginfo import find_debug_file, section_data
-from liveunwind.modules.lines import DWARF_SECTIONS, GrowingSection, ModuleLines, has_dwarf
-from tests.conftest import start_program
-from tests.lines_support import (
-    build_lines_programs,
+from liveunwind.modules.lines import DWARF_SECTIONS, ModuleLines, has_dwarf
+from tests.support.lines import (
     differences,
     gdb_logical_frames,
     liveunwind_logical_frames,
     same_file,
 )
+from tests.support.paths import SUPPORT
+from tests.support.programs import start_program
 
-GDB_STATIC = Path(__file__).with_name("gdb_static_lines.py")
+GDB_STATIC = SUPPORT / "gdb_static_lines.py"
 STATIC_MARKER = "LIVEUNWIND-GDB-STATIC "
-
-
-@pytest.fixture(scope="module")
-def lines_build() -> Path:
-    return build_lines_programs()
 
 
 @pytest.mark.parametrize(
@@ -140,56 +134,9 @@ def test_sampled_addresses_of_libc_equal_gdbs_answers(gdb: str, tmp_path: Path) 
     assert disagreements(ahead, {address: gdbs[address] for address in order}) == []
 
 
-def test_read_ahead_stops_at_its_goal_and_the_caller_goes_on_from_there() -> None:
-    """The thread inflates as far as asked (not the whole section); past that the caller
-    inflates the rest itself, and the bytes are zlib's own."""
-    payload = Random(18).randbytes(1 << 16) * 64  # 4 MiB: several steps of the thread
-    section = GrowingSection(zlib.compress(payload), len(payload), "test: .debug_info")
-    section.read_ahead(100_000)
-    section.ensure(50_000)
-    deadline = time.monotonic() + 30
-    while section._running and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert 100_000 <= section.filled < len(payload)
-    section.ensure(-1)
-    assert section.data[:] == payload
-
-
-def test_the_thread_goes_on_to_the_next_section_and_the_caller_can_take_it_over() -> None:
-    """With ``then``, the thread inflates the second section once the first is at its goal;
-    the caller inflating the second meanwhile, the two never step the stream together."""
-    payloads = [Random(seed).randbytes(1 << 16) * 32 for seed in (1, 2)]
-    first, second = (
-        GrowingSection(zlib.compress(payload), len(payload), f"test: {index}")
-        for index, payload in enumerate(payloads)
-    )
-    first.read_ahead(1 << 20, then=second)
-    second.ensure(1 << 19)  # while the thread may be on either section
-    deadline = time.monotonic() + 30
-    while (first._running or second._running) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert (1 << 20) <= first.filled < len(payloads[0])
-    assert second.filled == len(payloads[1])  # read ahead whole, after the first
-    first.ensure(-1)
-    assert first.data[:] == payloads[0]
-    assert second.data[:] == payloads[1]
-
-
-def test_a_corrupt_stream_read_ahead_fails_the_lookup_not_the_thread() -> None:
-    """A stream cut short, found on the read-ahead thread, reaches the caller as a
-    FormatError, every time it asks."""
-    payload = bytes(range(256)) * 8192
-    stream = zlib.compress(payload)
-    section = GrowingSection(stream[: len(stream) // 2], len(payload), "test: .debug_info")
-    section.read_ahead()
-    for _ in range(2):
-        with pytest.raises(FormatError):
-            section.ensure(-1)
-
-
-def test_corrupt_dwarf_raises_format_errors_only() -> None:
+def test_corrupt_dwarf_raises_format_errors_only(lines_build: Path) -> None:
     """Random damage to every DWARF section: a typed error or an answer, never a crash or hang."""
-    path = build_lines_programs() / "lines-dwarf5"
+    path = lines_build / "lines-dwarf5"
     image = ElfImage(path.read_bytes())
     pristine = {field: section_data(image, name) for field, name in DWARF_SECTIONS.items()}
     text = image.sections[".text"]

@@ -16,17 +16,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 import liveunwind
 from liveunwind.frames import Backtrace, Method
 from liveunwind.targets.live import procfs
-from tests.assertions import assert_matches_gdb
-from tests.oracles import Backtraces, eu_stack_backtraces, gdb_backtraces
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.assertions import assert_matches_gdb
+from tests.support.oracles import Backtraces, eu_stack_backtraces, gdb_backtraces
+from tests.support.paths import ROOT
 
 TEST_PROGRAMS = [
     ("threads-O0", ()),

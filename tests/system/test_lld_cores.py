@@ -11,7 +11,6 @@ equal gdb thread for thread.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -19,33 +18,10 @@ import pytest
 
 from liveunwind.backtrace.api import open_core
 from liveunwind.targets.cores.elfcore import ElfCore
-from tests.assertions import assert_matches_gdb
-from tests.conftest import start_program
-from tests.oracles import gdb_core_backtraces, gdb_gcore
-
-LLD = Path(__file__).resolve().parents[1] / "testprogs" / "lld"
-#: What each program needs to build, besides make.
-TOOLS = {"lld-cxx": ("clang++-16", "ld.lld-16"), "lld-rust": ("rustc", "clang-16", "ld.lld-16")}
-
-
-@pytest.fixture(scope="module")
-def lld_build() -> Path:
-    """Builds testprogs/lld; skips a program whose compiler is missing."""
-    if shutil.which("make") is None:
-        pytest.skip("make is needed to build testprogs/lld")
-    return LLD / "build"
-
-
-def _build(name: str) -> Path:
-    missing = [tool for tool in TOOLS[name] if shutil.which(tool) is None]
-    if missing:
-        pytest.skip(f"{', '.join(missing)} not installed: cannot build {name}")
-    result = subprocess.run(
-        ["make", "-C", str(LLD), f"build/{name}"], capture_output=True, text=True, check=False
-    )
-    if result.returncode != 0:
-        pytest.fail(f"building {name} failed:\n{result.stdout}\n{result.stderr}")
-    return LLD / "build" / name
+from tests.support.assertions import assert_matches_gdb
+from tests.support.builds import build
+from tests.support.oracles import gdb_core_backtraces, gdb_gcore
+from tests.support.programs import start_program
 
 
 def _linked_by_lld(path: Path) -> bool:
@@ -57,7 +33,7 @@ def _linked_by_lld(path: Path) -> bool:
 
 @pytest.mark.parametrize("name", ["lld-cxx", "lld-rust"])
 def test_gcore_of_lld_linked_program_matches_gdb(lld_build, gdb, tmp_path, name) -> None:
-    path = _build(name)
+    path = build("lld", f"build/{name}") / name
     assert _linked_by_lld(path), f"{name} was not linked by lld"
     with start_program(lld_build, name) as program:
         core = tmp_path / "core"
@@ -73,7 +49,7 @@ def test_code_of_an_lld_linked_program_is_executable_in_a_gcore_core(
     lld_build, gdb, tmp_path
 ) -> None:
     """The core has no segment for the code: its permissions come from the right header."""
-    path = _build("lld-cxx")
+    path = build("lld", "build/lld-cxx") / "lld-cxx"
     with start_program(lld_build, "lld-cxx") as program:
         live = [
             line.split()

@@ -28,11 +28,10 @@ from liveunwind.cli.report import format_json
 from liveunwind.errors import MemoryReadError, TargetError, UsageError
 from liveunwind.frames import Backtrace
 from liveunwind.targets.local.capture import MACHINE_CODE, sample_thread
-from tests.oracles import gdb_backtraces, pcs
-from tests.test_gdb_remote import AARCH64_SYSROOT, remote_build  # noqa: F401
-from tests.test_schema import VALIDATOR
+from tests.support.oracles import gdb_backtraces, pcs
+from tests.support.paths import AARCH64_SYSROOT, ROOT
+from tests.support.schema import VALIDATOR
 
-ROOT = Path(__file__).resolve().parents[1]
 #: The C chain as it appears in a backtrace taken inside the callback, innermost first.
 CHAIN = ["chain_inner", "chain_middle", "chain_call"]
 #: A Python script that unwinds its own threads inside the chain and prints them as JSON.
@@ -87,7 +86,7 @@ worker.join()
 
 
 @pytest.fixture(scope="module")
-def chain_library(remote_build: Path) -> Path:  # noqa: F811
+def chain_library(remote_build: Path) -> Path:
     return remote_build / "build" / "libchain.so"
 
 

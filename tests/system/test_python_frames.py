@@ -19,8 +19,9 @@ skipped, saying why, where it is not installed.
 
 Also here: the line-table decoder against ``co_lines()`` of each
 interpreter, the built-in layouts against offsetof() compiled from each
-interpreter's own headers, the refusals (old versions, records that do not
-match), and hostile memory (cycles, wrong types).
+interpreter's own headers, and the refusals (old versions).  Records that
+do not match, hostile memory (cycles, wrong types) and the report of Python
+frames, all on bytes made here, are tests/unit/test_python_frames.py.
 """
 
 from __future__ import annotations
@@ -29,9 +30,7 @@ import glob
 import json
 import os
 import re
-import resource
 import shutil
-import struct
 import subprocess
 import sys
 import time
@@ -46,12 +45,11 @@ from liveunwind.backtrace.backtracer import BacktraceOptions, Backtracer
 from liveunwind.backtrace.python import PlacedPython, place, place_all
 from liveunwind.backtrace.remote import gdb_remote
 from liveunwind.backtrace.session import Session
-from liveunwind.errors import FormatError, MemoryReadError
+from liveunwind.errors import MemoryReadError
 from liveunwind.formats import cpython
 from liveunwind.frames import Backtrace
 from liveunwind.modules.modulemap import ModuleMap
 from liveunwind.modules.python import (
-    CodeCache,
     Collected,
     Interpreter,
     Memory,
@@ -67,154 +65,27 @@ from liveunwind.modules.python import (
 from liveunwind.targets.cores.elfcore import ElfCore
 from liveunwind.targets.live.ptrace import PtraceProcess
 from liveunwind.targets.live.snapshot import Snapshot
-from tests.oracles import gdb_gcore
-
-PROGRAM = Path(__file__).with_name("data") / "python_parked.py"
-SID_ROOT = Path(os.environ.get("LIVEUNWIND_SID_ROOT", "/var/cache/liveunwind/sid-rootfs"))
-#: Where the program and its truth go inside a chroot (and, for the host, under tmp_path).
-INSIDE = Path("/tmp/liveunwind-python")
-THREADS = 8
-START_TIMEOUT = 60.0
-
-Truth = dict[int, list[tuple[str, str, int | None]]]
-
-
-# -- the interpreters ---------------------------------------------------------------
-
-
-class Python:
-    """One interpreter to test: how to run it, where its root is, what its symbols name."""
-
-    def __init__(
-        self, name: str, executable: str, *, root: Path | None = None, debug: bool = True
-    ) -> None:
-        self.name = name
-        self.executable = executable
-        #: The root file system it runs in (a chroot), or None for the host's.
-        self.root = root
-        #: Whether separate debug files are looked for (False: the stripped binary alone).
-        self.debug = debug
-
-    def host_path(self, inside: Path) -> Path:
-        """Where a path the interpreter sees is on the host."""
-        return inside if self.root is None else self.root / inside.relative_to("/")
-
-    def argv(self, *args: str) -> list[str]:
-        command = [self.executable, *args]
-        return command if self.root is None else ["chroot", str(self.root), *command]
-
-    def __repr__(self) -> str:
-        return self.name
-
-
-def _pyenv_pythons() -> list[Python]:
-    """CPython 3.11+ built with symbols, as pyenv installs it (PYENV_ROOT or ~/.pyenv)."""
-    root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
-    found = []
-    for executable in sorted(glob.glob(f"{root}/versions/3.1[1-9]*/bin/python3")):
-        version = Path(executable).parents[1].name
-        if "t" not in version:  # free-threaded builds are refused, not tested here
-            found.append(Python(f"built-{version}", executable))
-    return found
-
-
-def _debian_python() -> Python | None:
-    return Python("debian", "/usr/bin/python3") if Path("/usr/bin/python3").exists() else None
-
-
-PYTHONS = [
-    *([] if _debian_python() is None else [_debian_python()]),
-    Python("debian-stripped", "/usr/bin/python3", debug=False),
-    *_pyenv_pythons(),
-    Python("sid", "/usr/bin/python3", root=SID_ROOT),
-]
-
-
-def _available(python: Python) -> None:
-    """Skips the test, saying why, when ``python`` cannot run here."""
-    if os.geteuid() != 0:
-        pytest.skip("ptrace of other processes and chroot need root")
-    if python.root is not None and not (python.root / "usr/bin/python3").exists():
-        pytest.skip(
-            f"no python3 in the Debian sid root file system at {python.root} "
-            "(make sid-rootfs builds it; apt-get install python3 inside it adds Python)"
-        )
-    if python.root is None and not Path(python.executable).exists():
-        pytest.skip(f"{python.executable} is not installed")
-
-
-# -- the parked program -------------------------------------------------------------
-
-
-class Parked:
-    """python_parked.py running (or dead of os.abort()), and the truth it wrote."""
-
-    def __init__(self, python: Python, folder: Path, *, abort: bool = False) -> None:
-        self.python = python
-        self.folder = folder  # as the interpreter sees it
-        host = python.host_path(folder)
-        shutil.rmtree(host, ignore_errors=True)
-        host.mkdir(parents=True)
-        shutil.copy(PROGRAM, host / PROGRAM.name)
-        self.truth_path = host / "truth.json"
-        self.process = subprocess.Popen(
-            python.argv(
-                str(folder / PROGRAM.name), str(folder / "truth.json"), *(["abort"] * abort)
-            ),
-            stdout=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            cwd=host,
-            preexec_fn=_unlimited_core if abort else None,
-        )
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        if line != b"ready\n":
-            self.stop()
-            raise RuntimeError(f"{python}: python_parked.py printed {line!r}")
-        self.truth: Truth = {
-            int(tid): [tuple(frame) for frame in frames]  # type: ignore[misc]
-            for tid, frames in json.loads(self.truth_path.read_text()).items()
-        }
-        if abort:
-            self.process.wait(timeout=START_TIMEOUT)
-        else:
-            self._wait_for_reporter()
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def _wait_for_reporter(self) -> None:
-        """Until the reporter thread has ended: every thread left is a parked one."""
-        deadline = time.monotonic() + START_TIMEOUT
-        while len(os.listdir(f"/proc/{self.pid}/task")) != THREADS:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{self.python}: the reporter thread did not end")
-            time.sleep(0.01)
-
-    def thread_running(self, function: str) -> int:
-        """The tid of the thread whose truth has ``function`` in it."""
-        tids = [tid for tid, frames in self.truth.items() if any(f[0] == function for f in frames)]
-        assert len(tids) == 1, f"{function}: {tids}"
-        return tids[0]
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-
-
-def _unlimited_core() -> None:
-    resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+from tests.support.oracles import gdb_gcore
+from tests.support.paths import ROOT
+from tests.support.pythons import (
+    INSIDE,
+    PROGRAM,
+    PYTHONS,
+    SID_ROOT,
+    START_TIMEOUT,
+    THREADS,
+    Parked,
+    Python,
+    Truth,
+    available,
+)
 
 
 @pytest.fixture(scope="module", params=PYTHONS, ids=repr)
 def parked(request: pytest.FixtureRequest) -> Iterator[Parked]:
     """python_parked.py under one interpreter, parked for the module's tests."""
     python: Python = request.param
-    _available(python)
+    available(python)
     folder = INSIDE / f"{python.name}-{os.getpid()}"
     program = Parked(python, folder)
     yield program
@@ -515,7 +386,6 @@ def test_read_ahead_the_stop_reads_only_frames(parked: Parked, live: LiveResult)
 
 # -- the command: liveunwind pid PID --python -------------------------------------------
 
-ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((ROOT / "liveunwind" / "cli" / "schemas" / "backtrace.schema.json").read_text())
 
 
@@ -741,7 +611,7 @@ def test_through_gdbserver_the_frames_are_the_same(parked: Parked) -> None:
         pytest.skip("one interpreter is enough")
     if shutil.which("gdbserver") is None:
         pytest.skip("gdbserver is not installed")
-    from tests.test_gdb_remote import GdbServer
+    from tests.support.stubs import GdbServer
 
     with GdbServer(parked.pid) as server:
         backtrace = gdb_remote(f"127.0.0.1:{server.port}", python=True)
@@ -835,7 +705,7 @@ def test_gcore_of_the_parked_program(parked: Parked, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("python", PYTHONS, ids=repr)
 def test_kernel_core_of_the_program_aborting(python: Python) -> None:
-    _available(python)
+    available(python)
     pattern = Path("/proc/sys/kernel/core_pattern").read_text().strip()
     if pattern.startswith("|") or "/" in pattern:
         pytest.skip(f"kernel.core_pattern does not write cores to the working folder ({pattern})")
@@ -859,7 +729,7 @@ def test_kernel_core_of_the_program_aborting(python: Python) -> None:
 @pytest.mark.parametrize("python", PYTHONS, ids=repr)
 def test_the_command_on_a_kernel_core(python: Python) -> None:
     """``liveunwind core CORE --python``: the frames the aborting program wrote down."""
-    _available(python)
+    available(python)
     if not python.debug:
         pytest.skip("the same interpreter as 'debian'")
     pattern = Path("/proc/sys/kernel/core_pattern").read_text().strip()
@@ -905,7 +775,7 @@ json.dump(out, sys.stdout)
 
 @pytest.mark.parametrize("python", PYTHONS, ids=repr)
 def test_line_tables_decode_as_co_lines_says(python: Python) -> None:
-    _available(python)
+    available(python)
     if not python.debug:
         pytest.skip("the same interpreter as 'debian'")
     dumped = subprocess.run(
@@ -923,14 +793,6 @@ def test_line_tables_decode_as_co_lines_says(python: Python) -> None:
         assert cpython.line_for_offset(linetable, firstlineno, code_size) is None
         assert cpython.line_for_offset(linetable, firstlineno, -2) == firstlineno
     assert checked > 5000
-
-
-def test_a_cut_line_table_raises_format_error() -> None:
-    # A long-form entry (code 14) whose line delta varint is cut off.
-    with pytest.raises(FormatError):
-        cpython.line_for_offset(bytes([0x80 | (14 << 3), 0x41]), 1, 4)
-    with pytest.raises(FormatError):
-        cpython.line_for_offset(bytes([0x01]), 1, 0)  # no marker bit
 
 
 # -- layouts: the built-in tables against the interpreters' own headers ----------------
@@ -1000,7 +862,7 @@ int main(void) {
 
 @pytest.mark.parametrize("python", PYTHONS, ids=repr)
 def test_layouts_match_offsetof_from_the_interpreters_headers(python: Python) -> None:
-    _available(python)
+    available(python)
     if not python.debug:
         pytest.skip("the same interpreter as 'debian'")
     include = subprocess.run(
@@ -1085,50 +947,6 @@ def test_a_layout_that_does_not_match_shows_no_frame(parked: Parked, live: LiveR
     assert any("does not match" in problem for problem in collected.problems), collected.problems
 
 
-def _record(minor: tuple[int, int], version: int) -> bytearray:
-    """A plausible _Py_DebugOffsets record of ``minor``: every size 4096, every offset 8."""
-    positions = cpython.debug_record_positions(minor)
-    data = bytearray(max(positions.values()) + 8)
-    data[:8] = cpython.DEBUG_COOKIE
-    for name, at in positions.items():
-        value = 4096 if name.endswith(".size") else 8
-        struct.pack_into("<Q", data, at, value)
-    struct.pack_into("<Q", data, positions["version"], version)
-    struct.pack_into("<Q", data, positions["free_threaded"], 0)
-    return data
-
-
-@pytest.mark.parametrize("minor", [(3, 13), (3, 14)])
-def test_debug_offsets_records_that_do_not_match_are_refused(minor: tuple[int, int]) -> None:
-    version = (3 << 24) | (minor[1] << 16) | 0xF0
-    positions = cpython.debug_record_positions(minor)
-    layout = cpython.layout_from_debug_offsets(bytes(_record(minor, version)), version)
-    assert layout.minor == minor and layout.source == "_Py_DebugOffsets"
-
-    def refused(data: bytearray, hex_version: int = version) -> str:
-        with pytest.raises(FormatError) as error:
-            cpython.layout_from_debug_offsets(bytes(data), hex_version)
-        return str(error.value)
-
-    bad = _record(minor, version)
-    bad[:8] = b"xdebugPY"
-    assert "cookie" in refused(bad)
-    other = (3 << 24) | ((minor[1] - 1) << 16)
-    assert "says CPython" in refused(_record(minor, other))
-    bad = _record(minor, version)
-    struct.pack_into("<Q", bad, positions["free_threaded"], 1)
-    assert "free-threaded" in refused(bad)
-    bad = _record(minor, version)
-    struct.pack_into("<Q", bad, positions["thread_state.current_frame"], 4096)
-    assert "outside" in refused(bad)
-    bad = _record(minor, version)
-    struct.pack_into("<Q", bad, positions["code_object.size"], 1 << 40)
-    assert "claims" in refused(bad)
-    assert "cut short" in refused(_record(minor, version)[:64])
-    unknown = (3 << 24) | (99 << 16)
-    assert "not known" in refused(_record(minor, version), unknown)
-
-
 def test_a_real_debug_offsets_record_from_a_binary(parked: Parked, live: LiveResult) -> None:
     """3.13+: the record the interpreter publishes gives the offsets its own headers have."""
     if live.interpreter.layout.source != "_Py_DebugOffsets":
@@ -1140,134 +958,6 @@ def test_a_real_debug_offsets_record_from_a_binary(parked: Parked, live: LiveRes
     assert data[:8] == cpython.DEBUG_COOKIE
     layout = cpython.layout_from_debug_offsets(data, live.interpreter.version)
     assert layout.tstate_interp == live.interpreter.layout.tstate_interp
-
-
-# -- hostile memory --------------------------------------------------------------------
-
-
-class FakeMemory:
-    """Words placed at addresses: a made-up interpreter for loops no real one has."""
-
-    def __init__(self) -> None:
-        self.bytes: dict[int, int] = {}
-
-    def put(self, address: int, value: int, size: int = 8) -> None:
-        for index, byte in enumerate(value.to_bytes(size, "little")):
-            self.bytes[address + index] = byte
-
-    def read_many(self, ranges: list[tuple[int, int]]) -> list[bytes | None]:
-        return [self.read(*each) if each[0] in self.bytes else None for each in ranges]
-
-    def read(self, address: int, size: int) -> bytes:
-        if address not in self.bytes:
-            raise MemoryReadError(address, size)
-        return bytes(self.bytes.get(address + index, 0) for index in range(size))
-
-
-def _fake_interpreter(memory: FakeMemory, *, thread_loop: bool, frame_loop: bool) -> Interpreter:
-    """3.12 layout: runtime → interpreter → thread state → two frames of one code object."""
-    layout = cpython.LAYOUT_3_12
-    runtime, interp, tstate, cframe, frames, code = 0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 0x6000
-    name, linetable = 0x7000, 0x8000
-    memory.put(runtime + layout.runtime_interpreters_head, interp)
-    memory.put(interp + layout.interp_next, 0)
-    memory.put(interp + layout.interp_threads_head, tstate)
-    memory.put(tstate, 0)
-    memory.put(tstate + layout.tstate_next, tstate if thread_loop else 0)
-    memory.put(tstate + layout.tstate_interp, interp)
-    memory.put(tstate + layout.tstate_native_thread_id, 42)
-    memory.put(tstate + layout.tstate_frame, cframe)
-    memory.put(tstate + layout.tstate_datastack + 8, 0)
-    memory.put(cframe + layout.cframe_current, frames)  # type: ignore[operator]
-    for index in range(2):
-        frame = frames + index * 0x100
-        memory.put(frame + layout.frame_code, code)
-        following = frames if frame_loop and index == 1 else (frame + 0x100 if index == 0 else 0)
-        memory.put(frame + layout.frame_previous, following)
-        memory.put(frame + layout.frame_instr, code + layout.code_adaptive)
-        memory.put(frame + layout.frame_owner, 0, 1)
-    for start in (code, name, linetable):
-        memory.put(start, 1)  # the reference count: the object starts here
-    memory.put(code + layout.object_type, 0xC0DE)
-    for offset in (layout.code_filename, layout.code_name, layout.code_qualname):
-        memory.put(code + offset, name)
-    memory.put(code + layout.code_linetable, linetable)
-    memory.put(code + layout.code_firstlineno, 7, 4)
-    memory.put(code + layout.code_firsttraceable, 0, 4)  # type: ignore[operator]
-    memory.put(name + layout.object_type, 0x57)
-    memory.put(name + layout.ascii_length, 1)
-    memory.put(
-        name + layout.ascii_state, (1 << 2) | (1 << 5) | (1 << 6), 4
-    )  # 1-byte, compact, ascii
-    memory.put(name + layout.ascii_size, ord("f"), 1)
-    memory.put(name + layout.compact_size, 0)
-    memory.put(linetable + layout.object_type, 0xB17E)
-    memory.put(linetable + layout.bytes_size, 1)
-    memory.put(linetable + layout.bytes_sval, 0x80 | (10 << 3) | 0, 1)  # line +0 for 1 unit
-    memory.put(linetable + layout.bytes_sval + 1, 0)
-    types = {"PyCode_Type": 0xC0DE, "PyUnicode_Type": 0x57, "PyBytes_Type": 0xB17E}
-    return Interpreter("fake", runtime, 0x030C01F0, layout, types)
-
-
-def test_a_made_up_interpreter_reads_as_expected() -> None:
-    memory = FakeMemory()
-    interpreter = _fake_interpreter(memory, thread_loop=False, frame_loop=False)
-    collected = collect(Memory(memory.read), interpreter)
-    assert collected.problems == []
-    [thread] = describe(collected)
-    assert thread.native_id == 42
-    assert frames_of(thread) == [("f", "f", 7), ("f", "f", 7)]
-
-
-def test_loops_in_target_memory_are_cut_and_said() -> None:
-    memory = FakeMemory()
-    interpreter = _fake_interpreter(memory, thread_loop=True, frame_loop=True)
-    collected = collect(Memory(memory.read), interpreter)
-    [thread] = describe(collected)  # the thread list's loop back to itself is cut
-    assert frames_of(thread) == [("f", "f", 7), ("f", "f", 7)]
-    assert any("loops" in problem for problem in collected.problems)
-
-
-def test_objects_of_the_wrong_type_are_left_out_and_said() -> None:
-    memory = FakeMemory()
-    interpreter = _fake_interpreter(memory, thread_loop=False, frame_loop=False)
-    interpreter.types["PyCode_Type"] = 0xBAD
-    collected = collect(Memory(memory.read), interpreter)
-    [thread] = describe(collected)
-    assert thread.frames == []
-    assert any("not a code object" in problem for problem in collected.problems)
-    interpreter = _fake_interpreter(memory, thread_loop=False, frame_loop=False)
-    interpreter.types["PyUnicode_Type"] = 0xBAD
-    interpreter.codes = CodeCache()
-    [thread] = describe(collect(Memory(memory.read), interpreter))
-    assert frames_of(thread) == [("<unknown>", "<unknown>", 7)] * 2
-
-
-def test_pointers_past_the_address_space_are_refused_not_crashed_on() -> None:
-    memory = FakeMemory()
-    interpreter = _fake_interpreter(memory, thread_loop=False, frame_loop=False)
-    layout = interpreter.layout
-    memory.put(0x3000 + layout.tstate_frame, (1 << 64) - 8)  # cframe + 0 is fine, its frame not
-    memory.put((1 << 64) - 8, (1 << 64) - 4)
-    collected = collect(Memory(memory.read, FakeMemory().read_many), interpreter)
-    assert [thread.frames for thread in describe(collected)] == [[]]
-    assert any("beyond the address space" in problem for problem in collected.problems)
-    # Nor does the next stop's plan ask the kernel for what the address space cannot hold.
-    from liveunwind.targets.live.syscalls import PlannedRead
-
-    memory.put(0x3000 + layout.tstate_frame, (1 << 64) - 4)  # the cframe itself runs past
-    collected = collect(Memory(memory.read, FakeMemory().read_many), interpreter)
-    assert any("beyond the address space" in problem for problem in collected.problems)
-    assert interpreter.plan and all(start + size <= 1 << 64 for start, size in interpreter.plan)
-    PlannedRead(interpreter.plan)
-
-
-def test_a_huge_string_is_refused() -> None:
-    layout = cpython.LAYOUT_3_12
-    header = bytearray(cpython.header_size(layout))
-    struct.pack_into("<Q", header, layout.ascii_length, 1 << 40)
-    with pytest.raises(FormatError):
-        cpython.StringShape(layout, bytes(header))
 
 
 # -- what the walk asks of targets and files ------------------------------------------
@@ -1401,52 +1091,6 @@ def test_find_symbol_copies_no_symbol_table() -> None:
     assert peak < 64 << 10, f"{peak} bytes allocated looking up three names in {path}"
 
 
-# -- the report -------------------------------------------------------------------------
-
-
-def test_the_report_shows_placed_and_unplaced_python_frames() -> None:
-    from liveunwind.cli.report import format_text, to_json_document
-    from liveunwind.frames import Frame, Method, PythonFrame, StopReason, ThreadBacktrace
-
-    frames = [Frame(0, 0x1000, 0x7000, Method.CONTEXT), Frame(1, 0x2000, 0x7100, Method.CFI)]
-    frames[1].function = "_PyEval_EvalFrameDefault"
-    frames[1].python = (PythonFrame("inner", "a.py", 3), PythonFrame("outer", "a.py", None))
-    thread = ThreadBacktrace(7, "main", frames, StopReason.END_OF_STACK)
-    thread.python_unplaced = (PythonFrame("lost", "b.py", 9),)
-    backtrace = Backtrace(7, [thread], "x86_64")
-    text = format_text(backtrace)
-    column = " " * len("  #1  0x0000000000002000  ")
-    assert f"\n{column}[py] inner (a.py:3)\n{column}[py] outer (a.py)\n" in text
-    assert text.index("[py] outer") < text.index("-- end of stack") < text.index("[py] lost")
-    assert "not placed on a native frame" in text
-    document = to_json_document(backtrace)
-    jsonschema.Draft202012Validator(SCHEMA).validate(document)
-    (native,) = document["threads"]
-    assert native["frames"][0]["python"] == []
-    assert native["frames"][1]["python"] == [
-        {"function": "inner", "file": "a.py", "line": 3},
-        {"function": "outer", "file": "a.py", "line": None},
-    ]
-    assert native["python_unplaced"] == [{"function": "lost", "file": "b.py", "line": 9}]
-
-
-def test_profile_stacks_have_a_level_per_python_frame() -> None:
-    """``profile --python``: the Python frames sit under the eval frame, outermost first."""
-    from liveunwind.backtrace.profile import stack_of
-    from liveunwind.frames import Frame, Method, PythonFrame, StopReason, ThreadBacktrace
-
-    frames = [Frame(0, 0x1000, 0x7000, Method.CONTEXT), Frame(1, 0x2000, 0x7100, Method.CFI)]
-    frames[0].function, frames[1].function = "time_sleep", "_PyEval_EvalFrameDefault"
-    frames[1].python = (PythonFrame("inner", "/srv/a.py", 3), PythonFrame("Outer.run", "a.py", 9))
-    thread = ThreadBacktrace(7, "main", frames, StopReason.END_OF_STACK)
-    assert stack_of(thread) == (
-        "_PyEval_EvalFrameDefault",
-        "Outer.run (a.py:9)",
-        "inner (a.py:3)",
-        "time_sleep",
-    )
-
-
 # -- costs nothing without --python ----------------------------------------------------
 
 
@@ -1462,6 +1106,6 @@ def test_a_plain_backtrace_imports_none_of_this(run_program) -> None:  # type: i
         capture_output=True,
         text=True,
         check=True,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert result.stdout.strip() == "[]"

@@ -2,39 +2,29 @@
 
 Real output is validated: ``pid`` of a live program with several threads
 (plain, ``--verbose``, ``--no-symbols``, cut short, ``--repeat``), a kernel
-core, a QEMU core of an aarch64 program and a Mach-O core.  The schema's
-enums are compared with the code's, and documents that break the contract
-are shown to fail, so the validation can fail.
+core, a QEMU core of an aarch64 program and a Mach-O core; documents that
+break the contract are shown to fail, so the validation can fail.  The
+schema against the code is tests/unit/test_schema.py.
 """
 
 from __future__ import annotations
 
 import copy
-import importlib
 import json
-import pkgutil
 import shutil
 import subprocess
 import sys
-import tomllib
-from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
 
-import liveunwind.arch
-from liveunwind.arch import Arch
 from liveunwind.cli.report import SCHEMA_ID, SCHEMA_VERSION
-from liveunwind.frames import Method, StopReason, Trust
-from tests.test_attach_errors import ROOT
-from tests.test_compact import BUILD, TOOLS, make_core
-from tests.test_core import AARCH64_SYSROOT, CRASH, _kernel_writes_cores_here, crash
-
-SCHEMA_FILE = files("liveunwind.cli") / "schemas" / "backtrace.schema.json"
-SCHEMA = json.loads(SCHEMA_FILE.read_text())
-VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+from tests.support.cores import crash, kernel_writes_cores_here
+from tests.support.macho import TOOLS, make_core
+from tests.support.paths import AARCH64_SYSROOT, ROOT
+from tests.support.pythons import PYTHONS, Parked, available
+from tests.support.schema import VALIDATOR
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -66,64 +56,6 @@ def valid_documents(result: subprocess.CompletedProcess[str], count: int = 1) ->
     for document in found:
         VALIDATOR.validate(document)
     return found
-
-
-# -- the schema and the code ------------------------------------------------------------
-
-
-def test_the_schema_is_valid_draft_2020_12() -> None:
-    assert SCHEMA["$schema"] == "https://json-schema.org/draft/2020-12/schema"
-    jsonschema.Draft202012Validator.check_schema(SCHEMA)
-
-
-def test_the_schema_id_and_version_are_the_ones_documents_carry() -> None:
-    assert SCHEMA["$id"] == SCHEMA_ID
-    assert SCHEMA["properties"]["$schema"] == {
-        **SCHEMA["properties"]["$schema"],
-        "const": SCHEMA_ID,
-    }
-    assert SCHEMA["properties"]["schema_version"]["const"] == SCHEMA_VERSION
-    assert SCHEMA_ID.endswith(f":{SCHEMA_VERSION}")
-
-
-def test_the_enums_are_the_codes() -> None:
-    frame = SCHEMA["$defs"]["frame"]["properties"]
-    assert frame["method"]["enum"] == [method.value for method in Method]
-    assert frame["trust"]["enum"] == [trust.value for trust in Trust]
-    thread = SCHEMA["$defs"]["thread"]["properties"]
-    assert thread["stop_reason"]["enum"] == [reason.value for reason in StopReason]
-    arches = set()
-    for module in pkgutil.iter_modules(liveunwind.arch.__path__):
-        loaded = importlib.import_module(f"liveunwind.arch.{module.name}")
-        arches |= {value.name for value in vars(loaded).values() if isinstance(value, Arch)}
-    assert set(SCHEMA["properties"]["arch"]["enum"]) == arches
-
-
-@pytest.mark.parametrize("method", list(Method), ids=[method.value for method in Method])
-def test_the_schema_ties_trust_to_method_as_the_code_does(method: Method) -> None:
-    frame_schema = {"$defs": SCHEMA["$defs"], "$ref": "#/$defs/frame"}
-    validator = jsonschema.Draft202012Validator(frame_schema)
-    frame = {
-        "index": 1, "pc": 0x1000, "sp": 0x2000, "cfa": None, "module": None,
-        "module_offset": None, "function": None, "offset": None, "method": method.value,
-        "signal_frame": False, "notes": [], "file": None, "line": None, "inlined": [],
-        "python": [],
-    }  # fmt: skip
-    accepted = {trust for trust in Trust if validator.is_valid({**frame, "trust": trust.value})}
-    assert accepted == {Trust.of(method)}
-
-
-def test_the_package_data_ships_every_schema() -> None:
-    """pyproject's package-data names the schema files, so ``pip install`` carries them."""
-    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    shipped = {
-        path
-        for package, patterns in setuptools["package-data"].items()
-        for pattern in patterns
-        for path in (ROOT / package.replace(".", "/")).glob(pattern)
-    }
-    assert shipped == set((ROOT / "liveunwind").rglob("*.schema.json"))
-    assert Path(str(SCHEMA_FILE)) in shipped
 
 
 # -- real documents ---------------------------------------------------------------------
@@ -161,10 +93,8 @@ def test_pid_cut_short_and_repeated(run_program) -> None:
 
 def test_pid_with_python_frames(tmp_path: Path) -> None:
     """--python: a CPython program's eval-loop frames carry the Python frames they run."""
-    from tests.test_python_frames import PYTHONS, Parked, _available
-
     python = PYTHONS[0]
-    _available(python)
+    available(python)
     program = Parked(python, tmp_path / "parked")
     try:
         (document,) = valid_documents(cli("pid", str(program.pid), "--json", "--python"))
@@ -183,25 +113,24 @@ def test_pid_with_python_frames(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def crash_cores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def crash_cores(crash_build: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A kernel core of testprogs/crash (a crash in a thread) and, with QEMU, an aarch64 one."""
-    reason = _kernel_writes_cores_here()
+    reason = kernel_writes_cores_here()
     if reason is not None:
         pytest.skip(reason)
-    subprocess.run(["make", "-C", str(CRASH), "-j2"], check=True, capture_output=True)
     folder = tmp_path_factory.mktemp("schema-cores")
     cores = {
         "x86_64": crash(
-            folder / "kernel", [str(CRASH / "build" / "crash-O2"), "thread"], glob="core*"
+            folder / "kernel", [str(crash_build / "build" / "crash-O2"), "thread"], glob="core*"
         )
     }
-    if shutil.which("qemu-aarch64") and (CRASH / "build-aarch64" / "crash-O2").exists():
+    if shutil.which("qemu-aarch64") and (crash_build / "build-aarch64" / "crash-O2").exists():
         (folder / "qemu" / "core").mkdir(parents=True)
         command = [
             "qemu-aarch64",
             "-L",
             str(AARCH64_SYSROOT),
-            str(CRASH / "build-aarch64" / "crash-O2"),
+            str(crash_build / "build-aarch64" / "crash-O2"),
             "thread",
         ]
         cores["aarch64"] = crash(folder / "qemu", command, glob="qemu_*.core")
@@ -225,10 +154,9 @@ def test_qemu_core_of_an_aarch64_program(crash_cores: dict[str, Path]) -> None:
 @pytest.mark.skipif(
     any(shutil.which(tool) is None for tool in TOOLS), reason="needs clang-16, lld-16, llvm-16"
 )
-def test_mach_o_core(tmp_path: Path) -> None:
-    subprocess.run(["make", "-C", str(BUILD.parent), "-j2"], check=True, capture_output=True)
-    core, truth = make_core(BUILD / "chain-arm64", tmp_path)
-    result = cli("core", str(core), "--search-path", str(BUILD), "--json")
+def test_mach_o_core(macho_build: Path, tmp_path: Path) -> None:
+    core, truth = make_core(macho_build / "chain-arm64", tmp_path)
+    result = cli("core", str(core), "--search-path", str(macho_build), "--json")
     (document,) = valid_documents(result)
     assert document["pid"] is None and document["crash"] is None
     (thread,) = document["threads"]

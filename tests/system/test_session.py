@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -13,8 +12,7 @@ from liveunwind.backtrace.session import Session
 from liveunwind.frames import Frame
 from liveunwind.modules.modulemap import ModuleMap
 from liveunwind.targets.live.ptrace import PtraceProcess
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.paths import ROOT
 
 
 def _frame_key(frame: Frame) -> tuple[object, ...]:

@@ -9,22 +9,24 @@ to the first libc frame.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from liveunwind.backtrace.api import open_core
 from liveunwind.frames import Method, StopReason
-
-# The core fixtures live with the core tests; importing them makes them usable here.
-from tests.test_core import AARCH64_SYSROOT, CRASH, crash_build, qemu_core  # noqa: F401
+from tests.support.paths import AARCH64_SYSROOT
 
 VARIANTS = ["crash-O2-sframe", "crash-O2-sframe-pac"]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("mode", ["leaf", "abort"])
-def test_sframe_alone_equals_cfi_on_qemu_cores(qemu_core, variant: str, mode: str) -> None:  # noqa: F811
+def test_sframe_alone_equals_cfi_on_qemu_cores(
+    qemu_core, crash_build: Path, variant: str, mode: str
+) -> None:
     core = str(qemu_core(variant, mode))
-    exe = str(CRASH / "build-aarch64" / variant)
+    exe = str(crash_build / "build-aarch64" / variant)
     sysroot = str(AARCH64_SYSROOT)
     sframe = open_core(core, exe, sysroot=sysroot, unwinders=("sframe",)).threads[0]
     cfi = open_core(core, exe, sysroot=sysroot, unwinders=("cfi",)).threads[0]

@@ -12,7 +12,7 @@ import pytest
 
 import liveunwind
 from liveunwind.frames import Method, StopReason
-from tests.oracles import gdb_backtraces, pcs
+from tests.support.oracles import gdb_backtraces, pcs
 
 PROGRAMS = ["sframe-O0", "sframe-O2", "sframe-O2-nofp"]
 

@@ -21,10 +21,10 @@ import liveunwind
 from liveunwind.cli.unwindinfo import load_image
 from liveunwind.formats.unwind.sframe import SFrameSection
 from liveunwind.frames import Method, StopReason
-from tests.conftest import RunningProgram
-from tests.oracles import gdb_backtraces, pcs
+from tests.support.oracles import gdb_backtraces, pcs
+from tests.support.paths import ROOT
+from tests.support.programs import RunningProgram
 
-ROOT = Path(__file__).resolve().parents[1]
 SID_ROOT = Path(os.environ.get("LIVEUNWIND_SID_ROOT", "/var/cache/liveunwind/sid-rootfs"))
 VARIANTS = {
     "sframe3-O0": ["-O0"],

@@ -6,7 +6,7 @@
   rbp and drops the caller (``call_jit``); liveunwind reads [rsp] first for
   a frame 0 without unwind information, and checks it is a return address.
   gdb is right here, and agrees.
-- Go's scheduler stack and signal stacks (tests/test_go.py): gdb and
+- Go's scheduler stack and signal stacks (tests/system/test_go.py): gdb and
   eu-stack take the word above ``runtime.mcall``'s frame on g0 (the
   address of ``runtime.g0``, a stray 1) for a return address, and gdb does
   not get through Go's signal trampoline; liveunwind ends where Go's own
@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,8 +23,9 @@ import pytest
 
 from liveunwind.backtrace.api import attach
 from liveunwind.frames import Method
-from tests.conftest import TESTPROGS
-from tests.oracles import gdb_backtraces, pcs
+from tests.support.builds import build
+from tests.support.oracles import gdb_backtraces, pcs
+from tests.support.programs import start_command
 
 #: jit-entry's spinning thread, as the program builds it (outermost frames differ by libc).
 CHAIN = ["jit_entry", "call_jit", "spin", "start_thread"]
@@ -34,32 +34,15 @@ CHAIN = ["jit_entry", "call_jit", "spin", "start_thread"]
 @pytest.fixture
 def jit_entry() -> Iterator[tuple[int, int]]:
     """testprogs/jit/jit-entry, running: its pid and the address of jit_entry."""
-    folder = TESTPROGS / "jit"
-    result = subprocess.run(["make", "-C", str(folder), "build/jit-entry"], capture_output=True)
-    if result.returncode != 0:
-        pytest.skip(f"cannot build jit-entry (x86_64 only): {result.stderr!r}")
-    process = subprocess.Popen(
-        [str(folder / "build" / "jit-entry")],
-        stdout=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        entry = 0
-        for line in process.stdout:
-            if line.startswith("entry "):
-                entry = int(line.split()[1], 16)
-            if line.strip() == "ready":
-                break
-        assert entry, "jit-entry printed no entry address"
-        yield process.pid, entry
-    finally:
-        process.kill()
-        process.wait()
-        if process.stdout is not None:
-            process.stdout.close()
-        Path(f"/tmp/perf-{process.pid}.map").unlink(missing_ok=True)
+    programs = build("jit", "build/jit-entry")
+    with start_command([str(programs / "jit-entry")]) as program:
+        lines = program.output.decode().splitlines()
+        entries = [int(line.split()[1], 16) for line in lines if line.startswith("entry ")]
+        assert entries, f"jit-entry printed no entry address: {lines}"
+        try:
+            yield program.pid, entries[0]
+        finally:
+            Path(f"/tmp/perf-{program.pid}.map").unlink(missing_ok=True)
 
 
 def _spinner(pid: int, entry: int):

@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import tomllib
 from importlib.metadata import version
 
 import pytest
 
-from tests.test_attach_errors import ROOT, run_cli
-
-
-def test_installed_metadata_is_pyprojects_version() -> None:
-    written = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-    assert version("liveunwind") == written, "the installed metadata is stale: run make venv"
+from tests.support.cli import run_cli
 
 
 @pytest.mark.parametrize("flag", ["--version", "-V"])

@@ -14,7 +14,8 @@ import ast
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.paths import ROOT
+
 PACKAGE = ROOT / "liveunwind"
 ROW = re.compile(r"^\|\s*(\d+)\s*\|\s*`(liveunwind/[^`]*)`")
 

@@ -7,8 +7,6 @@ import pytest
 from liveunwind.cli import commands
 from liveunwind.cli.parse import HelpRequested, parse
 from liveunwind.errors import UsageError
-from tests.assertions import assert_one_line_error
-from tests.test_attach_errors import run_cli
 
 
 def parsed(*argv: str):
@@ -86,9 +84,3 @@ def test_help_lists_commands_and_every_option() -> None:
             assert option in one.value.text
         for positional in command.positionals:
             assert positional.name in one.value.text
-
-
-def test_the_command_line_tool_exits_64_on_a_mistake_and_0_on_help() -> None:
-    assert_one_line_error(run_cli("pid", "1", "--bogus"), 64, "--bogus")
-    shown = run_cli("core", "--help")
-    assert shown.returncode == 0 and "--search-path" in shown.stdout and shown.stderr == ""

@@ -12,13 +12,12 @@ import re
 import sys
 import tomllib
 from importlib.metadata import packages_distributions
-from pathlib import Path
 
 from liveunwind.cli import OPTIONAL_PACKAGES
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-#: Modules no Python distribution provides: gdb's own API (tests/gdb_frames.py runs
+#: Modules no Python distribution provides: gdb's own API (tests/support/gdb_frames.py runs
 #: inside gdb), and ``compression`` (the standard library's from Python 3.14, whose
 #: ``compression.zstd`` liveunwind prefers to the backports.zstd it declares before 3.14).
 PROVIDED_BY_PROGRAMS = {"gdb", "compression"}

@@ -15,29 +15,13 @@ from hypothesis import strategies as st
 
 from liveunwind.errors import FormatError
 from liveunwind.targets.remote import rsp
-
-#: gdbserver 13's stop reply after --attach, with expedited registers, run-length encoded.
-GDBSERVER_STOP = b"T0006:870d0*(;07:70d1733bfe7f0* ;10:161f986d0e7f0* ;thread:pd85.d85;core:1;"
-QEMU_FEATURES = (
-    b"PacketSize=1000;qXfer:features:read+;qXfer:auxv:read+;vContSupported+;multiprocess+"
-)
-QEMU_TARGET = (
-    b'l<?xml version="1.0"?><!DOCTYPE target SYSTEM "gdb-target.dtd"><target>'
-    b'<architecture>aarch64</architecture><xi:include href="aarch64-core.xml"/>'
-    b'<xi:include href="sve-registers.xml"/><xi:include href="system-registers.xml"/></target>'
-)
-SVR4 = (
-    b'<library-list-svr4 version="1.0" main-lm="0x7f0e6db262e0">'
-    b'<library name="linux-vdso.so.1" lm="0x7f0e6db268b0" l_addr="0x7f0e6daf0000" '
-    b'l_ld="0x7f0e6daf0440" lmid="0x7f0e6db26118"/>'
-    b'<library name="/lib/x86_64-linux-gnu/libc.so.6" lm="0x7f0e6dae8200" '
-    b'l_addr="0x7f0e6d8fc000" l_ld="0x7f0e6daceb60" lmid="0x7f0e6db26118"/>'
-    b"</library-list-svr4>"
-)
-THREADS = (
-    b'<threads>\n<thread id="pd85.d85" core="1" name="remote-x64"/>\n'
-    b'<thread id="pd85.d87" core="1" name="sleeper"/>\n'
-    b'<thread id="pd85.d88" core="1" name="a &amp; b &#x41;"/>\n</threads>\n'
+from tests.support.rsp_replies import (
+    DECODERS,
+    GDBSERVER_STOP,
+    QEMU_FEATURES,
+    QEMU_TARGET,
+    SVR4,
+    THREADS,
 )
 
 
@@ -220,30 +204,11 @@ def test_fuzz_binary_payloads_survive_escaping_runs_and_framing(payload: bytes, 
     assert rsp.unescape(rsp.expand_runs(body)) == payload
 
 
-_DECODERS = [
-    rsp.expand_runs,
-    rsp.unescape,
-    rsp.decode_hex,
-    rsp.parse_features,
-    rsp.parse_stop_reply,
-    rsp.parse_thread_list,
-    rsp.parse_xfer_chunk,
-    rsp.parse_host_io,
-    rsp.parse_target_description,
-    rsp.parse_library_list_svr4,
-    rsp.parse_threads,
-    rsp.decode_register_value,
-    lambda data: rsp.decode_register_block(
-        data, [rsp.RegisterDesc("pc", 64, 0), rsp.RegisterDesc("sp", 32, 1)], {"pc": 16}
-    ),
-]
-
-
 @settings(max_examples=500, deadline=1000)
-@given(data=st.binary(max_size=200), which=st.integers(0, len(_DECODERS) - 1))
+@given(data=st.binary(max_size=200), which=st.integers(0, len(DECODERS) - 1))
 def test_fuzz_decoders_raise_only_format_errors(data: bytes, which: int) -> None:
     with contextlib.suppress(FormatError):
-        _DECODERS[which](data)
+        DECODERS[which](data)
 
 
 _XML_PIECES = st.sampled_from(

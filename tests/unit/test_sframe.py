@@ -1,20 +1,18 @@
-"""SFrame decoder tests: objdump ground truth (vectors and freshly built binaries), rules, fuzz.
+"""SFrame decoder tests: objdump ground truth (the vectors), rules, byte order, headers, fuzz.
 
 The vectors in ``tests/data/sframe-vectors`` hold sections written by binutils 2.40-2.46
-together with what objdump printed for them.  The ground truth is parsed here on
-its own, token by token, so a decoding error cannot hide behind a matching
-renderer; the renderer is then also compared line by line.
+together with what objdump printed for them.  The ground truth is parsed on
+its own, token by token (tests/support/sframe_objdump.py), so a decoding
+error cannot hide behind a matching renderer; the renderer is then also
+compared line by line.  Binaries built here with gcc are
+tests/system/test_sframe.py.
 """
 
 from __future__ import annotations
 
 import json
-import re
-import shutil
 import struct
-import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -26,18 +24,19 @@ from liveunwind.arch.x86_64 import X86_64
 from liveunwind.errors import FormatError
 from liveunwind.formats.unwind.rules import RegKind
 from liveunwind.formats.unwind.sframe import (
-    FdeType,
-    Location,
-    LocKind,
     PcType,
-    SFrameFunction,
-    SFrameRow,
     SFrameSection,
 )
+from tests.support.paths import DATA
+from tests.support.sframe_objdump import (
+    CONTENTS_LINE,
+    assert_matches_objdump,
+    assert_rules_agree,
+    probe_addresses,
+)
 
-VECTOR_DIR = Path(__file__).resolve().parent / "data" / "sframe-vectors"
+VECTOR_DIR = DATA / "sframe-vectors"
 VECTORS = sorted(VECTOR_DIR.glob("*.json"))
-CONTENTS_LINE = "Contents of the SFrame section .sframe:\n"
 ARCHES = {"x86_64": X86_64, "aarch64": AARCH64}
 
 
@@ -49,189 +48,6 @@ def load_vector(path: Path) -> tuple[bytes, int, str]:
 def nonempty_vectors() -> list[tuple[bytes, int]]:
     loaded = (load_vector(path) for path in VECTORS)
     return [(data, base) for data, base, _ in loaded if data]
-
-
-# -- objdump ground truth, parsed independently of the decoder --------------------------
-
-
-@dataclass
-class DumpedFunction:
-    index: int
-    start: int
-    size: int
-    attributes: str
-    pauth_b: bool
-    mask: bool
-    rows: list[tuple[int, str, str, str, bool]]  # address, CFA, FP, RA, signed
-
-
-_FUNC_LINE = re.compile(
-    r"\s+func idx \[(\d+)\]: pc = 0x([0-9a-f]+), size = (\d+) bytes"
-    r'(?:, attr = "(\w+)")?(, pauth = B key)?$'
-)
-_ROW_LINE = re.compile(r"\s+([0-9a-f]{16})  (RA undefined|(\S+)\s+(\S+)\s+(\S+?)(\[s\])?)\s*$")
-
-
-def parse_objdump(text: str) -> tuple[dict[str, object], list[DumpedFunction]]:
-    """Header fields and functions of one ``objdump --sframe`` section dump."""
-    header: dict[str, object] = {"flags": []}
-    functions: list[DumpedFunction] = []
-    for line in text.split(CONTENTS_LINE, 1)[1].splitlines():
-        if match := _FUNC_LINE.match(line):
-            index, start, size, attributes, pauth = match.groups()
-            functions.append(
-                DumpedFunction(
-                    int(index), int(start, 16), int(size), attributes or "", bool(pauth), False, []
-                )
-            )
-        elif line.strip().startswith("STARTPC"):
-            functions[-1].mask = "[m]" in line
-        elif match := _ROW_LINE.match(line):
-            address = int(match[1], 16)
-            if match[2] == "RA undefined":
-                functions[-1].rows.append((address, "", "", "RA undefined", False))
-            else:
-                row = (address, match[3], match[4], match[5], bool(match[6]))
-                functions[-1].rows.append(row)
-        elif ":" in line:
-            key, _, value = line.strip().partition(":")
-            header[key] = value.strip()
-        elif line.strip().startswith("SFRAME_F_"):
-            header["flags"].append(line.strip().rstrip(","))
-    if "Flags" in header and header["Flags"] != "NONE":
-        header["flags"].insert(0, str(header["Flags"]).rstrip(","))
-    return header, functions
-
-
-def expected_location(section: SFrameSection, token: str, column: str) -> Location:
-    """What an objdump column token says, in the decoder's terms."""
-    numbers = {"sp": ARCHES[section.arch].sp, "fp": ARCHES[section.arch].fp}
-    if token == "RA undefined":
-        return Location(LocKind.UNDEFINED)
-    if token == "":
-        return Location(LocKind.UNTRACKED)
-    if token == "u" and column == "ra" and section.version == 1 and section.fixed_ra_offset:
-        # binutils 2.40 printed the header-fixed x86_64 RA as "u".
-        return Location(LocKind.FIXED, offset=section.fixed_ra_offset)
-    if token in ("u", "U"):
-        return Location(LocKind.UNTRACKED if token == "u" else LocKind.PADDING)
-    if token == "f":
-        return Location(LocKind.FIXED, offset=section.fixed_ra_offset)
-    if match := re.fullmatch(r"c([+-]\d+)", token):
-        return Location(LocKind.CFA_SLOT, offset=int(match[1]))
-    match = re.fullmatch(r"(\()?(sp|fp|r\d+)\+?([+-]?\d+)\)?", token)
-    assert match, f"unexpected objdump token {token!r}"
-    register = numbers.get(match[2]) or int(match[2][1:])
-    kind = LocKind.REGISTER_DEREF if match[1] else LocKind.REGISTER
-    return Location(kind, register=register, offset=int(match[3]))
-
-
-def row_address(function: SFrameFunction, row: SFrameRow) -> int:
-    """objdump's STARTPC: absolute for PCINC, the in-block offset for PCMASK."""
-    if function.pc_type is PcType.MASK:
-        return row.offset
-    return function.start + row.offset
-
-
-def assert_matches_objdump(section: SFrameSection, dump: str) -> None:
-    """Every header field, function and row objdump printed, decoded the same way."""
-    header, dumped = parse_objdump(dump)
-    assert header["Version"] == f"SFRAME_VERSION_{section.version}"
-    assert int(header["Num FDEs"]) == section.num_fdes
-    assert int(header["Num FREs"]) == section.num_fres
-    flag_bits = {"SFRAME_F_FDE_SORTED": 1, "SFRAME_F_FRAME_POINTER": 2}
-    flag_bits["SFRAME_F_FDE_FUNC_START_PCREL"] = 4
-    assert sum(flag_bits[name] for name in header["flags"]) == section.flags
-    if "CFA fixed RA offset" in header:
-        assert int(header["CFA fixed RA offset"]) == section.fixed_ra_offset
-    functions = list(section.functions())
-    assert len(functions) == len(dumped)
-    for function, want in zip(functions, dumped, strict=True):
-        assert (function.index, function.start, function.size) == (
-            want.index,
-            want.start,
-            want.size,
-        )
-        assert function.signal_frame == ("S" in want.attributes)
-        assert (function.fde_type is FdeType.FLEX) == ("F" in want.attributes)
-        assert function.pauth_key_b == want.pauth_b
-        assert (function.pc_type is PcType.MASK) == want.mask
-        assert len(function.rows) == len(want.rows)
-        for row, (address, cfa, fp, ra, signed) in zip(function.rows, want.rows, strict=True):
-            where = f"{function.index}@{address:#x}"
-            assert row_address(function, row) == address, where
-            assert row.cfa == expected_location(section, cfa, "cfa"), where
-            assert row.fp == expected_location(section, fp, "fp"), where
-            assert row.ra == expected_location(section, ra, "ra"), where
-            assert row.ra_signed == signed, where
-    expected_text = [line.rstrip() for line in dump.split(CONTENTS_LINE, 1)[1].splitlines()]
-    rendered = [line.rstrip() for line in section.format_objdump().splitlines()]
-    assert rendered == expected_text[: len(rendered)]
-    assert not any(expected_text[len(rendered) :])
-
-
-# -- rules -------------------------------------------------------------------------------
-
-
-def expected_register(section: SFrameSection, location: Location, is_ra: bool) -> tuple:
-    """The documented mapping of a row location to (RegKind, offset, register)."""
-    kind = location.kind
-    if kind is LocKind.UNDEFINED:
-        return (RegKind.UNDEFINED, 0, -1)
-    if kind in (LocKind.FIXED, LocKind.PADDING, LocKind.UNTRACKED) and is_ra:
-        if section.fixed_ra_offset:
-            return (RegKind.OFFSET, section.fixed_ra_offset, -1)
-        return (RegKind.SAME, 0, -1)  # aarch64: the return address is still in LR
-    if kind is LocKind.UNTRACKED:
-        return (RegKind.SAME, 0, -1)
-    if kind is LocKind.CFA_SLOT:
-        return (RegKind.OFFSET, location.offset, -1)
-    if kind is LocKind.REGISTER and location.offset == 0:
-        return (RegKind.REGISTER, 0, location.register)
-    return (RegKind.VAL_EXPRESSION if kind is LocKind.REGISTER else RegKind.EXPRESSION, 0, -1)
-
-
-def probe_addresses(function: SFrameFunction) -> list[tuple[int, SFrameRow]]:
-    """Each row's first byte and the byte before the next row (or the function end)."""
-    probes = []
-    limit = function.rep_size if function.pc_type is PcType.MASK else function.size
-    for number, row in enumerate(function.rows):
-        following = function.rows[number + 1 :]
-        next_offset = following[0].offset if following else limit
-        if next_offset == row.offset or row.offset >= limit:
-            continue
-        last = min(next_offset, limit) - 1
-        probes += [(function.start + row.offset, row), (function.start + last, row)]
-        second_block = function.start + function.rep_size + row.offset
-        if function.pc_type is PcType.MASK and second_block < function.end:
-            probes.append((second_block, row))
-    return probes
-
-
-def assert_rules_agree(section: SFrameSection) -> int:
-    """rule_for at every row boundary says what the row says; returns the probe count."""
-    arch = ARCHES[section.arch]
-    count = 0
-    for function in section.functions():
-        for pc, row in probe_addresses(function):
-            rule = section.rule_for(pc)
-            assert rule is not None, hex(pc)
-            assert (rule.start, rule.end) == (function.start, function.end)
-            assert rule.return_address_register == arch.return_address
-            assert rule.signal_frame == function.signal_frame
-            assert rule.ra_signed == (row.ra_signed and section.arch == "aarch64")
-            ra = rule.rule_for(arch.return_address)
-            want_ra = expected_register(section, row.ra, is_ra=True)
-            assert (ra.kind, ra.offset, ra.register) == want_ra, hex(pc)
-            if not row.outermost:
-                fp = rule.rule_for(arch.fp)
-                assert (fp.kind, fp.offset, fp.register) == expected_register(
-                    section, row.fp, is_ra=False
-                ), hex(pc)
-            if row.cfa.kind is LocKind.REGISTER:
-                assert (rule.cfa.register, rule.cfa.offset) == (row.cfa.register, row.cfa.offset)
-            count += 1
-    return count
 
 
 # -- the vectors -------------------------------------------------------------------------
@@ -437,106 +253,6 @@ def test_fdes_claiming_too_many_fres_are_rejected() -> None:
         struct.pack_into("<II", data, 28 + index * 20 + 8, 0, 2)
     with pytest.raises(FormatError, match="claim"):
         list(SFrameSection(data, 0x2130).functions())
-
-
-# -- binaries built here -------------------------------------------------------------------
-
-
-def c_program() -> str:
-    """Functions with tiny, 2-byte and 4-byte stack offsets, a VLA, and a >64 KiB body."""
-    body = "\n".join(f"  p[{n % 7}] += {n};" for n in range(9000))
-    return f"""
-#include <stdio.h>
-#include <string.h>
-int big(volatile int *p) {{
-{body}
-  return p[0];
-}}
-__attribute__((noinline)) int medium(int n) {{
-  volatile char buf[1000]; memset((char *)buf, n, sizeof buf); return buf[n % 1000];
-}}
-__attribute__((noinline)) int huge(int n) {{
-  volatile char buf[70000]; memset((char *)buf, n, sizeof buf); return buf[n % 70000];
-}}
-__attribute__((noinline)) int vla(int n) {{
-  volatile char buf[n + 1]; buf[n] = 1; return buf[n] + medium(n);
-}}
-__attribute__((noinline)) int recurse(int n) {{ return n ? recurse(n - 1) + vla(n) : 0; }}
-int main(int argc, char **argv) {{
-  int values[7] = {{0}};
-  printf("%d\\n", recurse(argc) + huge(argc) + big(values));
-  return 0;
-}}
-"""
-
-
-@dataclass(frozen=True)
-class Toolchain:
-    gcc: str
-    objdump: str
-
-
-TOOLCHAINS = {
-    "x86_64": Toolchain("gcc", "objdump"),
-    "aarch64": Toolchain("aarch64-linux-gnu-gcc", "objdump"),
-}
-BUILDS = [
-    ("x86_64", "O0", ["-O0"]),
-    ("x86_64", "O2", ["-O2"]),
-    ("x86_64", "omit-fp", ["-O2", "-fomit-frame-pointer"]),
-    ("x86_64", "shared", ["-O2", "-fPIC", "-shared"]),
-    ("aarch64", "O0", ["-O0"]),
-    ("aarch64", "O2", ["-O2", "-fomit-frame-pointer"]),
-    ("aarch64", "pac-ret", ["-O2", "-mbranch-protection=pac-ret"]),
-    ("aarch64", "pac-ret-b-key", ["-O0", "-mbranch-protection=pac-ret+b-key"]),
-]
-
-
-def sframe_section(path: Path) -> tuple[bytes, int]:
-    from elftools.elf.elffile import ELFFile
-
-    with path.open("rb") as stream:
-        section = ELFFile(stream).get_section_by_name(".sframe")
-        assert section is not None, f"{path} has no .sframe"
-        return section.data(), section["sh_addr"]
-
-
-@pytest.fixture(scope="module")
-def build_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    directory = tmp_path_factory.mktemp("sframe")
-    (directory / "prog.c").write_text(c_program())
-    return directory
-
-
-@pytest.mark.parametrize(("arch", "name", "flags"), BUILDS, ids=[f"{a}-{n}" for a, n, _ in BUILDS])
-def test_built_binary_matches_objdump(build_dir: Path, arch: str, name: str, flags: list) -> None:
-    tools = TOOLCHAINS[arch]
-    for tool in (tools.gcc, tools.objdump):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} is not installed")
-    binary = build_dir / f"{arch}-{name}"
-    command = [tools.gcc, "-Wa,--gsframe", *flags, str(build_dir / "prog.c"), "-o", str(binary)]
-    built = subprocess.run(command, capture_output=True, text=True)
-    if built.returncode != 0 and "gsframe" in built.stderr:
-        pytest.skip(f"{tools.gcc} cannot write SFrame: {built.stderr.strip()[:200]}")
-    assert built.returncode == 0, built.stderr
-    dump = subprocess.run(
-        [tools.objdump, "--sframe=.sframe", str(binary)], capture_output=True, text=True
-    )
-    assert dump.returncode == 0, dump.stderr
-    data, address = sframe_section(binary)
-    section = SFrameSection(data, address)
-    assert section.arch == arch
-    assert_matches_objdump(section, dump.stdout)
-    assert assert_rules_agree(section) > 10
-    functions = list(section.functions())
-    assert any(function.size > 0xFFFF for function in functions)
-    offsets = [abs(row.cfa.offset) for function in functions for row in function.rows]
-    if "-O0" not in flags:  # frame-pointer CFAs at -O0 hide the stack size
-        assert max(offsets) > 0x7FFF
-    if "pac-ret" in name:
-        assert any(row.ra_signed for function in functions for row in function.rows)
-        assert any(function.pauth_key_b for function in functions) == name.endswith("b-key")
 
 
 # -- fuzz ------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 # Rules whose address arithmetic wraps past 2^64, for the rule executor's
-# tests (tests/test_executor.py).  Both paths of the stepper must mask
+# tests (tests/system/test_executor.py).  Both paths of the stepper must mask
 # CFA + offset to 64 bits, and both must run DWARF expressions.
 	.text
 
