@@ -34,7 +34,6 @@ from tests.support.oracles import GDB_MARKER, GDB_SCRIPT, OracleFrame, pcs
 from tests.support.platform import (
     COMMAND_TIMEOUT,
     UNDER_QEMU_USER,
-    StartedProgram,
     backtrace_json,
     contains_chain,
     functions,
@@ -88,13 +87,13 @@ class QemuStub:
     def __init__(self, exe: Path, cpu: str = "max") -> None:
         self.port = free_port()
         qemu = Path(tool("qemu-aarch64-static"))
-        self.program = StartedProgram(qemu, ["-cpu", cpu, "-g", str(self.port), str(exe)])
+        self.program = RunningProgram(qemu, ["-cpu", cpu, "-g", str(self.port), str(exe)])
         wait_listening(self.port, timeout=60.0)
 
     def stop_when_ready(self) -> threading.Thread:
         def stop() -> None:
-            self.program.wait_for_line(b"ready\n", time.monotonic() + READY_TIMEOUT)
-            time.sleep(0.2)  # from "about to block" to blocked
+            # Parked: "ready", and every thread of QEMU (the guest's are QEMU's) sleeps.
+            self.program.wait_ready((), READY_TIMEOUT)
             os.kill(self.program.pid, signal.SIGUSR1)
 
         thread = threading.Thread(target=stop, daemon=True)

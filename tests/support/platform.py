@@ -15,14 +15,13 @@ import json
 import os
 import shutil
 import subprocess
-import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.programs import RunningProgram
+from tests.support.waits import wait_for_state
 
 PLATFORM = os.environ.get("LIVEUNWIND_PLATFORM", "")
 """``x86_64``, ``arm64`` (container, QEMU user mode), ``arm64-vm`` or empty (not run by docker/)."""
@@ -124,29 +123,15 @@ def tool(name: str) -> str:
 
 def wait_state(pid: int, state: str, timeout: float = 30.0) -> None:
     """Waits until process ``pid`` is in kernel state ``state`` (``T``: stopped)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        if stat[stat.rindex(")") + 2] == state:
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"process {pid} never reached state {state}")
-
-
-class StartedProgram(RunningProgram):
-    """A test program started with extra ``subprocess.Popen`` arguments (cwd, user, preexec_fn)."""
-
-    def __init__(self, path: Path, args: Iterable[str], **popen: Any) -> None:
-        self.path = path
-        self.args = [str(arg) for arg in args]
-        self.popen = subprocess.Popen(
-            [str(path), *self.args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, **popen
-        )
+    wait_for_state(pid, state, timeout)
 
 
 def start_parked(path: Path, *args: str, timeout: float = 60.0, **popen: Any) -> RunningProgram:
-    """Starts a test program and returns once every thread sleeps (see tests/conftest.py)."""
-    program = StartedProgram(path, args, **popen)
+    """Starts a test program (``popen``: cwd, user, preexec_fn…) and returns once it is parked.
+
+    Parked: every thread sleeps (tests/support/programs.py).
+    """
+    program = RunningProgram(path, args, **popen)
     try:
         program.wait_ready((), timeout)
     except BaseException:

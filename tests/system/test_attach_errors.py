@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ from tests.support.assertions import assert_one_line_error
 from tests.support.cli import run_cli
 from tests.support.paths import ROOT
 from tests.support.programs import start_sleeper
-from tests.support.waits import wait_for_state
+from tests.support.waits import signal_pending, wait_for_state, wait_until
 
 
 def test_pid_that_does_not_exist() -> None:
@@ -117,7 +116,8 @@ def test_stopped_process_stays_stopped() -> None:
         result = run_cli("pid", str(target.pid))
         assert result.returncode == 0, result.stderr
         assert "nanosleep" in result.stdout
-        time.sleep(0.1)
+        # liveunwind has exited: whatever it left the target to do has been done (a
+        # wrongly resumed target is runnable at once), so the state is final now.
         assert procfs.process_stat(target.pid).state == "T"
         assert procfs.tracer_of(target.pid) == 0
         os.kill(target.pid, signal.SIGCONT)
@@ -150,7 +150,11 @@ def test_signal_sent_while_stopped_is_delivered_once_after_detach() -> None:
         assert target.stdout.readline().strip() == "ready"
         with PtraceProcess(target.pid) as process:
             os.kill(target.pid, signal.SIGUSR1)
-            time.sleep(0.2)
+            wait_until(
+                lambda: signal_pending(target.pid, signal.SIGUSR1),
+                10,
+                "SIGUSR1 pending for the stopped target",
+            )
             assert process.threads()
         assert target.stdout.readline().strip() == "got 1"
         os.kill(target.pid, signal.SIGUSR1)

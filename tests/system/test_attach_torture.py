@@ -27,6 +27,7 @@ import pytest
 from liveunwind.targets.live import procfs
 from tests.support.paths import ROOT, TESTPROGS
 from tests.support.programs import RunningProgram, start_command
+from tests.support.waits import wait_until
 
 FORK_EXEC = r"""
 #include "tp.h"
@@ -147,10 +148,7 @@ def held(pid: int) -> dict[int, tuple[str, int]]:
 
 def assert_let_go(pid: int) -> None:
     """Nothing traced or stopped; a thread still on its way out of a stop gets a moment."""
-    deadline = time.monotonic() + 1
-    while held(pid):
-        assert time.monotonic() < deadline, f"threads traced or stopped: {held(pid)}"
-        time.sleep(0.01)
+    wait_until(lambda: not held(pid), 1, f"threads of {pid} let go; still held: {held(pid)}")
 
 
 def run_to_the_end(pid: int, *args: str) -> subprocess.CompletedProcess[str]:

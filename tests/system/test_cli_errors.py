@@ -7,7 +7,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from tests.support.cli import run_cli
 from tests.support.macho import BUILD, TOOLS, make_core
 from tests.support.paths import ROOT
 from tests.support.programs import start_sleeper
+from tests.support.waits import wait_until
 
 YAMA_SCOPE = Path("/proc/sys/kernel/yama/ptrace_scope")
 
@@ -83,11 +83,7 @@ def test_root_without_cap_sys_ptrace_is_told_the_docker_option() -> None:
 
 def wait_for_exec(pid: int, name: str, timeout: float = 10.0) -> None:
     """Until ``pid`` runs ``name``: setpriv has changed user and exec'ed it."""
-    deadline = time.monotonic() + timeout
-    while procfs.process_stat(pid).name != name:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"process {pid} never became {name}")
-        time.sleep(0.01)
+    wait_until(lambda: procfs.process_stat(pid).name == name, timeout, f"{pid} to become {name}")
 
 
 def test_stack_cap_zero_is_a_usage_error() -> None:

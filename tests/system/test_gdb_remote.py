@@ -117,11 +117,14 @@ class QemuStub:
         wait_listening(self.port)
 
     def stop_when_ready(self) -> threading.Thread:
-        """In the background: wait for "ready", then stop the guest with SIGUSR1."""
+        """In the background: wait until the guest is parked, then stop it with SIGUSR1.
+
+        Parked: it printed "ready" and every thread of QEMU sleeps (the guest's
+        threads are QEMU's), so each is in the blocking call its chain ends in.
+        """
 
         def stop() -> None:
-            self.program.wait_for_line(b"ready\n", time.monotonic() + SERVE_TIMEOUT)
-            time.sleep(0.05)  # from "about to block" to blocked
+            self.program.wait_ready((), SERVE_TIMEOUT)
             os.kill(self.program.pid, signal.SIGUSR1)
 
         thread = threading.Thread(target=stop, daemon=True)
@@ -283,19 +286,14 @@ def test_gdbserver_multi_attaches_and_detaches(remote_program) -> None:
     assert_alive(program)
 
 
-class GroupLeader(RunningProgram):
+def group_leader(path: Path) -> RunningProgram:
     """A test program in a process group of its own, as gdbserver's ^C needs."""
-
-    def __init__(self, path: Path) -> None:
-        self.path, self.args = path, []
-        self.popen = subprocess.Popen(
-            [str(path)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, process_group=0
-        )
+    return RunningProgram(path, [], process_group=0)
 
 
 def test_gdbserver_interrupt_after(remote_build: Path) -> None:
     """``after``: the target runs on a while, then ^C stops it (a signal to its process group)."""
-    program = GroupLeader(remote_build / "build" / "remote-O2")
+    program = group_leader(remote_build / "build" / "remote-O2")
     try:
         program.wait_for_line(b"ready\n", time.monotonic() + 10)
         with GdbServer(program.pid) as server:
@@ -311,7 +309,7 @@ def test_gdbserver_interrupt_after(remote_build: Path) -> None:
 
 def test_interrupted_while_waiting_still_detaches(remote_build: Path) -> None:
     """^C to liveunwind during ``after``: the target is stopped and detached on the way out."""
-    program = GroupLeader(remote_build / "build" / "remote-O2")
+    program = group_leader(remote_build / "build" / "remote-O2")
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         program.wait_for_line(b"ready\n", time.monotonic() + 10)

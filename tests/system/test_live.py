@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +26,7 @@ from liveunwind.targets.live import procfs
 from tests.support.assertions import assert_matches_gdb
 from tests.support.oracles import Backtraces, eu_stack_backtraces, gdb_backtraces
 from tests.support.paths import ROOT
+from tests.support.waits import state, wait_for_state, wait_until
 
 TEST_PROGRAMS = [
     ("threads-O0", ()),
@@ -70,7 +72,7 @@ def test_signal_handler_frames(run_program, gdb) -> None:
     program = run_program("sighandler")
     os.kill(program.pid, signal.SIGSTOP)
     try:
-        _wait_state(program.pid, "T")
+        wait_for_state(program.pid, "T")
         backtrace = liveunwind.attach(program.pid)
         assert_matches_gdb(backtrace, gdb_backtraces(program.pid, gdb=gdb))
         assert procfs.process_stat(program.pid).state == "T"
@@ -146,7 +148,7 @@ def test_cli_sigterm_halfway_leaves_the_target_untraced(run_program) -> None:
         _, stderr = runner.communicate(timeout=60)
         assert b"Traceback" not in stderr
         assert procfs.tracer_of(program.pid) == 0
-        _wait_state(program.pid, "S")
+        wait_for_state(program.pid, "S")
 
 
 def test_sigint_halfway_exits_130(run_program) -> None:
@@ -167,7 +169,7 @@ def test_sigint_halfway_exits_130(run_program) -> None:
     else:  # it finished before the signal came
         assert runner.returncode == 0, stderr.decode()
     assert procfs.tracer_of(program.pid) == 0
-    _wait_state(program.pid, "S")
+    wait_for_state(program.pid, "S")
 
 
 # -- programs nobody here wrote ----------------------------------------------------------
@@ -181,17 +183,31 @@ PYTHON_THREADS = (
 )
 
 
+def _all_threads_sleep(pid: int) -> bool:
+    return all(state(pid, int(tid)) in ("S", None) for tid in os.listdir(f"/proc/{pid}/task"))
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User and system time the process has run (utime and stime of its stat, in ticks)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @pytest.fixture
 def foreign_program(request) -> Iterator[subprocess.Popen[str]]:
+    """The program, stopped with SIGSTOP once it is where it stays: asleep, or busy in its loop."""
     command, ready_line = request.param
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
     try:
         if ready_line:
             assert process.stdout is not None
             assert process.stdout.readline().strip() == "ready"
-        time.sleep(0.3)
+            wait_until(lambda: _all_threads_sleep(process.pid), 10, f"{command[0]} asleep")
+        else:  # past its start-up: a tenth of a second of CPU is loop, not loader
+            wait_until(lambda: _cpu_seconds(process.pid) >= 0.1, 30, f"{command[0]} busy")
         os.kill(process.pid, signal.SIGSTOP)
-        _wait_state(process.pid, "T")
+        wait_for_state(process.pid, "T")
         yield process
     finally:
         process.kill()
@@ -239,11 +255,3 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
         timeout=60,
         cwd=ROOT,
     )
-
-
-def _wait_state(pid: int, wanted: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while procfs.process_stat(pid).state != wanted:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"process {pid} never reached state {wanted}")
-        time.sleep(0.01)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -31,31 +32,31 @@ from liveunwind.targets.local.capture import MACHINE_CODE, sample_thread
 from tests.support.oracles import gdb_backtraces, pcs
 from tests.support.paths import AARCH64_SYSROOT, ROOT
 from tests.support.schema import VALIDATOR
+from tests.support.waits import blocked_in_read, wait_until
 
 #: The C chain as it appears in a backtrace taken inside the callback, innermost first.
 CHAIN = ["chain_inner", "chain_middle", "chain_call"]
 #: A Python script that unwinds its own threads inside the chain and prints them as JSON.
 SCRIPT = r"""
-import ctypes, json, sys, threading, time
+import ctypes, json, os, sys, threading
 sys.path.insert(0, sys.argv[2])
 from liveunwind.backtrace.local import local_backtrace
 from liveunwind.cli.report import format_json
 import liveunwind.targets.local.process as local
+from tests.support.waits import blocked_in_read, wait_until
 
 chain = ctypes.CDLL(sys.argv[1])
 callback_type = ctypes.CFUNCTYPE(ctypes.c_int)
-release, parked = threading.Event(), threading.Event()
+parked, release = os.pipe()
 
 def park():
-    parked.set()
-    release.wait()
+    os.read(parked, 1)  # blocks in read(), the GIL given up: parked for good
     return 0
 
 parker = callback_type(park)
 worker = threading.Thread(target=lambda: chain.chain_call(parker), name="worker")
 worker.start()
-parked.wait()
-time.sleep(0.2)  # from parked.set() into release.wait(), which needs the GIL back first
+wait_until(lambda: blocked_in_read(worker.native_id, parked), 60, "the worker parked in read()")
 found = {}
 
 def mine():
@@ -80,7 +81,7 @@ print(json.dumps({
     },
 }), flush=True)
 sys.stdin.readline()
-release.set()
+os.write(release, b"x")
 worker.join()
 """
 
@@ -131,25 +132,29 @@ def test_calling_thread_inside_a_c_chain(chain_library: Path) -> None:
 def test_another_thread_like_a_watchdog(chain_library: Path) -> None:
     """A thread parked in the chain, unwound from this thread to its start; it runs on after."""
     library = ctypes.CDLL(str(chain_library))
-    release, parked = threading.Event(), threading.Event()
+    parked, release = os.pipe()
 
     @ctypes.CFUNCTYPE(ctypes.c_int)
     def park() -> int:
-        parked.set()
-        release.wait()
+        os.read(parked, 1)  # blocks in read(), the GIL given up: parked for good
         return 7
 
     results: list[int] = []
     worker = threading.Thread(target=lambda: results.append(library.chain_call(park)))
     worker.start()
     try:
-        assert parked.wait(10)
-        time.sleep(0.2)  # from parked.set() into release.wait(), which needs the GIL back first
+        wait_until(
+            lambda: worker.native_id is not None and blocked_in_read(worker.native_id, parked),
+            10,
+            "the worker parked in read() inside the chain",
+        )
         by_thread = local_backtrace(thread=worker)
         by_id = local_backtrace(thread=worker.native_id)
     finally:
-        release.set()
+        os.write(release, b"x")
         worker.join(10)
+        os.close(parked)
+        os.close(release)
     assert results == [10]  # 7, plus one per link: the thread finished its chain normally
     for backtrace in (by_thread, by_id):
         thread = backtrace.threads[0]
@@ -172,8 +177,8 @@ def test_a_thread_that_blocks_the_signal_times_out_and_stays_well() -> None:
         signal.pthread_sigmask(signal.SIG_BLOCK, set(range(signal.SIGRTMIN, signal.SIGRTMAX + 1)))
         blocked.set()
         release.wait()
-        signal.pthread_sigmask(signal.SIG_SETMASK, set())  # the pending signal arrives now
-        time.sleep(0.05)
+        # The pending signal is this thread's (tgkill): its handler runs before the call returns.
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
 
     worker = threading.Thread(target=run)
     worker.start()
@@ -252,7 +257,7 @@ def test_worker_thread_matches_gdb(chain_library: Path, gdb: str) -> None:
     ours = [pc for pc, _, _ in worker["frames"]]
     theirs = pcs(oracle[report["tid"]])
     assert ours[1:] == theirs[1:]
-    # Frame 0 is the futex system call: a signal handler sees the pc of the
+    # Frame 0 is the read system call: a signal handler sees the pc of the
     # syscall instruction (the kernel backs it up to restart the call), gdb
     # the pc after it.
     assert theirs[0] - ours[0] in (0, 2)

@@ -37,8 +37,10 @@ import pytest
 from liveunwind.backtrace.profile import END_DURATION, Profile, record
 from liveunwind.backtrace.session import Session
 from liveunwind.cli.profile import SCHEMA_ID, SCHEMA_VERSION
+from liveunwind.targets.live import procfs
 from tests.support.paths import ROOT
 from tests.support.programs import RunningProgram, start_program
+from tests.support.waits import wait_until
 
 SCHEMA = json.loads((files("liveunwind.cli") / "schemas" / "profile.schema.json").read_text())
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
@@ -281,6 +283,24 @@ def test_the_svg_renders_in_a_browser_with_search_and_zoom(run: Run, tmp_path: P
 # -- the command ------------------------------------------------------------------------
 
 
+def wait_for_samples(pid: int, count: int, timeout: float = 60.0) -> None:
+    """Until a profiler has stopped ``pid`` and let it go ``count`` times: samples taken.
+
+    Each sample seizes the process and detaches (TracerPid set, then 0); a
+    sample this poll misses only makes the wait longer.
+    """
+    seen, held = 0, False
+
+    def sampled() -> bool:
+        nonlocal seen, held
+        now = procfs.tracer_of(pid) != 0
+        seen += held and not now
+        held = now
+        return seen >= count
+
+    wait_until(sampled, timeout, f"{count} samples of process {pid}", interval=0.001)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_ends_sampling_and_everything_is_still_written(
     profiled: Profiled, tmp_path: Path, signum: int
@@ -293,7 +313,7 @@ def test_a_signal_ends_sampling_and_everything_is_still_written(
     if signum == signal.SIGTERM:
         command.append("--json")
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
-    time.sleep(1.5)
+    wait_for_samples(profiled.pid, 20)
     process.send_signal(signum)
     out, err = process.communicate(timeout=60)
     assert process.returncode == 0, err
@@ -313,8 +333,7 @@ def test_a_signal_ends_sampling_and_everything_is_still_written(
     status = Path(f"/proc/{profiled.pid}/status").read_text()
     assert "TracerPid:\t0\n" in status  # let go, and running on
     before = profiled.chunks()
-    time.sleep(0.1)
-    assert profiled.chunks() > before
+    wait_until(lambda: profiled.chunks() > before, 10, "the burner to work on, let go")
 
 
 def test_a_process_that_exits_ends_sampling(tmp_path: Path) -> None:

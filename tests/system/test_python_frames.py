@@ -33,7 +33,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -79,6 +78,7 @@ from tests.support.pythons import (
     Truth,
     available,
 )
+from tests.support.waits import wait_until
 
 
 @pytest.fixture(scope="module", params=PYTHONS, ids=repr)
@@ -637,10 +637,11 @@ def test_a_process_in_a_pid_namespace_is_matched_by_its_own_thread_ids(tmp_path:
             pytest.skip(f"unshare --pid failed here: {launcher.communicate()[1]!r}")
         children = Path(f"/proc/{launcher.pid}/task/{launcher.pid}/children").read_text()
         (pid,) = [int(child) for child in children.split()]
-        deadline = time.monotonic() + START_TIMEOUT
-        while len(os.listdir(f"/proc/{pid}/task")) != THREADS:  # the reporter has ended
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_until(
+            lambda: len(os.listdir(f"/proc/{pid}/task")) == THREADS,
+            START_TIMEOUT,
+            "the reporter thread of python_parked.py to end",
+        )
         document = json.loads(command("pid", str(pid), "--python", "--json").stdout)
         inside = {tid: _id_inside(pid, tid) for tid in (t["tid"] for t in document["threads"])}
     finally:
