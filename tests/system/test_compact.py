@@ -5,7 +5,8 @@ for the table's raw contents, the functions' own prologues (from
 ``llvm-objdump -d``) for what each encoding must mean, ``llvm-dwarfdump``
 for the FDEs DWARF-mode entries point at, and tools/macho_core.py — which
 runs the binaries in unicorn and records every live call — for the true
-chain of frames and registers in a core.
+chain of frames and registers in a core.  Tables made by hand are
+tests/unit/test_compact.py.
 """
 
 from __future__ import annotations

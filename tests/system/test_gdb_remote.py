@@ -14,8 +14,9 @@ gets its own QEMU running the same program — QEMU places everything at the
 same addresses every run, so the pcs must be the same.  gdbserver serves
 liveunwind first and plain gdb attaches to the very same process afterwards.
 
-Error paths use small scripted stubs: a socket that accepts and never
-answers, one that hangs up, one that sends a bad checksum.
+The command's error path uses a scripted stub that never answers; the
+client's own error paths, against scripted stubs in this process, are
+tests/unit/test_gdb_remote.py.
 """
 
 from __future__ import annotations
