@@ -29,6 +29,7 @@ one that gdb itself cannot read — see the notes in test_riscv64.py).
 
 from __future__ import annotations
 
+import itertools
 import os
 import select
 import shutil
@@ -467,7 +468,8 @@ class CoreImage:
     pid: int
     threads: dict[int, list[int]]
     objects: list[LoadedObject]
-    segments: list[tuple[int, bytes, int]]
+    #: Per PT_LOAD: address, what was dumped, p_flags, p_memsz.
+    segments: list[tuple[int, bytes, int, int]]
 
 
 def write_core(held: Held, path: Path, *, stack_limit: int = 1 << 20) -> CoreImage:
@@ -476,10 +478,12 @@ def write_core(held: Held, path: Path, *, stack_limit: int = 1 << 20) -> CoreIma
     Notes: NT_PRSTATUS (376 bytes, ``pr_reg`` = user_regs_struct: pc, x1..x31)
     and NT_FPREGSET (264 bytes, zeros: the stub's ``g`` has no FP registers)
     per thread, the stopped thread first; NT_PRPSINFO, NT_SIGINFO, NT_AUXV and
-    NT_FILE once.  Memory, as the kernel's default coredump_filter keeps it:
-    each loaded file's first page (its ELF header and build-id) and its
-    writable segments, and every thread's stack from its sp up to the end of
-    the mapping (at most ``stack_limit`` bytes) — code comes from the files.
+    NT_FILE once.  One PT_LOAD per mapping, p_memsz its size and p_filesz
+    what was dumped, as the kernel's default coredump_filter dumps it: each
+    loaded file's writable segments and .bss whole, the first page of the one
+    holding its ELF header (and build-id), nothing of the others (code comes
+    from the files); every thread's stack from its sp up to the end of the
+    mapping (at most ``stack_limit`` bytes); QEMU's trampoline page.
     """
     client = held.client
     listed = client.threads()
@@ -489,43 +493,49 @@ def write_core(held: Held, path: Path, *, stack_limit: int = 1 << 20) -> CoreIma
     auxv = dict(struct.iter_unpack("<QQ", auxv_bytes[: len(auxv_bytes) // 16 * 16]))
     objects = loaded_objects(client, held.exe, auxv)
 
-    ranges: list[tuple[int, int, int]] = []  # start, end, ELF p_flags
+    # The mappings, each as the kernel dumps it (one PT_LOAD per mapping, p_memsz its size,
+    # p_filesz what was written): start, end, ELF p_flags, and how much to dump.
+    vmas: list[tuple[int, int, int, str]] = []
     file_entries: list[tuple[int, int, int, str]] = []
     for obj in objects:
         loads = [h for h in program_headers(obj.local_path.read_bytes()) if h.type == 1]
-        first = loads[0]
-        header_page = obj.bias + _page_down(first.vaddr)
-        ranges.append((header_page, header_page + PAGE, 4))
         for load in loads:
             start = obj.bias + _page_down(load.vaddr)
-            end = obj.bias + _page_up(load.vaddr + load.memsz)
             file_end = obj.bias + _page_up(load.vaddr + load.filesz)
+            end = obj.bias + _page_up(load.vaddr + load.memsz)
             file_entries.append((start, file_end, _page_down(load.offset) // PAGE, obj.target_path))
-            if load.flags & 2:  # PF_W
-                ranges.append((start, end, load.flags))
+            if load.flags & 2:  # PF_W: private, written to: dumped whole
+                dump = "all"
+            elif load.offset < PAGE:  # the ELF header (and build-id note): its first page
+                dump = "header"
+            else:
+                dump = "none"
+            vmas.append((start, file_end, load.flags, dump))
+            if end > file_end:  # .bss past the file's last page: anonymous
+                vmas.append((file_end, end, 6, "all"))
+    starts = sorted(vma[0] for vma in vmas)
     stacks = []
     for regs in registers.values():
         start = _page_down(regs[2])
+        limit = min([s for s in starts if s > start], default=start + stack_limit)
         end = start
-        while end - start < stack_limit and client.read_memory(end, 1) is not None:
+        while end < min(limit, start + stack_limit) and client.read_memory(end, 1) is not None:
             end += PAGE
-        ranges.append((start, end, 6))
         stacks.append((start, end))
-    ranges += _trampoline_pages(client, stacks)
+    for start, end, flags in _trampoline_pages(client, stacks):
+        vmas.append((start, end, flags, "all"))
+        stacks = [(s, min(e, start) if s < start else e) for s, e in stacks]
+    vmas += [(start, end, 6, "all") for start, end in stacks if end > start]
+    vmas.sort()
+    if any(a[1] > b[0] for a, b in itertools.pairwise(vmas)):
+        raise StubError(f"overlapping mappings: {[(hex(v[0]), hex(v[1])) for v in vmas]}")
 
     segments = []
-    for start, end, flags in _merge(ranges):
-        page = start
-        while page < end:  # unreadable pages (guards, holes) are left out
-            run_start = page
-            chunks = []
-            while page < end and (chunk := client.read_memory(page, PAGE)) is not None:
-                chunks.append(chunk)
-                page += PAGE
-            if chunks:
-                segments.append((run_start, b"".join(chunks), flags))
-            if page < end and not chunks:
-                page += PAGE
+    for start, end, flags, dump in vmas:
+        size = {"all": end - start, "header": PAGE, "none": 0}[dump]
+        pages = [client.read_memory(page, PAGE) for page in range(start, start + size, PAGE)]
+        data = b"".join(page if page is not None else bytes(PAGE) for page in pages)
+        segments.append((start, data, flags, end - start))
 
     pid = thread_tid(listed[0])  # QEMU lists the main thread first
     notes = b""
@@ -571,17 +581,6 @@ def _trampoline_pages(client: Client, stacks: list[tuple[int, int]]) -> list[tup
     return pages
 
 
-def _merge(ranges: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
-    merged: list[list[int]] = []
-    for start, end, flags in sorted(ranges):
-        if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
-            merged[-1][2] |= flags
-        else:
-            merged.append([start, end, flags])
-    return [(start, end, flags) for start, end, flags in merged]
-
-
 def _note(name: bytes, kind: int, desc: bytes) -> bytes:
     name += b"\0"
     header = struct.pack("<III", len(name), len(desc), kind)
@@ -603,7 +602,7 @@ def _nt_file(entries: list[tuple[int, int, int, str]]) -> bytes:
     return body + b"".join(path.encode() + b"\0" for *_, path in entries)
 
 
-def _write_elf(path: Path, notes: bytes, segments: list[tuple[int, bytes, int]]) -> None:
+def _write_elf(path: Path, notes: bytes, segments: list[tuple[int, bytes, int, int]]) -> None:
     count = 1 + len(segments)
     header = bytearray(64)
     header[:16] = b"\x7fELF\x02\x01\x01" + bytes(9)
@@ -614,13 +613,11 @@ def _write_elf(path: Path, notes: bytes, segments: list[tuple[int, bytes, int]])
     tables = struct.pack("<IIQQQQQQ", 4, 0, offset, 0, 0, len(notes), 0, 4)  # PT_NOTE
     data = notes
     offset += len(notes)
-    for address, contents, flags in segments:
+    for address, contents, flags, size in segments:
         padding = -offset % PAGE
         data += bytes(padding)
         offset += padding
-        tables += struct.pack(
-            "<IIQQQQQQ", 1, flags, offset, address, 0, len(contents), len(contents), PAGE
-        )
+        tables += struct.pack("<IIQQQQQQ", 1, flags, offset, address, 0, len(contents), size, PAGE)
         data += contents
         offset += len(contents)
     path.write_bytes(bytes(header) + tables + data)
