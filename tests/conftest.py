@@ -64,6 +64,12 @@ def macho_build() -> Path:
 
 
 @pytest.fixture(scope="session")
+def riscv64_build() -> Path:
+    """testprogs/riscv64/build: threads, sighandler, recurse, deepstacks, remote, crash."""
+    return build("riscv64")
+
+
+@pytest.fixture(scope="session")
 def go_build() -> Path:
     """testprogs/go/build: goroutines, built by the Go toolchain."""
     return build("go")

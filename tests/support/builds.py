@@ -82,6 +82,12 @@ FAMILIES = {
     ),
     # macho: Mach-O binaries for compact unwind, built without an Apple SDK
     "macho": Family(TESTPROGS / "macho", ("clang-16", "clang++-16", "ld64.lld-16")),
+    # riscv64: the host programs built for riscv64 (run under qemu-riscv64), and sigframe
+    "riscv64": Family(
+        TESTPROGS / "riscv64",
+        ("riscv64-linux-gnu-gcc",),
+        files={"all": ("/usr/riscv64-linux-gnu/lib/libc.so.6",)},
+    ),
     # go: goroutines, built by the Go toolchain
     "go": Family(TESTPROGS / "go", ("go",)),
     # lld: programs linked by lld, one compiler each

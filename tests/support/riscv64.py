@@ -1,6 +1,6 @@
 """riscv64 targets under QEMU user mode, held at one stopping point for several debuggers.
 
-tests/test_riscv64.py compares liveunwind with gdb-multiarch on riscv64
+tests/system/test_riscv64.py compares liveunwind with gdb-multiarch on riscv64
 programs that run under ``qemu-riscv64 -g PORT`` (QEMU 7.2, Debian 12).  Two
 limits of that stub shape this module:
 
@@ -21,29 +21,23 @@ here and not passed on, so the next debugger finds the very same stopped
 target.  gdb-multiarch and liveunwind therefore unwind the same registers
 and the same stacks, even a thread interrupted at an arbitrary instruction.
 
-:func:`write_core` writes a core of the held target in the Linux kernel's
-format for riscv64 (what a riscv64 kernel writes; QEMU 7.2 user mode writes
-no riscv64 core, and gdb-multiarch 13's ``gcore`` through the stub writes
-one that gdb itself cannot read — see the notes in test_riscv64.py).
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import select
 import shutil
 import signal
 import socket
 import struct
-import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.conftest import RunningProgram
-from tests.ports import free_port, wait_listening
+from tests.support.ports import free_port, wait_listening
+from tests.support.programs import RunningProgram
 
 SYSROOT = Path("/usr/riscv64-linux-gnu")
 #: The signal that stops a held target; none of the test programs uses it.
@@ -388,242 +382,3 @@ def program_headers(image: bytes) -> list[ProgramHeader]:
         )
         headers.append(ProgramHeader(kind, flags, offset, vaddr, filesz, memsz))
     return headers
-
-
-def _entry(image: bytes) -> int:
-    return int(struct.unpack_from("<Q", image, 24)[0])
-
-
-# -- a kernel-format riscv64 core of a held target ---------------------------------------------
-
-
-@dataclass(frozen=True)
-class LoadedObject:
-    """An ELF file the target has loaded: its path in the target, here, and its load bias."""
-
-    target_path: str
-    local_path: Path
-    bias: int
-
-
-def loaded_objects(client: Client, exe: Path, auxv: dict[int, int]) -> list[LoadedObject]:
-    """The executable (placed by AT_ENTRY), then what the dynamic linker's link_map lists."""
-    image = exe.read_bytes()
-    bias = auxv[9] - _entry(image)  # AT_ENTRY
-    objects = [LoadedObject(str(exe), exe, bias)]
-    dynamic = [h for h in program_headers(image) if h.type == 2]  # PT_DYNAMIC
-    if not dynamic:
-        return objects  # static: no dynamic linker, no link_map
-    data = client.read_memory(bias + dynamic[0].vaddr, dynamic[0].memsz) or b""
-    r_debug = 0
-    for offset in range(0, len(data) - 15, 16):
-        tag, value = struct.unpack_from("<qQ", data, offset)
-        if tag == 0:
-            break
-        if tag == 21:  # DT_DEBUG
-            r_debug = value
-    if not r_debug:
-        raise StubError("the executable's DT_DEBUG is not set: no link_map to walk")
-    node = struct.unpack("<Q", client.read_memory(r_debug + 8, 8) or bytes(8))[0]
-    seen = 0
-    while node and seen < 64:
-        seen += 1
-        l_addr, l_name, _, l_next = struct.unpack(
-            "<QQQQ", client.read_memory(node, 32) or bytes(32)
-        )
-        name = _string(client, l_name)
-        if name and not name.startswith("linux-vdso"):
-            local = SYSROOT / name.lstrip("/")
-            if not local.exists():  # QEMU's -L falls back to the host's own files
-                local = Path(name)
-            objects.append(LoadedObject(name, local, l_addr))
-        node = l_next
-    return objects
-
-
-def _string(client: Client, address: int) -> str:
-    if not address:
-        return ""
-    data = b""
-    while b"\0" not in data and len(data) < 4096:
-        chunk = client.read_memory(address + len(data), 64)
-        if chunk is None:
-            break
-        data += chunk
-    return data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-
-
-def _page_down(address: int) -> int:
-    return address - address % PAGE
-
-
-def _page_up(address: int) -> int:
-    return _page_down(address + PAGE - 1)
-
-
-@dataclass
-class CoreImage:
-    """What write_core recorded: per thread its registers (x0–x31, pc), and the files."""
-
-    pid: int
-    threads: dict[int, list[int]]
-    objects: list[LoadedObject]
-    #: Per PT_LOAD: address, what was dumped, p_flags, p_memsz.
-    segments: list[tuple[int, bytes, int, int]]
-
-
-def write_core(held: Held, path: Path, *, stack_limit: int = 1 << 20) -> CoreImage:
-    """Writes a core of the held target as a riscv64 Linux kernel would (fs/binfmt_elf.c).
-
-    Notes: NT_PRSTATUS (376 bytes, ``pr_reg`` = user_regs_struct: pc, x1..x31)
-    and NT_FPREGSET (264 bytes, zeros: the stub's ``g`` has no FP registers)
-    per thread, the stopped thread first; NT_PRPSINFO, NT_SIGINFO, NT_AUXV and
-    NT_FILE once.  One PT_LOAD per mapping, p_memsz its size and p_filesz
-    what was dumped, as the kernel's default coredump_filter dumps it: each
-    loaded file's writable segments and .bss whole, the first page of the one
-    holding its ELF header (and build-id), nothing of the others (code comes
-    from the files); every thread's stack from its sp up to the end of the
-    mapping (at most ``stack_limit`` bytes); QEMU's trampoline page.
-    """
-    client = held.client
-    listed = client.threads()
-    order = sorted(listed, key=lambda t: t != held.stopped_thread)
-    registers = {thread_tid(t): client.registers(t) for t in order}
-    auxv_bytes = client.xfer(b"auxv", b"")
-    auxv = dict(struct.iter_unpack("<QQ", auxv_bytes[: len(auxv_bytes) // 16 * 16]))
-    objects = loaded_objects(client, held.exe, auxv)
-
-    # The mappings, each as the kernel dumps it (one PT_LOAD per mapping, p_memsz its size,
-    # p_filesz what was written): start, end, ELF p_flags, and how much to dump.
-    vmas: list[tuple[int, int, int, str]] = []
-    file_entries: list[tuple[int, int, int, str]] = []
-    for obj in objects:
-        loads = [h for h in program_headers(obj.local_path.read_bytes()) if h.type == 1]
-        for load in loads:
-            start = obj.bias + _page_down(load.vaddr)
-            file_end = obj.bias + _page_up(load.vaddr + load.filesz)
-            end = obj.bias + _page_up(load.vaddr + load.memsz)
-            file_entries.append((start, file_end, _page_down(load.offset) // PAGE, obj.target_path))
-            if load.flags & 2:  # PF_W: private, written to: dumped whole
-                dump = "all"
-            elif load.offset < PAGE:  # the ELF header (and build-id note): its first page
-                dump = "header"
-            else:
-                dump = "none"
-            vmas.append((start, file_end, load.flags, dump))
-            if end > file_end:  # .bss past the file's last page: anonymous
-                vmas.append((file_end, end, 6, "all"))
-    starts = sorted(vma[0] for vma in vmas)
-    stacks = []
-    for regs in registers.values():
-        start = _page_down(regs[2])
-        limit = min([s for s in starts if s > start], default=start + stack_limit)
-        end = start
-        while end < min(limit, start + stack_limit) and client.read_memory(end, 1) is not None:
-            end += PAGE
-        stacks.append((start, end))
-    for start, end, flags in _trampoline_pages(client, stacks):
-        vmas.append((start, end, flags, "all"))
-        stacks = [(s, min(e, start) if s < start else e) for s, e in stacks]
-    vmas += [(start, end, 6, "all") for start, end in stacks if end > start]
-    vmas.sort()
-    if any(a[1] > b[0] for a, b in itertools.pairwise(vmas)):
-        raise StubError(f"overlapping mappings: {[(hex(v[0]), hex(v[1])) for v in vmas]}")
-
-    segments = []
-    for start, end, flags, dump in vmas:
-        size = {"all": end - start, "header": PAGE, "none": 0}[dump]
-        pages = [client.read_memory(page, PAGE) for page in range(start, start + size, PAGE)]
-        data = b"".join(page if page is not None else bytes(PAGE) for page in pages)
-        segments.append((start, data, flags, end - start))
-
-    pid = thread_tid(listed[0])  # QEMU lists the main thread first
-    notes = b""
-    for index, tid in enumerate(registers):
-        regs = registers[tid]
-        prstatus = bytearray(376)
-        struct.pack_into("<h", prstatus, 12, STOP_SIGNAL if index == 0 else 0)  # pr_cursig
-        struct.pack_into("<iiii", prstatus, 32, tid, 0, pid, pid)  # pid ppid pgrp sid
-        struct.pack_into("<32Q", prstatus, 112, regs[32], *regs[1:32])  # pc, x1..x31
-        notes += _note(b"CORE", 1, bytes(prstatus))  # NT_PRSTATUS
-        if index == 0:
-            notes += _note(b"CORE", 3, _prpsinfo(pid, held))  # NT_PRPSINFO
-            siginfo = struct.pack("<iii", STOP_SIGNAL, 0, 0) + bytes(116)
-            notes += _note(b"CORE", 0x53494749, siginfo)  # NT_SIGINFO
-            notes += _note(b"CORE", 6, auxv_bytes)  # NT_AUXV
-            notes += _note(b"CORE", 0x46494C45, _nt_file(file_entries))  # NT_FILE
-        notes += _note(b"CORE", 2, bytes(264))  # NT_FPREGSET: f0..f31, fcsr
-    _write_elf(path, notes, segments)
-    return CoreImage(pid, registers, objects, segments)
-
-
-#: QEMU user mode's sigreturn trampoline (li a7, 139; ecall), at the start of a page of its own.
-QEMU_SIGRETURN = bytes.fromhex("9308b00873000000")
-
-
-def _trampoline_pages(client: Client, stacks: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
-    """Pages of QEMU's signal trampoline that words on the stacks point to.
-
-    The kernel dumps its vDSO, which holds the trampoline; QEMU 7.2 has no
-    vDSO for riscv64 and puts the trampoline at the start of an anonymous
-    page instead, which a kernel's default coredump_filter would dump too.
-    """
-    candidates = set()
-    for start, end in stacks:
-        data = client.read_memory(start, end - start) or b""
-        for (word,) in struct.iter_unpack("<Q", data[: len(data) // 8 * 8]):
-            if word and word % PAGE == 0:
-                candidates.add(word)
-    pages = []
-    for page in sorted(candidates):
-        if client.read_memory(page, len(QEMU_SIGRETURN)) == QEMU_SIGRETURN:
-            pages.append((page, page + PAGE, 5))
-    return pages
-
-
-def _note(name: bytes, kind: int, desc: bytes) -> bytes:
-    name += b"\0"
-    header = struct.pack("<III", len(name), len(desc), kind)
-    return header + name + bytes(-len(name) % 4) + desc + bytes(-len(desc) % 4)
-
-
-def _prpsinfo(pid: int, held: Held) -> bytes:
-    info = bytearray(136)
-    struct.pack_into("<iiii", info, 24, pid, 0, pid, pid)
-    info[40:56] = held.exe.name.encode()[:15].ljust(16, b"\0")
-    info[56:136] = " ".join([str(held.exe), *held.args]).encode()[:79].ljust(80, b"\0")
-    return bytes(info)
-
-
-def _nt_file(entries: list[tuple[int, int, int, str]]) -> bytes:
-    body = struct.pack("<QQ", len(entries), PAGE)
-    for start, end, offset, _ in entries:
-        body += struct.pack("<QQQ", start, end, offset)
-    return body + b"".join(path.encode() + b"\0" for *_, path in entries)
-
-
-def _write_elf(path: Path, notes: bytes, segments: list[tuple[int, bytes, int, int]]) -> None:
-    count = 1 + len(segments)
-    header = bytearray(64)
-    header[:16] = b"\x7fELF\x02\x01\x01" + bytes(9)
-    struct.pack_into(
-        "<HHIQQQIHHHHHH", header, 16, 4, EM_RISCV, 1, 0, 64, 0, 0, 64, 56, count, 0, 0, 0
-    )
-    offset = 64 + 56 * count
-    tables = struct.pack("<IIQQQQQQ", 4, 0, offset, 0, 0, len(notes), 0, 4)  # PT_NOTE
-    data = notes
-    offset += len(notes)
-    for address, contents, flags, size in segments:
-        padding = -offset % PAGE
-        data += bytes(padding)
-        offset += padding
-        tables += struct.pack("<IIQQQQQQ", 1, flags, offset, address, 0, len(contents), size, PAGE)
-        data += contents
-        offset += len(contents)
-    path.write_bytes(bytes(header) + tables + data)
-
-
-def run_checked(argv: list[str], timeout: float = 600.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False
-    )

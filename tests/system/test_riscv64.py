@@ -5,7 +5,7 @@ testprogs/riscv64/Makefile (threads, sighandler, recurse, deepstacks,
 remote) in every variant: -O0/-O2, with and without frame pointers,
 dynamically and statically linked.  Each runs under ``qemu-riscv64 -g``.
 
-Most tests hold one target at one stopping point (tests/riscv64_support.py,
+Most tests hold one target at one stopping point (tests/support/riscv64.py,
 :class:`Held`): the program runs until it printed "ready", its own signals
 passed on, then SIGUSR2 stops it; gdb-multiarch and then
 ``liveunwind gdb-remote`` connect one after the other to the same stopped
@@ -29,11 +29,11 @@ What gdb-multiarch 13 cannot do there, and how the tests deal with it:
 - gcc 12 for riscv64 does not default to -fasynchronous-unwind-tables: the
   programs' own functions have CFI only in .debug_frame (they are built -g).
 
-The core tests write a core of the held target in the kernel's format
-(:func:`write_core`: QEMU 7.2 writes no riscv64 core, and gdb-multiarch's
-``gcore`` through QEMU's stub writes NT_PRSTATUS notes of its x86_64 host's
-size, 336 bytes, which gdb cannot read back, and no stacks), then compare
-``liveunwind core`` with gdb-multiarch on that core.
+Cores: QEMU 7.2 writes no riscv64 core, and gdb-multiarch's ``gcore``
+through QEMU's stub writes NT_PRSTATUS notes of its x86_64 host's size (336
+bytes, which gdb cannot read back) and no stacks.  Real riscv64 cores come
+from a riscv64 kernel: test_riscv64_cores.py reads ones the riscv64 VM
+wrote (docs/integration.md).
 
 One test runs the way a user would, without the relay: liveunwind connects
 to QEMU itself and waits (``--after``) for the SIGUSR1 the test sends once
@@ -55,14 +55,18 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import RunningProgram
-from tests.oracles import GDB_MARKER, GDB_SCRIPT, Backtraces, OracleFrame, describe, physical
-from tests.ports import free_port, wait_listening
-from tests.riscv64_support import SYSROOT, Held, write_core
+from tests.support.oracles import (
+    GDB_MARKER,
+    GDB_SCRIPT,
+    Backtraces,
+    OracleFrame,
+    describe,
+    physical,
+)
+from tests.support.ports import free_port, wait_listening
+from tests.support.programs import RunningProgram
+from tests.support.riscv64 import SYSROOT, Held
 
-ROOT = Path(__file__).resolve().parents[1]
-RISCV64 = ROOT / "testprogs" / "riscv64"
-BUILD = RISCV64 / "build"
 FLAVOURS = ["O0", "O0-fp", "O0-nofp", "O2", "O2-fp", "O2-nofp"]
 VARIANTS = FLAVOURS + [f"{flavour}-static" for flavour in FLAVOURS]
 #: Seconds liveunwind or gdb-multiarch may take for one program.
@@ -126,21 +130,6 @@ def _tool(name: str) -> str:
         pytest.skip(f"{name} is not installed (apt-get install gcc-riscv64-linux-gnu "
                     "libc6-dev-riscv64-cross qemu-user gdb-multiarch)")  # fmt: skip
     return path
-
-
-@pytest.fixture(scope="session")
-def riscv64_build() -> Path:
-    """Builds testprogs/riscv64; skips where the cross compiler, QEMU or gdb-multiarch is absent."""
-    for tool in ("make", "riscv64-linux-gnu-gcc", "qemu-riscv64", "gdb-multiarch"):
-        _tool(tool)
-    if not (SYSROOT / "lib" / "libc.so.6").exists():
-        pytest.skip(f"no riscv64 C library under {SYSROOT} (libc6-dev-riscv64-cross)")
-    result = subprocess.run(
-        ["make", "-C", str(RISCV64), "-j2"], capture_output=True, text=True, check=False
-    )
-    if result.returncode != 0:
-        pytest.fail(f"building testprogs/riscv64 failed:\n{result.stdout}\n{result.stderr}")
-    return BUILD
 
 
 # -- the two unwinders ------------------------------------------------------------------
@@ -357,52 +346,6 @@ def test_big_frames_match_gdb_multiarch(riscv64_build: Path, variant: str) -> No
     for chain in chains[1:]:
         assert chain[0] == "park" and chain[-1] == "deep" and len(chain) > 10, chain
         assert set(chain[1:-1]) == {"descend"}, chain
-
-
-# -- cores ----------------------------------------------------------------------------------------
-
-CORE_VARIANTS = [
-    ("threads", "O2"), ("threads", "O0-fp"), ("threads", "O2-nofp-static"),
-    ("sighandler", "O2"), ("sighandler", "O0-static"), ("sighandler", "O2-fp-static"),
-]  # fmt: skip
-CHAINS = {"threads": THREADS_CHAINS, "sighandler": SIGHANDLER_CHAINS}
-
-
-@pytest.mark.parametrize(("program", "variant"), CORE_VARIANTS)
-def test_core_matches_gdb_multiarch(
-    riscv64_build: Path, tmp_path: Path, program: str, variant: str
-) -> None:
-    """``liveunwind core CORE EXE --sysroot`` on a kernel-format riscv64 core, against gdb on it.
-
-    The core's NT_PRSTATUS notes are 376 bytes, ``pr_reg`` at 112 holding
-    ``user_regs_struct`` (pc, ra, sp, gp, tp, t0-t2, s0, s1, a0-a7, s2-s11,
-    t3-t6); NT_FILE lists the files, whose code is read from them.
-    """
-    exe = riscv64_build / f"{program}-{variant}"
-    core = tmp_path / f"{exe.name}.core"
-    with Held(exe) as held:
-        image = write_core(held, core)
-        try:
-            live: dict[str, Any] | None = liveunwind_through(held)
-        except AssertionError:
-            live = None  # compared last: the core's frames are this test's subject
-    oracle = gdb_on_core(core, exe)
-    assert set(oracle) == set(image.threads), "gdb-multiarch does not read the core's threads"
-    document = liveunwind("core", str(core), str(exe), "--sysroot", str(SYSROOT))
-    assert document["arch"] == "riscv64"
-    assert document["pid"] == image.pid
-    assert document["threads"][0]["tid"] == next(iter(image.threads))  # the stopped thread
-    for thread in document["threads"]:  # frame 0: the registers the notes hold
-        registers = image.threads[thread["tid"]]
-        assert thread["frames"][0]["pc"] == registers[32]
-        assert thread["frames"][0]["sp"] == registers[2]
-    assert_same_as_gdb(document, oracle, program, static=is_static(variant))
-    assert_chains(document, program, CHAINS[program])
-    # The core holds what the live target held: the same frames as through the stub.
-    assert live is not None, "liveunwind gdb-remote failed on the target the core was written of"
-    pcs_live = {t["tid"]: [f["pc"] for f in t["frames"]] for t in live["threads"]}
-    pcs_core = {t["tid"]: [f["pc"] for f in t["frames"]] for t in document["threads"]}
-    assert pcs_core == pcs_live
 
 
 # -- the signal frame itself --------------------------------------------------------------------
