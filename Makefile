@@ -12,7 +12,7 @@ SYSTEM_PACKAGES := gcc g++ make binutils gdb elfutils sqlite3 python3 debootstra
 	libc6-dbg zstd debuginfod gdbserver golang-go rustc python3-dbg python3-dev \
 	chromium
 
-.PHONY: all system-deps venv testprogs sid-rootfs demo test lint fuzz bench integration clean
+.PHONY: all system-deps venv testprogs sid-rootfs demo test unit lint fuzz bench integration clean
 
 all: venv testprogs
 
@@ -58,16 +58,22 @@ lint: venv
 	$(VPY) -m ruff format --check liveunwind tests tools bench
 	$(VPY) -m mypy
 
+# tests/unit, tests/system and tests/fuzz (tests/README.md says which is which);
+# tests/integration is `make integration`.
 test: system-deps venv testprogs sid-rootfs lint
 	$(VPY) -m pytest -q -p no:cacheprovider tests
 
-# The fuzz campaign (tests/test_fuzz.py) for FUZZ_SECONDS per target; `make test`
+# The unit tests alone: no process, no compiler, no oracle; well under a minute.
+unit: venv
+	$(VPY) -m pytest -q -p no:cacheprovider tests/unit
+
+# The fuzz campaign (tests/fuzz/) for FUZZ_SECONDS per target; `make test`
 # runs it for 5 s per target.  Each finding's input and report go to FUZZ_FINDINGS.
 FUZZ_SECONDS ?= 300
 FUZZ_FINDINGS ?= /tmp/liveunwind-fuzz-findings
 fuzz: system-deps venv testprogs
 	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_FINDINGS=$(FUZZ_FINDINGS) \
-		$(VPY) -m pytest -q -p no:cacheprovider tests/test_fuzz.py
+		$(VPY) -m pytest -q -p no:cacheprovider tests/fuzz
 
 # Not part of `make test`: times liveunwind against its peers (see bench/run.py)
 # and writes bench/results.json; bench/profile.py: `profile` against py-spy and perf.

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 REPETITIONS = 21
-#: What a plain live backtrace imports from the standard library (see tests/test_startup.py).
+#: What a plain live backtrace imports from the standard library (see tests/system/test_startup.py).
 STDLIB = "import bisect, collections, ctypes, enum, errno, functools, mmap, os, signal, struct"
 #: liveunwind's modules on that path, in the order the command loads them.
 HOT_MODULES = (

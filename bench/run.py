@@ -172,7 +172,7 @@ def warm_frames_per_second(pid: int) -> float:
 
 def frames_equal_gdb(pid: int) -> bool:
     import liveunwind
-    from tests.oracles import gdb_backtraces, pcs
+    from tests.support.oracles import gdb_backtraces, pcs
 
     ours = {t.tid: [f.pc for f in t.frames] for t in liveunwind.attach(pid).threads}
     theirs = {tid: pcs(frames) for tid, frames in gdb_backtraces(pid).items()}

@@ -1,185 +1,91 @@
-"""Shared fixtures: build the test programs, run them until their stacks settle.
+"""Fixtures of every test that builds or runs programs: tests/system, tests/fuzz, tests/integration.
 
-End-to-end tests unwind real processes, so they need the programs in
-testprogs/ built, started, and parked: every thread at its blocking point
-before anyone attaches, otherwise liveunwind and the oracles would look at
-different stacks. The programs print "ready" when all threads are about to
-block; the fixture then also waits for the kernel to report each thread as
-sleeping, which closes the gap between "about to" and "blocked".
+One build fixture per family of test programs under testprogs/, all with the
+policy of tests/support/builds.py: skipped, saying why, where this machine
+cannot build the family; failed where the build itself fails.  Programs are
+started with tests/support/programs.py: every thread parked before a test
+looks at them.
 """
 
 from __future__ import annotations
 
-import os
-import select
 import shutil
-import subprocess
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
 
-TESTPROGS = Path(__file__).resolve().parent.parent / "testprogs"
-READY_TIMEOUT = 10.0
-"""Seconds a program may take to print "ready" and settle."""
+from tests.support.builds import FAMILIES, build
+from tests.support.programs import READY_TIMEOUT, RunningProgram, RunProgram, start_program
 
-
-class ProgramNotReadyError(RuntimeError):
-    """A test program died, or did not print "ready" and settle in time."""
-
-
-def _read_stat(tid_dir: Path) -> tuple[str, str] | None:
-    """Return (thread name, state letter) of one task, or None if it has exited."""
-    try:
-        stat = (tid_dir / "stat").read_text()
-        name = (tid_dir / "comm").read_text().rstrip("\n")
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    # The name in stat is in parentheses and may contain anything: split after the last ')'.
-    return name, stat[stat.rindex(")") + 2]
-
-
-class RunningProgram:
-    """A started test program: its pid, its threads by name, and how to stop it."""
-
-    def __init__(self, path: Path, args: Iterable[str]) -> None:
-        self.path = path
-        self.args = [str(a) for a in args]
-        self.popen = subprocess.Popen(
-            [str(path), *self.args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE
-        )
-
-    @property
-    def pid(self) -> int:
-        """The process id (also the main thread's tid)."""
-        return self.popen.pid
-
-    def thread_states(self) -> dict[int, tuple[str, str]]:
-        """Map tid -> (thread name, kernel state letter) for every current thread."""
-        states = {}
-        for tid_dir in Path(f"/proc/{self.pid}/task").iterdir():
-            entry = _read_stat(tid_dir)
-            if entry is not None:
-                states[int(tid_dir.name)] = entry
-        return states
-
-    def threads(self) -> dict[int, str]:
-        """Map tid -> thread name (as set with pthread_setname_np, or the program name)."""
-        return {tid: name for tid, (name, _) in self.thread_states().items()}
-
-    def tid(self, name: str) -> int:
-        """Return the tid of the one thread called ``name``; tests find threads by role."""
-        tids = [tid for tid, n in self.threads().items() if n == name]
-        if len(tids) != 1:
-            raise LookupError(f"{len(tids)} threads named {name!r} in {self.threads()}")
-        return tids[0]
-
-    def wait_ready(self, busy: Iterable[str], timeout: float) -> None:
-        """Wait for "ready", then until all threads sleep (``busy`` ones may also run).
-
-        Settled means two samples 20 ms apart show the same threads in the
-        same acceptable states, so a thread passing through a short sleep (a
-        lock on its way to the real blocking call) is not taken for parked.
-        """
-        deadline = time.monotonic() + timeout
-        self.wait_for_line(b"ready\n", deadline)
-        busy = set(busy)
-        previous: dict[int, tuple[str, str]] | None = None
-        while True:
-            states = self.thread_states()
-            settled = all(
-                state == "S" or (state == "R" and name in busy) for name, state in states.values()
-            )
-            if settled and states == previous:
-                return
-            previous = states if settled else None
-            if self.popen.poll() is not None:
-                raise ProgramNotReadyError(f"{self} exited with {self.popen.returncode}")
-            if time.monotonic() > deadline:
-                raise ProgramNotReadyError(f"{self} did not settle: (name, state) by tid: {states}")
-            time.sleep(0.02)
-
-    def wait_for_line(self, line: bytes, deadline: float) -> None:
-        """Read stdout until ``line`` arrives; fail on EOF or at the deadline."""
-        assert self.popen.stdout is not None
-        fd = self.popen.stdout.fileno()
-        seen = b""
-        while line not in seen:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
-                raise ProgramNotReadyError(f"{self} printed no {line!r} in time; output: {seen!r}")
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                self.popen.wait()
-                raise ProgramNotReadyError(f"{self} exited with {self.popen.returncode}: {seen!r}")
-            seen += chunk
-
-    def stop(self) -> None:
-        """Kill and reap the program; safe to call twice."""
-        if self.popen.poll() is None:
-            self.popen.kill()
-        self.popen.wait()
-        if self.popen.stdout is not None:
-            self.popen.stdout.close()
-
-    def __enter__(self) -> RunningProgram:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def __str__(self) -> str:
-        return " ".join([self.path.name, *self.args]) + f" (pid {self.pid})"
-
-
-def start_program(
-    build_dir: Path,
-    name: str,
-    *args: str | int,
-    busy: Iterable[str] = (),
-    timeout: float = READY_TIMEOUT,
-) -> RunningProgram:
-    """Start ``build_dir/name args`` and return once its stacks are settled.
-
-    ``busy`` names the threads that may be running (state R) rather than
-    sleeping; without it a spinning thread never counts as settled. The program is
-    killed if it does not get ready; otherwise the caller stops it (a
-    RunningProgram is a context manager), which lets module-scoped fixtures
-    share one running program.
-    """
-    path = build_dir / name
-    if not path.is_file():
-        raise FileNotFoundError(f"no test program {path}")
-    program = RunningProgram(path, [str(a) for a in args])
-    try:
-        program.wait_ready(busy, timeout)
-    except BaseException:
-        program.stop()
-        raise
-    return program
+# -- the test program families --------------------------------------------------------------
 
 
 @pytest.fixture(scope="session")
 def testprogs_build() -> Path:
-    """Build testprogs/ once per session and return its build directory.
+    """testprogs/build: threads, recurse, sighandler, realign, plt, cxxthrow, sframe, vforker…"""
+    return build("testprogs")
 
-    Skips when the toolchain is missing; a failing build is an error, because a
-    compiler that is present but rejects the programs is something to fix.
+
+@pytest.fixture(scope="session")
+def crash_build() -> Path:
+    """testprogs/crash (the folder): build/, and build-aarch64/ with the cross compiler."""
+    return build("crash").parent
+
+
+@pytest.fixture(scope="session")
+def remote_build() -> Path:
+    """testprogs/remote (the folder): build/, and build-aarch64/ with the cross compiler."""
+    return build("remote").parent
+
+
+@pytest.fixture(scope="session")
+def fallback_build() -> Path:
+    """testprogs/fallback/build: programs without unwind tables, corrupt stacks."""
+    return build("fallback")
+
+
+@pytest.fixture(scope="session")
+def lines_build() -> Path:
+    """testprogs/lines/build: the --lines program in every DWARF shape."""
+    return build("lines")
+
+
+@pytest.fixture(scope="session")
+def jit_build() -> Path:
+    """testprogs/jit/build: code generated at run time (x86_64, libunwind-dev)."""
+    return build("jit")
+
+
+@pytest.fixture(scope="session")
+def macho_build() -> Path:
+    """testprogs/macho/build: chain-x86_64 and chain-arm64, Mach-O (clang-16, lld-16)."""
+    return build("macho")
+
+
+@pytest.fixture(scope="session")
+def riscv64_build() -> Path:
+    """testprogs/riscv64/build: threads, sighandler, recurse, deepstacks, remote, crash."""
+    return build("riscv64")
+
+
+@pytest.fixture(scope="session")
+def go_build() -> Path:
+    """testprogs/go/build: goroutines, built by the Go toolchain."""
+    return build("go")
+
+
+@pytest.fixture(scope="session")
+def lld_build() -> Path:
+    """testprogs/lld/build, where each test builds the one program it needs.
+
+    The family mixes compilers (clang++-16, rustc): ``build("lld", "build/NAME")``
+    skips only the tests of a program whose compiler is missing.
     """
-    for tool in ("make", "gcc", "g++"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} is not installed: cannot build testprogs")
-    result = subprocess.run(
-        ["make", "-C", str(TESTPROGS), "-j2"], capture_output=True, text=True, check=False
-    )
-    if result.returncode != 0:
-        pytest.fail(f"building testprogs failed:\n{result.stdout}\n{result.stderr}")
-    return TESTPROGS / "build"
+    return FAMILIES["lld"].folder / "build"
 
 
-RunProgram = Callable[..., RunningProgram]
-"""The type of the ``run_program`` fixture: (name, *args, busy=(), timeout=10.0)."""
+# -- running them ---------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -202,6 +108,9 @@ def run_program(testprogs_build: Path) -> Iterator[RunProgram]:
     yield run
     for program in started:
         program.stop()
+
+
+# -- the oracles ----------------------------------------------------------------------------
 
 
 def _ptrace_blocked() -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from liveunwind.arch.aarch64 import AARCH64
 from liveunwind.arch.base import WORD_MASK, Arch, ReadMemory
+from liveunwind.arch.riscv64 import RISCV64
 from liveunwind.arch.x86_64 import X86_64
 from liveunwind.errors import UsageError
 
@@ -29,7 +30,7 @@ __all__ = [
 ]
 
 #: Every architecture liveunwind unwinds, in the order messages list them.
-ARCHITECTURES: tuple[Arch, ...] = (X86_64, AARCH64)
+ARCHITECTURES: tuple[Arch, ...] = (X86_64, AARCH64, RISCV64)
 
 _BY_NAME = {name: arch for arch in ARCHITECTURES for name in (arch.name, *arch.aliases)}
 _BY_ELF_MACHINE = {arch.elf_machine: arch for arch in ARCHITECTURES}
@@ -77,6 +78,6 @@ def host_arch() -> Arch:
 
 
 def supported() -> str:
-    """The architectures' names for a message: ``x86_64 and aarch64``."""
+    """The architectures' names for a message: ``x86_64, aarch64 and riscv64``."""
     *others, last = [arch.name for arch in ARCHITECTURES]
     return f"{', '.join(others)} and {last}" if others else last

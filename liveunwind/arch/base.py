@@ -81,10 +81,12 @@ class GdbDescription:
     description that mean this architecture; ``registers`` maps the register
     names of a description to DWARF numbers, for the registers unwinding
     uses; ``default_layout`` is the ``g`` block of a stub that sends no
-    description (GDB's built-in layout): (name, bits) in order.
+    description (GDB's built-in layout): (name, bits) in order;
+    ``general_registers`` are the DWARF numbers a layout must place before
+    the stub's registers are taken (the general registers and the pc).
     """
 
-    __slots__ = ("architectures", "default_layout", "registers")
+    __slots__ = ("architectures", "default_layout", "general_registers", "registers")
 
     def __init__(
         self,
@@ -92,10 +94,12 @@ class GdbDescription:
         architectures: tuple[str, ...],
         registers: dict[str, int],
         default_layout: tuple[tuple[str, int], ...],
+        general_registers: tuple[int, ...],
     ) -> None:
         self.architectures = architectures
         self.registers = registers
         self.default_layout = default_layout
+        self.general_registers = general_registers
 
 
 class MachODescription:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from liveunwind.modules.modulemap import ModuleMap
 
 #: Most entries each table of the cache holds.  A pc costs about 430 bytes
-#: over all tables (measured with 100,000 pcs of libc; tests/test_executor.py
+#: over all tables (measured with 100,000 pcs of libc; tests/system/test_executor.py
 #: keeps it under 500), so a full cache is some 43 MB.  Deep stacks repeat
 #: their return addresses: 9 threads 30 frames deep (bench/target.c) fill 13.
 MAX_ENTRIES = 100_000

@@ -309,11 +309,18 @@ class Stepper:
         The return address must be code, and the CFA may not lie below the
         frame's sp unless the frame is a signal frame (whose caller was
         interrupted anywhere).  Code addresses found in file-backed
-        executable mappings are remembered: deep stacks repeat them.
+        executable mappings are remembered: deep stacks repeat them.  A
+        signal handler returns to the sigreturn trampoline, which may lie in
+        memory no mapping the target lists describes (QEMU user mode's
+        trampoline page, seen through its GDB stub): its code says it is one.
         """
         if not return_address:
             return None  # the end of the stack: nothing to check
-        if return_address not in self._cache.code and not self._is_new_code(return_address):
+        if (
+            return_address not in self._cache.code
+            and not self._is_new_code(return_address)
+            and not self._at_sigreturn(return_address)
+        ):
             return f"return address {return_address:#x}, which is not code"
         if cfa < sp and not signal_frame:
             return f"CFA {cfa:#x} below sp {sp:#x}"

@@ -1,5 +1,5 @@
 /*
- * profiled COUNTER_FILE — the target of tests/test_profile.py (liveunwind profile).
+ * profiled COUNTER_FILE — the target of tests/system/test_profile.py (liveunwind profile).
  *
  * Threads, by name:
  *   burner    burns a core: burner_main calls spin_hot, a chunk of arithmetic,

@@ -13,7 +13,7 @@
  *   siginfo_offset N, ucontext_offset N, mcontext_offset N
  *                     where the handler's siginfo_t and ucontext_t arguments,
  *                     and uc_mcontext, lie relative to that sp
- * tests/test_riscv64.py feeds the frame bytes to liveunwind's riscv64 signal
+ * tests/system/test_riscv64.py feeds the frame bytes to liveunwind's riscv64 signal
  * frame reader and compares with the registers glibc's view gives.
  */
 #define _GNU_SOURCE

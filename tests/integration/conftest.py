@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.support import PLATFORM
+from tests.support.platform import PLATFORM
 
 
 @pytest.fixture(scope="session")

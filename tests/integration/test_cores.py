@@ -21,15 +21,15 @@ import pytest
 
 import liveunwind
 from liveunwind.frames import Method, StopReason
-from tests.assertions import assert_matches_gdb
-from tests.integration.support import (
+from tests.support.assertions import assert_matches_gdb
+from tests.support.oracles import gdb_core_backtraces
+from tests.support.platform import (
     UNDER_QEMU_USER,
     backtrace_json,
     contains_chain,
     functions,
     start_parked,
 )
-from tests.oracles import gdb_core_backtraces
 
 pytestmark = pytest.mark.integration
 

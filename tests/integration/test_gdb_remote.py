@@ -30,11 +30,10 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import RunningProgram
-from tests.integration.support import (
+from tests.support.oracles import GDB_MARKER, GDB_SCRIPT, OracleFrame, pcs
+from tests.support.platform import (
     COMMAND_TIMEOUT,
     UNDER_QEMU_USER,
-    StartedProgram,
     backtrace_json,
     contains_chain,
     functions,
@@ -42,8 +41,8 @@ from tests.integration.support import (
     start_parked,
     tool,
 )
-from tests.oracles import GDB_MARKER, GDB_SCRIPT, OracleFrame, pcs
-from tests.ports import free_port, wait_listening
+from tests.support.ports import free_port, wait_listening
+from tests.support.programs import RunningProgram
 
 pytestmark = pytest.mark.integration
 
@@ -88,13 +87,13 @@ class QemuStub:
     def __init__(self, exe: Path, cpu: str = "max") -> None:
         self.port = free_port()
         qemu = Path(tool("qemu-aarch64-static"))
-        self.program = StartedProgram(qemu, ["-cpu", cpu, "-g", str(self.port), str(exe)])
+        self.program = RunningProgram(qemu, ["-cpu", cpu, "-g", str(self.port), str(exe)])
         wait_listening(self.port, timeout=60.0)
 
     def stop_when_ready(self) -> threading.Thread:
         def stop() -> None:
-            self.program.wait_for_line(b"ready\n", time.monotonic() + READY_TIMEOUT)
-            time.sleep(0.2)  # from "about to block" to blocked
+            # Parked: "ready", and every thread of QEMU (the guest's are QEMU's) sleeps.
+            self.program.wait_ready((), READY_TIMEOUT)
             os.kill(self.program.pid, signal.SIGUSR1)
 
         thread = threading.Thread(target=stop, daemon=True)

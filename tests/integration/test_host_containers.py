@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 import liveunwind
-from tests.assertions import assert_matches_gdb
-from tests.integration.support import backtrace_json, contains_chain, functions, thread_named
-from tests.oracles import gdb_backtraces
+from tests.support.assertions import assert_matches_gdb
+from tests.support.oracles import gdb_backtraces
+from tests.support.platform import backtrace_json, contains_chain, functions, thread_named
 
 pytestmark = pytest.mark.integration
 

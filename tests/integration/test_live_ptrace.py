@@ -22,9 +22,9 @@ import pytest
 
 import liveunwind
 from liveunwind.frames import Method, StopReason
-from tests.assertions import assert_matches_gdb
-from tests.conftest import RunProgram
-from tests.integration.support import (
+from tests.support.assertions import assert_matches_gdb
+from tests.support.oracles import gdb_backtraces
+from tests.support.platform import (
     backtrace_json,
     contains_chain,
     functions,
@@ -32,7 +32,7 @@ from tests.integration.support import (
     thread_named,
     wait_state,
 )
-from tests.oracles import gdb_backtraces
+from tests.support.programs import RunProgram
 
 pytestmark = pytest.mark.integration
 

@@ -9,14 +9,15 @@ process_vm_readv exists and the thread samples itself on a signal.
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 import liveunwind
 from liveunwind.frames import Backtrace
+from tests.support.waits import blocked_in_read, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -59,24 +60,28 @@ def test_calling_thread(platform_name: str, library: ctypes.CDLL) -> None:
 
 def test_another_thread(platform_name: str, library: ctypes.CDLL) -> None:
     """A thread parked in the chain, unwound from this one to its start; it runs on after."""
-    release, parked = threading.Event(), threading.Event()
+    parked, release = os.pipe()
 
     @ctypes.CFUNCTYPE(ctypes.c_int)
     def park() -> int:
-        parked.set()
-        release.wait()
+        os.read(parked, 1)  # blocks in read(), the GIL given up: parked for good
         return 7
 
     results: list[int] = []
     worker = threading.Thread(target=lambda: results.append(library.chain_call(park)))
     worker.start()
     try:
-        assert parked.wait(timeout=60)
-        time.sleep(0.5)  # from parked.set() into release.wait(), which needs the GIL back first
+        wait_until(
+            lambda: worker.native_id is not None and blocked_in_read(worker.native_id, parked),
+            60,
+            "the worker parked in read() inside the chain",
+        )
         backtrace = liveunwind.local_backtrace(thread=worker, timeout=60)
     finally:
-        release.set()
+        os.write(release, b"x")
         worker.join(timeout=60)
+        os.close(parked)
+        os.close(release)
     thread = backtrace.threads[0]
     assert thread.tid == worker.native_id
     assert thread.complete, thread.stop_text

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.assertions import assert_one_line_error
-from tests.conftest import RunningProgram
-from tests.integration.support import require_ptrace, run_liveunwind, start_parked
+from tests.support.assertions import assert_one_line_error
+from tests.support.platform import require_ptrace, run_liveunwind, start_parked
+from tests.support.programs import RunningProgram
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ import pytest
 
 import liveunwind
 from liveunwind.arch import host_arch
-from tests.integration.support import MACHINES, UNDER_QEMU_USER
+from tests.support.platform import MACHINES, UNDER_QEMU_USER
 
 pytestmark = pytest.mark.integration
 

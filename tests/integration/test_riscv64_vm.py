@@ -39,7 +39,14 @@ from typing import Any
 import pytest
 
 import liveunwind
-from tests.integration.support import (
+from tests.support.oracles import (
+    Backtraces,
+    describe,
+    gdb_backtraces,
+    gdb_core_backtraces,
+    physical,
+)
+from tests.support.platform import (
     PLATFORM,
     backtrace_json,
     contains_chain,
@@ -47,13 +54,6 @@ from tests.integration.support import (
     require_ptrace,
     start_parked,
     wait_state,
-)
-from tests.oracles import (
-    Backtraces,
-    describe,
-    gdb_backtraces,
-    gdb_core_backtraces,
-    physical,
 )
 
 pytestmark = [

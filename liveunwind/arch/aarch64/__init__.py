@@ -58,6 +58,7 @@ AARCH64 = Arch(
         architectures=registers.GDB_ARCHITECTURES,
         registers=registers.GDB_REGISTERS,
         default_layout=registers.GDB_DEFAULT_LAYOUT,
+        general_registers=tuple(range(registers.PC + 1)),  # x0–x30, sp and the pc (DWARF 0–32)
     ),
     link_register=registers.LR,
     strip_pointer_auth=strip_pointer_auth,

@@ -1,7 +1,7 @@
 """aarch64's local-capture signal handler: 208 bytes of machine code and its assembly.
 
 It keeps the contract of :mod:`liveunwind.arch.selfcapture` (the slot, its
-placeholder, ``cas``); ``tests/test_local.py`` assembles the source again and
+placeholder, ``cas``); ``tests/system/test_local.py`` assembles the source again and
 compares.  The handler is called as ``(int signal, siginfo_t *info,
 ucontext_t *uc)``; the kernel's ``rt_sigframe`` holds a 128-byte siginfo
 before the ucontext, which is where ``read_signal_frame`` starts.

@@ -49,6 +49,7 @@ X86_64 = Arch(
         architectures=registers.GDB_ARCHITECTURES,
         registers=registers.GDB_REGISTERS,
         default_layout=registers.GDB_DEFAULT_LAYOUT,
+        general_registers=tuple(range(registers.PC + 1)),  # rax–r15 (DWARF 0–15) and the rip (16)
     ),
     sframe_abis={3: "little"},  # SFRAME_ABI_AMD64_ENDIAN_LITTLE
     macho=MachODescription(

@@ -1,7 +1,7 @@
 """x86_64's local-capture signal handler: 104 bytes of machine code and its assembly.
 
 It keeps the contract of :mod:`liveunwind.arch.selfcapture` (the slot, its
-placeholder, ``cas``); ``tests/test_local.py`` assembles the source again and
+placeholder, ``cas``); ``tests/system/test_local.py`` assembles the source again and
 compares.  The handler is called as ``(int signal, siginfo_t *info,
 ucontext_t *uc)``: the ucontext is where the kernel's ``rt_sigframe`` starts
 after the return address the kernel pushed, so it is the frame

@@ -350,10 +350,15 @@ class _Program:
             self.state.registers[register] = rule
 
     def define_cfa(self, register: int | None, offset: int | None, pos: int) -> None:
-        """def_cfa* instructions; a missing part keeps its value (register+offset rules only)."""
+        """def_cfa* instructions; a missing part keeps its value (register+offset rules only).
+
+        A register without an offset before any CFA rule takes offset 0: RISC-V's
+        CIEs (gcc's and glibc's) begin with ``DW_CFA_def_cfa_register sp`` alone,
+        and gdb and libgcc read it so.
+        """
         state = self.state
         if (register is None or offset is None) and (
-            state.cfa_expression or state.cfa_register < 0
+            state.cfa_expression or (state.cfa_register < 0 and register is None)
         ):
             raise FormatError(f"CFA register/offset change without a register rule at {pos:#x}")
         if register is not None:

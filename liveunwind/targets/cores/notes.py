@@ -2,8 +2,8 @@
 
 Layouts are those of the kernel's 64-bit ``struct elf_prstatus``,
 ``struct elf_prpsinfo``, ``siginfo_t`` and the NT_FILE table (see
-``include/uapi/linux/elfcore.h`` and ``fs/binfmt_elf.c``); x86_64 and aarch64
-share them, only the size of ``pr_reg`` differs.  Every note comes from an
+``include/uapi/linux/elfcore.h`` and ``fs/binfmt_elf.c``); x86_64, aarch64 and
+riscv64 share them, only the size of ``pr_reg`` differs.  Every note comes from an
 untrusted file: sizes are checked before any field is read, and a note that
 is too short is skipped with a problem, never trusted.
 """
@@ -38,7 +38,7 @@ _PRPSINFO_SIZE = 136
 _MAX_NOTES = 1 << 20
 _MAX_FILES = 1 << 20
 
-#: Linux signal numbers (the same on x86_64 and aarch64).
+#: Linux signal numbers (the same on x86_64, aarch64 and riscv64).
 SIGNAL_NAMES = {
     1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 5: "SIGTRAP", 6: "SIGABRT",
     7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL", 10: "SIGUSR1", 11: "SIGSEGV", 12: "SIGUSR2",

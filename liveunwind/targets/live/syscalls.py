@@ -26,7 +26,8 @@ PTRACE_SEIZE = 0x4206
 PTRACE_INTERRUPT = 0x4207
 PTRACE_EVENT_STOP = 128
 NT_PRSTATUS = 1
-#: openat2(2): the same number on x86_64 and aarch64 (the generic syscall table).
+#: openat2(2): one number on every architecture (it came after the syscall tables were
+#: unified).
 SYS_OPENAT2 = 437
 RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_IN_ROOT = 0x10

@@ -714,4 +714,4 @@ def _has_registers(layout: list[rsp.RegisterDesc], arch: Arch) -> bool:
     """True when ``layout`` places the pc, the sp and every general register of ``arch``."""
     wanted = arch.gdb.registers
     numbers = {wanted[register.name] for register in layout if register.name in wanted}
-    return all(number in numbers for number in range(arch.pc + 1))
+    return all(number in numbers for number in arch.gdb.general_registers)

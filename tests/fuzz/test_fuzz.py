@@ -1,0 +1,157 @@
+"""The fuzz campaign of issue 14: every reader of untrusted bytes, fed real inputs with edits.
+
+Each target (see ``tests/support/fuzzing.py``) runs for ``FUZZ_SECONDS`` seconds
+(default 5: the small budget of ``make test``; ``make fuzz`` gives each
+several minutes) from real inputs the other tests make: kernel cores and a
+gcore core, Mach-O files and the cores ``tools/macho_core.py`` writes of
+them, ELF files with ``.eh_frame``/``.sframe``/symbols, DWARF 2–5 and
+compressed debug info, a Go program's ``.gopclntab``, the SFrame vectors,
+compact unwind tables, DWARF expressions and GDB remote replies.  Only
+typed errors may come out, each input within its CPU and wall time bounds
+and its memory bound.  ``FUZZ_SEED`` picks the inputs (a new seed each run
+by default, printed on failure); a finding's input is saved under
+``FUZZ_FINDINGS`` (default: the test's temporary folder) with its report,
+and ``python -m tests.support.fuzzing reproduce TARGET SEED INDEX PATHS`` runs it
+again with its whole traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support import fuzzing
+from tests.support.builds import build
+from tests.support.cores import crash
+from tests.support.macho import ARCHES, make_core
+from tests.support.paths import DATA
+from tests.support.programs import start_command
+
+SECONDS = float(os.environ.get("FUZZ_SECONDS", "5"))
+SEED = int(os.environ.get("FUZZ_SEED", str(time.time_ns() % 1_000_000_007)))
+SFRAME_VECTORS = DATA / "sframe-vectors"
+
+
+def _kernel_writes_cores_here() -> None:
+    pattern = Path("/proc/sys/kernel/core_pattern").read_text().strip()
+    if pattern.startswith("|") or "/" in pattern:
+        pytest.skip(f"kernel.core_pattern does not write cores here ({pattern})")
+
+
+def _needs(*tools: str) -> None:
+    missing = [tool for tool in tools if shutil.which(tool) is None]
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)}")
+
+
+def kernel_cores(folder: Path) -> list[str]:
+    _kernel_writes_cores_here()
+    programs = build("crash")
+    return [
+        str(crash(folder / name, [str(programs / name), mode], glob="core*"))
+        for name, mode in (("crash-O2", "leaf"), ("crash-O0", "thread"))
+    ]
+
+
+def gcore_cores(folder: Path, testprogs_build: Path) -> list[str]:
+    _needs("gdb")
+    from tests.support.oracles import gdb_gcore
+
+    core = folder / "threads.core"
+    with start_command([str(testprogs_build / "threads-O2")]) as program:
+        gdb_gcore(program.pid, core)
+    return [str(core)]
+
+
+def macho_files() -> list[str]:
+    programs = build("macho")
+    return [str(programs / f"chain-{arch}") for arch in ARCHES]
+
+
+def macho_cores(folder: Path) -> list[str]:
+    pytest.importorskip("unicorn")
+    binaries = [Path(path) for path in macho_files()]
+    cores = [str(make_core(binary, folder)[0]) for binary in binaries]
+    return cores + [str(binary.parent) for binary in binaries]
+
+
+def elf_files(testprogs_build: Path) -> list[str]:
+    return [str(testprogs_build / name) for name in ("threads-O2", "sframe-O2", "libtpshared.so")]
+
+
+def dwarf_files() -> list[str]:
+    programs = build("lines")
+    names = ("lines-dwarf5", "lines-dwarf4", "lines-dwarf2", "lines-zlib", "lines-noaranges")
+    return [str(programs / name) for name in names]
+
+
+def go_files() -> list[str]:
+    return [str(build("go") / "goroutines")]
+
+
+def sframe_vectors() -> list[str]:
+    return sorted(str(path) for path in SFRAME_VECTORS.glob("*.json"))
+
+
+TARGETS = {
+    "kernel-core": lambda folder, build: kernel_cores(folder),
+    "gcore-core": gcore_cores,
+    "macho-core": lambda folder, build: macho_cores(folder),
+    "macho-file": lambda folder, build: macho_files(),
+    "elf-unwind": lambda folder, build: elf_files(build),
+    "dwarf-lines": lambda folder, build: dwarf_files(),
+    "gopclntab": lambda folder, build: go_files(),
+    "sframe": lambda folder, build: sframe_vectors(),
+    "compact": lambda folder, build: macho_files(),
+    "dwarf-expr": lambda folder, build: [],
+    "rsp": lambda folder, build: [],
+}
+
+
+def test_every_target_is_fuzzed() -> None:
+    assert set(TARGETS) == set(fuzzing.BUILDERS)
+
+
+@pytest.mark.parametrize("name", sorted(TARGETS))
+def test_fuzz(name: str, tmp_path: Path, testprogs_build: Path) -> None:
+    paths = TARGETS[name](tmp_path, testprogs_build)
+    campaign = fuzzing.Campaign(name, paths, SEED, SECONDS).run()
+    folder = Path(os.environ.get("FUZZ_FINDINGS", tmp_path / "findings"))
+    saved = campaign.save(folder)
+    reproduce = (
+        f"python -m tests.support.fuzzing reproduce {name} {SEED} INDEX '{json.dumps(paths)}'"
+    )
+    assert not campaign.findings, (
+        f"{len(campaign.findings)} finding(s) in {campaign.inputs} inputs, saved as "
+        f"{[str(path) for path in saved]}; run again with: {reproduce}\n\n"
+        + "\n\n".join(str(finding) for finding in campaign.findings.values())
+    )
+    assert campaign.inputs > 0
+
+
+# -- the harness itself can fail ------------------------------------------------------------
+
+
+def test_the_mutator_is_deterministic_and_edits_the_hot_regions() -> None:
+    target = fuzzing.Target("t", [bytes(4096)], [[(100, 110)]], lambda data, which: None)
+    first = [fuzzing.input_for(target, 7, index)[1] for index in range(200)]
+    assert first == [fuzzing.input_for(target, 7, index)[1] for index in range(200)]
+    assert first != [fuzzing.input_for(target, 8, index)[1] for index in range(200)]
+    changed = [
+        offset for data in first for offset, byte in enumerate(data[:4096]) if byte
+    ]  # the base is all zeros: every non-zero byte is an edit
+    inside = sum(100 <= offset < 110 + 16 for offset in changed)
+    assert inside > len(changed) // 2
+
+
+def test_a_campaign_finds_errors_hangs_and_crashes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A target planted with each kind of failure: the campaign reports every one."""
+    monkeypatch.setattr(fuzzing, "CPU_BOUND", 1.0)
+    findings = fuzzing.Campaign("planted", [], 1, 20).run().findings
+    kinds = {finding.kind for finding in findings.values()}
+    assert {"IndexError", "MemoryError", "timeout", "crash"} <= kinds, findings

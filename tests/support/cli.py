@@ -1,0 +1,26 @@
+"""The ``liveunwind`` command as a user runs it: ``python -m liveunwind`` in its own process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.paths import ROOT
+
+
+def run_cli(
+    *args: str, user: int | None = None, package_root: Path = ROOT, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """``liveunwind ARGS``, run from ``/`` as ``user`` (if given), the package at ``package_root``.
+
+    Returns its exit code and output; it may take ``timeout`` seconds.
+    """
+    command = [sys.executable, "-m", "liveunwind", *args]
+    if user is not None:
+        command = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *command]
+    env = dict(os.environ, PYTHONPATH=str(package_root))
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=timeout, cwd="/", env=env
+    )

@@ -1,0 +1,55 @@
+"""What a plain ``liveunwind pid`` imports, read off a real run, and the modules it must not."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from tests.support.paths import ROOT
+
+#: Modules that cost milliseconds to import and that a plain text backtrace of
+#: a live C program never needs (each is imported lazily where it is needed).
+HEAVY = {
+    "argparse",  # our own parser: liveunwind/cli/parse.py
+    "ast",
+    "dataclasses",
+    "elftools",
+    "gettext",
+    "inspect",
+    "json",  # only --json
+    "lief",  # only Mach-O
+    "locale",
+    "pathlib",
+    "psutil",
+    "ptrace",  # python-ptrace: only the PEEKDATA fallback
+    "re",  # only for demangling and --help
+    "shutil",
+    "tokenize",
+    "typing",
+}
+
+_PROBE = """
+import sys
+from liveunwind.cli import main
+status = main(sys.argv[1:])
+print(" ".join(sorted(sys.modules)), file=sys.stderr)
+raise SystemExit(status)
+"""
+
+
+def modules_a_backtrace_loaded(pid: int) -> set[str]:
+    """The modules ``liveunwind pid PID`` loaded, run with nothing but this checkout."""
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", _PROBE, "pid", str(pid)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "main" in result.stdout  # a real backtrace was printed
+    loaded = set(result.stderr.splitlines()[-1].split())
+    assert "liveunwind.unwinder.stepper" in loaded
+    return loaded

@@ -1,0 +1,17 @@
+"""Start-up stays lean: a plain ``liveunwind pid`` imports nothing it does not need.
+
+Start-up is most of a cold backtrace's time (see docs/speed.md),
+so a stray import of a heavy module on the hot path is a regression.  This
+checks which modules a real backtrace of a running program loaded; it does
+not time anything.  The modules it must not load, and the run that reads
+them, are in tests/support/startup.py (the JIT tests check the same).
+"""
+
+from __future__ import annotations
+
+from tests.support.startup import HEAVY, modules_a_backtrace_loaded
+
+
+def test_a_live_backtrace_imports_no_heavy_module(run_program) -> None:
+    loaded = modules_a_backtrace_loaded(run_program("threads-O2").pid)
+    assert not HEAVY & loaded, f"imported on the hot path: {sorted(HEAVY & loaded)}"

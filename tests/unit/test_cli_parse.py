@@ -1,0 +1,86 @@
+"""The command line: every accepted form, every mistake named in one line, help on request."""
+
+from __future__ import annotations
+
+import pytest
+
+from liveunwind.cli import commands
+from liveunwind.cli.parse import HelpRequested, parse
+from liveunwind.errors import UsageError
+
+
+def parsed(*argv: str):
+    return parse("liveunwind", "test", commands(), argv)
+
+
+def test_defaults_of_pid() -> None:
+    values = parsed("pid", "42")
+    assert values.command == "pid" and values.pid == 42
+    assert values.repeat == 1 and values.interval == 0.0 and values.max_frames == 256
+    assert values.unwinder == "auto" and values.debug_dir == [] and values.threads is None
+    assert values.json is False and values.no_snapshot is False and values.stack_cap is None
+
+
+def test_values_in_both_spellings_anywhere_after_the_command() -> None:
+    values = parsed(
+        "pid", "--repeat=3", "42", "--interval", "0.5", "--threads", "1,2", "--json",
+        "--debug-dir", "/a", "--debug-dir=/b", "--max-frames", "0x10", "--stack-cap", "4096",
+    )  # fmt: skip
+    assert (values.pid, values.repeat, values.interval) == (42, 3, 0.5)
+    assert values.threads == [1, 2] and values.json is True
+    assert values.debug_dir == ["/a", "/b"]
+    assert values.max_frames == 16 and values.stack_cap == 4096
+
+
+def test_core_with_and_without_the_executable() -> None:
+    assert parsed("core", "c.core").executable is None
+    values = parsed("core", "c.core", "prog", "--sysroot", "/r", "--search-path", "/x:/y")
+    assert (values.core, values.executable, values.sysroot) == ("c.core", "prog", "/r")
+    assert values.search_path == "/x:/y"
+
+
+def test_double_dash_ends_the_options() -> None:
+    assert parsed("unwind-info", "--", "--odd-file-name").file == "--odd-file-name"
+
+
+def test_a_negative_number_is_a_value_not_an_option() -> None:
+    with pytest.raises(UsageError, match="must not be negative"):
+        parsed("pid", "1", "--max-frames", "-3")
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        ((), ["command is required"]),
+        (("frob",), ["unknown command", "frob"]),
+        (("pid",), ["missing pid"]),
+        (("pid", "0"), ["not a process id"]),
+        (("pid", "1", "2"), ["unexpected argument", "'2'"]),
+        (("pid", "1", "--bogus"), ["unknown option --bogus"]),
+        (("pid", "1", "--json=yes"), ["--json takes no value"]),
+        (("pid", "1", "--repeat"), ["--repeat needs a value"]),
+        (("pid", "1", "--interval", "soon"), ["--interval", "not a number of seconds"]),
+        (("pid", "1", "--threads", "1,x"), ["--threads", "not a process id"]),
+        (("pid", "1", "--stack-cap", "0"), ["--stack-cap", "at least 1 byte"]),
+        (("unwind-info", "f", "--format", "dwarf"), ["--format", "'dwarf'", "cfi"]),
+        (("unwind-info", "f", "--pc", "zz"), ["--pc", "not an address"]),
+    ],
+)
+def test_mistakes_are_usage_errors_naming_the_argument(argv, words) -> None:
+    with pytest.raises(UsageError) as caught:
+        parsed(*argv)
+    for word in words:
+        assert word in str(caught.value)
+
+
+def test_help_lists_commands_and_every_option() -> None:
+    with pytest.raises(HelpRequested) as top:
+        parsed("--help")
+    for command in commands():
+        assert command.name in top.value.text
+        with pytest.raises(HelpRequested) as one:
+            parsed(command.name, "1", "-h")
+        for option in command.options:
+            assert option in one.value.text
+        for positional in command.positionals:
+            assert positional.name in one.value.text
