@@ -83,9 +83,9 @@ bench: system-deps venv
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) bench/lines.py
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) bench/profile.py
 
-# Not part of `make test`: tests/integration/ in x86_64 and arm64 containers
-# and an arm64 VM, built from nothing (docker/run-integration;
-# docs/integration.md). Writes docker/results/{x86_64,arm64,arm64-vm}.xml.
+# Not part of `make test`: tests/integration/ in x86_64 and arm64 containers,
+# an arm64 VM and a riscv64 VM, built from nothing (docker/run-integration;
+# docs/integration.md). Writes docker/results/{x86_64,arm64,arm64-vm,riscv64-vm}.xml.
 integration: venv
 	docker/run-integration
 
