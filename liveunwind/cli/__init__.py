@@ -383,7 +383,7 @@ def _run(argv: Sequence[str] | None) -> int:
         text, found = describe_file(arguments.file, arguments.format, arguments.pc)
         sys.stdout.write(text)
         return EXIT_COMPLETE if found else EXIT_INCOMPLETE
-    from liveunwind.unwinder.stepper import parse_unwinders
+    from liveunwind.sources import parse_unwinders
 
     unwinders = parse_unwinders(arguments.unwinder)
     if arguments.command == "pid":
