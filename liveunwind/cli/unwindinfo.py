@@ -32,8 +32,6 @@ from liveunwind.targets.files import FileError, open_elf, open_file
 if TYPE_CHECKING:
     from liveunwind.modules.symbols import SymbolTable
 
-FORMATS = ("cfi", "sframe", "compact")
-
 
 def load_image(path: str) -> ElfImage:
     """Maps ``path`` and reads its ELF headers; a one-line error if it is not ELF.

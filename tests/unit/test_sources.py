@@ -1,9 +1,9 @@
 """The registry of unwind sources (liveunwind/sources.py) is the one place their names live.
 
 Everything else that names sources is compared with it here: the JSON
-Schema's method enums, ``--unwinder``'s words and mistakes, the module
-tables' methods, the stepper's tables and strategies, and the one signature
-every strategy has.
+Schema's method enums, the command line (``--unwinder``'s words, help and
+mistakes, ``unwind-info --format``), the module tables' methods, the
+stepper's tables and strategies, and the one signature every strategy has.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from typing import get_type_hints
 
 import pytest
 
+from liveunwind.cli import commands
+from liveunwind.cli.parse import Option
 from liveunwind.errors import UsageError
 from liveunwind.frames import Method, StopReason, Trust
 from liveunwind.modules.modulemap import ModuleMap
@@ -98,6 +100,23 @@ def test_unwinder_words_are_the_registrys() -> None:
         assert str(raised.value) == (
             f"unknown unwinder {named}; choose from auto, {', '.join(AUTO_UNWINDERS)}"
         )
+
+
+def _option(command: str, name: str) -> Option:
+    return next(each for each in commands() if each.name == command).options[name]
+
+
+def test_the_unwinder_help_explains_every_source() -> None:
+    help = _option("pid", "--unwinder").help
+    assert f"auto (= {','.join(AUTO_UNWINDERS)})" in help
+    for source in SOURCES:
+        assert f"{source.name}: {source.help}" in help
+
+
+def test_unwind_info_formats_are_the_tables_a_file_carries() -> None:
+    in_files = [source.name for source in SOURCES if source.kind == TABLE and not source.run_time]
+    assert _option("unwind-info", "--format").choices == tuple(in_files)
+    assert {"compact", "cfi", "sframe"} <= set(in_files)
 
 
 def test_a_module_table_reports_its_sources_method() -> None:
