@@ -176,7 +176,6 @@ def test_the_signature_check_refuses_other_shapes() -> None:
 
 CODE = Mapping(0x400000, 0x401000, "r-xp", 0, 0, "")
 STACK = Mapping(0x7FF000, 0x800000, "rw-p", 0, 0, "[stack]")
-RIP, RSP, RBP = 16, 7, 6
 
 
 def _space_without_tables() -> BufferSpace:
@@ -189,7 +188,8 @@ def _space_without_tables() -> BufferSpace:
     code[0x100:0x105] = b"\xe8" + (0x400000 - 0x400105).to_bytes(4, "little", signed=True)
     stack = bytearray(0x1000)
     stack[0x208:0x210] = (0x400105).to_bytes(8, "little")
-    registers = {RIP: 0x400010, RSP: 0x7FF100, RBP: 0x7FF200}
+    arch = BufferSpace.arch
+    registers = {arch.pc: 0x400010, arch.sp: 0x7FF100, arch.fp: 0x7FF200}
     return BufferSpace([(CODE, bytes(code)), (STACK, bytes(stack))], registers)
 
 
