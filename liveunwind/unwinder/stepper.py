@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from liveunwind.errors import FormatError, LiveUnwindError, MemoryReadError
 from liveunwind.frames import Frame, Method, StopReason, ThreadBacktrace
-from liveunwind.sources import AUTO_UNWINDERS, STRATEGY, TABLE, sources_named
+from liveunwind.sources import AUTO_UNWINDERS, TABLE, sources_named
 from liveunwind.unwinder import DEFAULT_MAX_FRAMES
 from liveunwind.unwinder.cache import UnwindCache
 from liveunwind.unwinder.strategies import Walk
@@ -81,15 +81,25 @@ class Stepper:
         self.arch = space.arch
         self.modules = modules
         self.unwinders = tuple(unwinders)
-        sources = sources_named(self.unwinders)
-        self._tables = tuple(source for source in sources if source.kind == TABLE)
-        self._strategies = tuple(source for source in sources if source.kind == STRATEGY)
+        tables: list[Source] = []
+        strategies: list[Source] = []
+        for source in sources_named(self.unwinders):
+            (tables if source.kind == TABLE else strategies).append(source)
+        self._tables, self._strategies = tuple(tables), tuple(strategies)
         self.max_frames = max_frames
         self._should_stop = should_stop
         self.verbose = verbose
         self._cache = UnwindCache() if cache is None else cache
         self._read_word = space.read_word
         self._read = space.read
+        self._walk = Walk(
+            self.arch,
+            {},
+            space.read,
+            self._is_code,
+            space.read,
+            confirm=self._call_target_is_function_start,
+        )
 
     # -- the walk -------------------------------------------------------------
 
@@ -99,15 +109,11 @@ class Stepper:
         read_word, read = self._read_word, self._read
         registers = dict(thread.registers)
         stack = self.modules.mapping_at(registers.get(arch.sp, 0))
-        walk = Walk(
-            arch,
+        walk = self._walk
+        walk.begin(
             registers,
-            read,
-            self._is_code,
-            read,
-            stack_range=(stack.start, stack.end) if stack is not None else None,
-            notes=[] if self.verbose else None,
-            confirm=self._call_target_is_function_start,
+            (stack.start, stack.end) if stack is not None else None,
+            [] if self.verbose else None,
         )
         frames: list[Frame] = []
         method = Method.CONTEXT

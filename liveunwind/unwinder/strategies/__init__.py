@@ -63,8 +63,9 @@ class ScanBudget:
 class Walk:
     """One thread's walk as a strategy sees it.
 
-    The stepper makes one per thread and sets ``registers`` before each step,
-    so trying a strategy allocates nothing but what the strategy makes.
+    The stepper makes one per backtrace, starts it anew for each thread
+    (:meth:`begin`) and sets ``registers`` before each step, so trying a
+    strategy allocates nothing but what the strategy makes.
 
     ``read(address, size) -> bytes``
         target memory (the stack); raises MemoryReadError.
@@ -119,6 +120,18 @@ class Walk:
         #: Shared by every scan of the thread, so a corrupt or huge stack costs
         #: at most the budget's words of reads and checks.
         self.budget = ScanBudget() if budget is None else budget
+
+    def begin(
+        self,
+        registers: dict[int, int],
+        stack_range: tuple[int, int] | None,
+        notes: list[str] | None,
+    ) -> None:
+        """Another thread of the same target: its registers, stack, notes, and a whole budget."""
+        self.registers = registers
+        self.stack_range = stack_range
+        self.notes = notes
+        self.budget = ScanBudget()
 
 
 def note(notes: list[str] | None, text: str) -> None:
