@@ -8,7 +8,7 @@ none of them knows whether it runs on a live process, a snapshot or a core.
 is unknown after a guess) or None, and explains a refusal through
 ``walk.notes`` so ``--verbose`` can say why a fallback was not taken.  The
 registry (``liveunwind/sources.py``) names the module of each strategy a
-user can choose; ``tests/test_sources.py`` checks they all have this shape.
+user can choose; ``tests/unit/test_sources.py`` checks they have this shape.
 
 - :mod:`.framepointer`: the rbp chain / aarch64 frame records, every link checked.
 - :mod:`.leaf`: the first frame of a function that has not set up a frame yet
