@@ -9,6 +9,7 @@ VPY := $(VENV)/bin/python
 SYSTEM_PACKAGES := gcc g++ make binutils gdb elfutils sqlite3 python3 debootstrap xz-utils \
 	gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu \
 	qemu-user gdb-multiarch libunwind-dev clang-16 lld-16 llvm-16 \
+	gcc-riscv64-linux-gnu libc6-dev-riscv64-cross binutils-riscv64-linux-gnu \
 	libc6-dbg zstd debuginfod gdbserver golang-go rustc python3-dbg python3-dev \
 	chromium
 
