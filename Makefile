@@ -72,8 +72,10 @@ unit: venv
 # runs it for 5 s per target.  Each finding's input and report go to FUZZ_FINDINGS.
 FUZZ_SECONDS ?= 300
 FUZZ_FINDINGS ?= /tmp/liveunwind-fuzz-findings
+# `make test` replays a fixed seed (tests/fuzz/test_fuzz.py); `make fuzz` draws a new one.
+FUZZ_SEED ?= $(shell date +%s%N)
 fuzz: system-deps venv testprogs
-	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_FINDINGS=$(FUZZ_FINDINGS) \
+	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_FINDINGS=$(FUZZ_FINDINGS) FUZZ_SEED=$(FUZZ_SEED) \
 		$(VPY) -m pytest -q -p no:cacheprovider tests/fuzz
 
 # Not part of `make test`: times liveunwind against its peers (see bench/run.py)
