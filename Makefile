@@ -9,6 +9,7 @@ VPY := $(VENV)/bin/python
 SYSTEM_PACKAGES := gcc g++ make binutils gdb elfutils sqlite3 python3 debootstrap xz-utils \
 	gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu \
 	qemu-user gdb-multiarch libunwind-dev clang-16 lld-16 llvm-16 \
+	gcc-riscv64-linux-gnu libc6-dev-riscv64-cross binutils-riscv64-linux-gnu \
 	libc6-dbg zstd debuginfod gdbserver golang-go rustc python3-dbg python3-dev \
 	chromium
 
@@ -71,8 +72,10 @@ unit: venv
 # runs it for 5 s per target.  Each finding's input and report go to FUZZ_FINDINGS.
 FUZZ_SECONDS ?= 300
 FUZZ_FINDINGS ?= /tmp/liveunwind-fuzz-findings
+# `make test` replays a fixed seed (tests/fuzz/test_fuzz.py); `make fuzz` draws a new one.
+FUZZ_SEED ?= $(shell date +%s%N)
 fuzz: system-deps venv testprogs
-	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_FINDINGS=$(FUZZ_FINDINGS) \
+	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_FINDINGS=$(FUZZ_FINDINGS) FUZZ_SEED=$(FUZZ_SEED) \
 		$(VPY) -m pytest -q -p no:cacheprovider tests/fuzz
 
 # Not part of `make test`: times liveunwind against its peers (see bench/run.py)

@@ -42,7 +42,7 @@ class SelfCapture:
     def __init__(
         self, *, source: str, code: bytes, cas_offset: int, ucontext_offset: int, tgkill: int
     ) -> None:
-        #: The assembly the code was assembled from (``tests/system/test_local.py`` assembles it again).
+        #: The assembly the code was assembled from (tests/system/test_local.py assembles it again).
         self.source = source
         self.code = code
         #: Offset of ``cas`` in the code.

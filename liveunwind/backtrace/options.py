@@ -10,8 +10,8 @@ place that knows they exist.
 
 from __future__ import annotations
 
+from liveunwind.sources import AUTO_UNWINDERS
 from liveunwind.unwinder import DEFAULT_MAX_FRAMES
-from liveunwind.unwinder.stepper import AUTO_UNWINDERS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -112,6 +112,17 @@ def _tid_list(text: str) -> list[int]:
     return [_pid(part) for part in text.split(",") if part.strip()]
 
 
+def _unwinder_help() -> str:
+    """``--unwinder``'s help: the registry's sources, what ``auto`` means and what each is."""
+    from liveunwind.sources import AUTO_UNWINDERS, SOURCES
+
+    each = "; ".join(f"{source.name}: {source.help}" for source in SOURCES)
+    return (
+        f"unwind sources to use, in order: auto (= {','.join(AUTO_UNWINDERS)}), "
+        f"or a comma-separated list of: {each}"
+    )
+
+
 def _walk_options() -> list[Option]:
     """The options of every command that walks stacks."""
     return [
@@ -122,13 +133,7 @@ def _walk_options() -> list[Option]:
             default=DEFAULT_MAX_FRAMES,
             metavar="N",
         ),
-        Option(
-            "--unwinder",
-            "unwind sources to use, in order: auto (= dynamic,compact,cfi,sframe,fp,scan), "
-            "or a comma-separated list of those",
-            default="auto",
-            metavar="LIST",
-        ),
+        Option("--unwinder", _unwinder_help(), default="auto", metavar="LIST"),
         Option("--verbose", "explain under each frame why a fallback was used", value=False),
         Option(
             "--debug-dir",
@@ -150,6 +155,13 @@ def _walk_options() -> list[Option]:
         ),
         Option("--stats", "print time spent per phase (and the freeze) to stderr", value=False),
     ]
+
+
+def _file_tables() -> tuple[str, ...]:
+    """``unwind-info --format``: the registry's tables a file can carry."""
+    from liveunwind.sources import SOURCES, TABLE
+
+    return tuple(source.name for source in SOURCES if source.kind == TABLE and not source.run_time)
 
 
 def commands() -> list[Command]:
@@ -270,7 +282,7 @@ def commands() -> list[Command]:
         "print the unwind tables of a binary, or the rule at one address",
         [Positional("file", "an ELF executable, library or object")],
         [
-            Option("--format", "only this format", choices=("cfi", "sframe", "compact")),
+            Option("--format", "only this format", choices=_file_tables()),
             Option(
                 "--pc",
                 "show only the rule at this link-time address",
@@ -383,7 +395,7 @@ def _run(argv: Sequence[str] | None) -> int:
         text, found = describe_file(arguments.file, arguments.format, arguments.pc)
         sys.stdout.write(text)
         return EXIT_COMPLETE if found else EXIT_INCOMPLETE
-    from liveunwind.unwinder.stepper import parse_unwinders
+    from liveunwind.sources import parse_unwinders
 
     unwinders = parse_unwinders(arguments.unwinder)
     if arguments.command == "pid":

@@ -32,8 +32,6 @@ from liveunwind.targets.files import FileError, open_elf, open_file
 if TYPE_CHECKING:
     from liveunwind.modules.symbols import SymbolTable
 
-FORMATS = ("cfi", "sframe", "compact")
-
 
 def load_image(path: str) -> ElfImage:
     """Maps ``path`` and reads its ELF headers; a one-line error if it is not ELF.
@@ -67,7 +65,7 @@ def describe_file(path: str, wanted: str | None, pc: int | None) -> tuple[str, b
     sources = [
         source
         for source in unwind_tables(image, problems)
-        if wanted is None or source.method == wanted
+        if wanted is None or source.name == wanted
     ]
     lines = list(_header(path, image, arch, sources, wanted))
     if pc is None:
@@ -100,7 +98,7 @@ def _describe_mach_o(path: str, wanted: str | None, pc: int | None) -> tuple[str
     sources = [
         source
         for source in image.unwind_tables(problems)
-        if wanted is None or source.method == wanted
+        if wanted is None or source.name == wanted
     ]
     labels = ", ".join(source.label for source in sources) or f"no {wanted or 'unwind'} tables"
     lines = [f"{path} ({arch.name}, Mach-O): {labels}"]

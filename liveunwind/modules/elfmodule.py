@@ -161,11 +161,11 @@ class ElfModule(Module):
 
     @cached_property
     def unwind_sources(self) -> dict[str, list[UnwindSource]]:
-        """The module's unwind tables by method (``cfi``, ``sframe``), best first."""
+        """The module's unwind tables by source (``cfi``, ``sframe``), best first."""
         sources: dict[str, list[UnwindSource]] = {}
         if self.image is not None:
             for source in unwind_tables(self.image, self.problems):
-                sources.setdefault(source.method, []).append(source)
+                sources.setdefault(source.name, []).append(source)
             if not self.is_vdso:
                 debug_frame = UnwindSource("cfi", "debug file", DebugFileFrames(self._debug_image))
                 sources.setdefault("cfi", []).append(debug_frame)

@@ -373,5 +373,5 @@ class MachOModule(Module):
         sources: dict[str, list[UnwindSource]] = {}
         if self.image is not None:
             for source in self.image.unwind_tables(self.problems):
-                sources.setdefault(source.method, []).append(source)
+                sources.setdefault(source.name, []).append(source)
         return sources

@@ -106,7 +106,7 @@ class Module:
 
     @property
     def unwind_sources(self) -> dict[str, list[UnwindSource]]:
-        """The module's unwind tables by method (``cfi``, ``sframe``, ``compact``), best first."""
+        """The module's unwind tables by source (``cfi``, ``sframe``, ``compact``), best first."""
         raise NotImplementedError
 
     def use_space(self, space: AddressSpace) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from liveunwind.errors import FormatError
 from liveunwind.formats.elf import PT_GNU_EH_FRAME, PT_GNU_SFRAME
+from liveunwind.sources import SOURCES_BY_NAME
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -31,10 +32,16 @@ if TYPE_CHECKING:
 
 
 class UnwindSource:
-    """One unwind table of a module: the method it reports and the section it came from."""
+    """One unwind table of a module: the source it belongs to and the section it came from.
 
-    def __init__(self, method: str, label: str, table: UnwindTable) -> None:
-        self.method = method
+    ``name`` is a table of the registry (liveunwind/sources.py: ``cfi``,
+    ``sframe``, ``compact``), under which the module lists it; ``method`` is
+    what the frames its rules find report, as the registry says.
+    """
+
+    def __init__(self, name: str, label: str, table: UnwindTable) -> None:
+        self.name = name
+        self.method = SOURCES_BY_NAME[name].method
         self.label = label
         self.table = table
         self.rule_for = table.rule_for

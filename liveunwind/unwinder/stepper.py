@@ -12,50 +12,26 @@ run the same plans and the same plausibility check.
 
 from __future__ import annotations
 
-from liveunwind.errors import FormatError, LiveUnwindError, MemoryReadError, UsageError
+from liveunwind.errors import FormatError, LiveUnwindError, MemoryReadError
 from liveunwind.frames import Frame, Method, StopReason, ThreadBacktrace
+from liveunwind.sources import AUTO_UNWINDERS, TABLE, sources_named
 from liveunwind.unwinder import DEFAULT_MAX_FRAMES
 from liveunwind.unwinder.cache import UnwindCache
-from liveunwind.unwinder.strategies.scan import ScanBudget
+from liveunwind.unwinder.strategies import Walk
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from liveunwind.arch.base import CallSite
     from liveunwind.modules.module import Module
     from liveunwind.modules.modulemap import ModuleMap
+    from liveunwind.sources import Source
     from liveunwind.targets.base import AddressSpace, ThreadState
     from liveunwind.unwinder.plan import Plan
-    from liveunwind.unwinder.strategies.scan import CallSite
 
-#: Every unwind source the stepper knows.
-ALL_UNWINDERS = ("dynamic", "compact", "cfi", "sframe", "fp", "scan")
-#: Sources that are tables (per module); the rest are strategies (guesses).
-TABLE_UNWINDERS = ("dynamic", "compact", "cfi", "sframe")
-#: What ``auto`` means, in order.  Run-time registrations come first: a JIT
-#: compiler that registers code knows it best, and only JIT code has them.
-#: Compact unwind exists only in Mach-O images, where it is the primary
-#: table (with its own escape to DWARF).  CFI comes before SFrame: both cost the same
-#: per lookup (about 22 µs cold, measured on testprogs/sframe-O2), but CFI
-#: restores every callee-saved register, which later frames' rules may use
-#: (e.g. a CFA based on rbx), while SFrame knows only the CFA, FP and RA.
-#: SFrame then covers code whose CFI is missing.  The strategies come last:
-#: they are guesses, checked but guesses.
-AUTO_UNWINDERS = ("dynamic", "compact", "cfi", "sframe", "fp", "scan")
-
-
-def parse_unwinders(text: str) -> tuple[str, ...]:
-    """Parses ``--unwinder`` (``auto`` or a comma-separated list of source names)."""
-    if text == "auto":
-        return AUTO_UNWINDERS
-    names = tuple(name.strip() for name in text.split(",") if name.strip())
-    unknown = [name for name in names if name not in ALL_UNWINDERS]
-    if unknown or not names:
-        raise UsageError(
-            f"unknown unwinder {', '.join(unknown) or repr(text)}; "
-            f"choose from auto, {', '.join(ALL_UNWINDERS)}"
-        )
-    return names
+    #: A strategy: ``step(walk)`` of a module in liveunwind/unwinder/strategies/.
+    Strategy = Callable[[Walk], dict[int, int] | None]
 
 
 class _Stop(Exception):
@@ -82,20 +58,6 @@ class _Step:
         self.caller_interrupted = caller_interrupted
 
 
-class _Walk:
-    """Per-thread state the strategies need."""
-
-    __slots__ = ("budget", "notes", "stack_range")
-
-    def __init__(
-        self, stack_range: tuple[int, int] | None, budget: ScanBudget, notes: list[str] | None
-    ) -> None:
-        #: The thread's stack mapping (low, high), for frame-pointer checks.
-        self.stack_range = stack_range
-        self.budget = budget
-        self.notes = notes
-
-
 class Stepper:
     """Walks the stacks of one target's threads."""
 
@@ -110,17 +72,34 @@ class Stepper:
         verbose: bool = False,
         cache: UnwindCache | None = None,
     ) -> None:
-        """``cache`` is the target's, kept by its owner across backtraces (see UnwindCache)."""
+        """``cache`` is the target's, kept by its owner across backtraces (see UnwindCache).
+
+        ``unwinders`` are names of the registry (liveunwind/sources.py); an
+        unknown one is a UsageError.
+        """
         self.space = space
         self.arch = space.arch
         self.modules = modules
         self.unwinders = tuple(unwinders)
+        tables: list[Source] = []
+        strategies: list[Source] = []
+        for source in sources_named(self.unwinders):
+            (tables if source.kind == TABLE else strategies).append(source)
+        self._tables, self._strategies = tuple(tables), tuple(strategies)
         self.max_frames = max_frames
         self._should_stop = should_stop
         self.verbose = verbose
         self._cache = UnwindCache() if cache is None else cache
         self._read_word = space.read_word
         self._read = space.read
+        self._walk = Walk(
+            self.arch,
+            {},
+            space.read,
+            self._is_code,
+            space.read,
+            confirm=self._call_target_is_function_start,
+        )
 
     # -- the walk -------------------------------------------------------------
 
@@ -130,10 +109,11 @@ class Stepper:
         read_word, read = self._read_word, self._read
         registers = dict(thread.registers)
         stack = self.modules.mapping_at(registers.get(arch.sp, 0))
-        walk = _Walk(
-            stack_range=(stack.start, stack.end) if stack is not None else None,
-            budget=ScanBudget(),
-            notes=[] if self.verbose else None,
+        walk = self._walk
+        walk.begin(
+            registers,
+            (stack.start, stack.end) if stack is not None else None,
+            [] if self.verbose else None,
         )
         frames: list[Frame] = []
         method = Method.CONTEXT
@@ -213,7 +193,7 @@ class Stepper:
         )
 
     def step(
-        self, registers: dict[int, int], frame: Frame, module: Module | None, walk: _Walk
+        self, registers: dict[int, int], frame: Frame, module: Module | None, walk: Walk
     ) -> _Step:
         """Computes the caller's registers of ``frame``; raises _Stop when nothing can.
 
@@ -232,22 +212,16 @@ class Stepper:
             if signal_step is not None:
                 return signal_step
         failure: _Stop | None = None
-        for name in self.unwinders:
-            if name in TABLE_UNWINDERS:
-                step, failure = self._table_step(name, registers, frame, module, walk, failure)
-                if step is not None:
-                    return step
+        for source in self._tables:
+            step, failure = self._table_step(source, registers, frame, module, walk, failure)
+            if step is not None:
+                return step
         if not frame.exact_pc:
             signal_step = self._sigreturn(frame)
             if signal_step is not None:
                 return signal_step
-        strategies = [name for name in self.unwinders if name not in TABLE_UNWINDERS]
-        if strategies and frame.exact_pc:
-            step = self._leaf_step(registers, walk)
-            if step is not None:
-                return step
-        for name in strategies:
-            step = self._strategy_step(name, registers, walk)
+        if self._strategies:
+            step = self._strategy_step(registers, frame, walk)
             if step is not None:
                 return step
         if failure is not None:
@@ -259,17 +233,18 @@ class Stepper:
 
     def _table_step(
         self,
-        name: str,
+        source: Source,
         registers: dict[int, int],
         frame: Frame,
         module: Module | None,
-        walk: _Walk,
+        walk: Walk,
         failure: _Stop | None,
     ) -> tuple[_Step | None, _Stop | None]:
         """One table source's step, or (None, the failure to report if nothing else works)."""
-        plan = self._plan(name, frame, module)
+        name = source.name
+        plan = self._plan(source, frame, module)
         if plan is None:
-            if walk.notes is not None and self._miss_worth_a_note(name, module):
+            if walk.notes is not None and self._miss_worth_a_note(source, module):
                 _note(walk, f"no {name} entry for pc {frame.lookup_pc:#x}")
             return None, failure
         try:
@@ -287,8 +262,8 @@ class Stepper:
         frame.signal_frame = plan.signal_frame
         return _Step(caller, cfa, plan.method, plan.signal_frame), failure
 
-    def _miss_worth_a_note(self, name: str, module: Module | None) -> bool:
-        """Whether ``--verbose`` says that source ``name`` had no rule for a pc of ``module``.
+    def _miss_worth_a_note(self, source: Source, module: Module | None) -> bool:
+        """Whether ``--verbose`` says that ``source`` had no rule for a pc of ``module``.
 
         With ``--unwinder auto``, only where the source might have had one:
         an ELF module never has compact tables, a module without .sframe no
@@ -297,9 +272,9 @@ class Stepper:
         """
         if self.unwinders != AUTO_UNWINDERS:
             return True
-        if name == "dynamic":
+        if source.run_time:
             return self.modules.registry is not None
-        return module is not None and bool(module.unwind_sources.get(name))
+        return module is not None and bool(module.unwind_sources.get(source.name))
 
     def _implausible(
         self, return_address: int | None, cfa: int, sp: int, signal_frame: bool
@@ -334,48 +309,25 @@ class Stepper:
             return True
         return self._is_code(address)
 
-    def _leaf_step(self, registers: dict[int, int], walk: _Walk) -> _Step | None:
-        """A frame stopped before building its frame: return address at [sp] or in LR.
+    def _strategy_step(self, registers: dict[int, int], frame: Frame, walk: Walk) -> _Step | None:
+        """The first of the chosen strategies that finds a caller: checked guesses.
 
-        Tried before the frame pointer for frames whose pc is exact: in such a
-        function the frame pointer still belongs to the caller, so following
-        it would skip the caller.
+        A frame whose pc is exact first gets the leaf check (a function that
+        has not built its frame yet): in such a function the frame pointer
+        still belongs to the caller, so following it would skip the caller.
         """
-        from liveunwind.unwinder.strategies import leaf
+        walk.registers = registers
+        if frame.exact_pc:
+            from liveunwind.unwinder.strategies import leaf
 
-        read = self.space.read
-        caller = leaf.step(self.arch, registers, read, self._is_code, read, walk.notes)
-        return None if caller is None else self._guess(caller, Method.LEAF)
-
-    def _strategy_step(self, name: str, registers: dict[int, int], walk: _Walk) -> _Step | None:
-        """Frame pointers or stack scanning: checked guesses."""
-        from liveunwind.unwinder.strategies import framepointer, scan
-
-        arch, read = self.arch, self.space.read
-        if name == "fp":
-            caller = framepointer.step(
-                arch, registers, read, self._is_code, walk.stack_range, walk.notes
-            )
-            return None if caller is None else self._guess(caller, Method.FRAMEPOINTER)
-        sp = registers.get(arch.sp)
-        if sp is None:
-            return None
-        found = scan.find_return_address(
-            arch,
-            sp,
-            read,
-            self._is_code,
-            read,
-            budget=walk.budget,
-            stack_end=walk.stack_range[1] if walk.stack_range else None,
-            confirm=self._call_target_is_function_start,
-            notes=walk.notes,
-        )
-        if found is None:
-            return None
-        slot, return_address = found
-        caller = scan.caller_registers(arch, registers, slot, return_address, read)
-        return self._guess(caller, Method.SCAN)
+            caller = leaf.step(walk)
+            if caller is not None:
+                return self._guess(caller, Method.LEAF)
+        for source in self._strategies:
+            caller = _strategy(source)(walk)
+            if caller is not None:
+                return self._guess(caller, source.method)
+        return None
 
     def _call_target_is_function_start(self, call: CallSite) -> bool:
         """The symbol-table check of a scanned return address's call instruction.
@@ -419,40 +371,39 @@ class Stepper:
         if frame.exact_pc and self._at_sigreturn(frame.pc):
             self._cache.remember_at(frame.lookup_pc, found)  # the general path reads it
             return found
-        for name in self.unwinders:
-            if name in TABLE_UNWINDERS:
-                plan = self._plan(name, frame, module)
-                if plan is not None:
-                    found = (module, plan)
-                    break
+        for source in self._tables:
+            plan = self._plan(source, frame, module)
+            if plan is not None:
+                found = (module, plan)
+                break
         self._cache.remember_at(frame.lookup_pc, found)
         return found
 
-    def _plan(self, name: str, frame: Frame, module: Module | None) -> Plan | None:
-        """The plan of the ``name`` tables of ``module`` at the frame's pc (cached)."""
-        if name == "dynamic":
-            return self._dynamic_plan(frame)
+    def _plan(self, source: Source, frame: Frame, module: Module | None) -> Plan | None:
+        """The plan of ``source``'s tables at the frame's pc (a module's: cached)."""
+        if source.run_time:
+            return self._registered_plan(source, frame)
         if module is None:
             return None
         relative = frame.lookup_pc - module.load_bias
-        key = (name, module.start, relative)
+        key = (source.name, module.start, relative)
         plans = self._cache.plans
         if key in plans:
             return plans[key]
         plan = None
-        for source in module.unwind_sources.get(name, ()):
+        for table in module.unwind_sources.get(source.name, ()):
             try:
-                rule = source.rule_for(relative)
+                rule = table.rule_for(relative)
             except FormatError as error:
-                module.problems.append(f"{module.name}: {source.label}: {error}")
+                module.problems.append(f"{module.name}: {table.label}: {error}")
                 continue
             if rule is not None:
-                plan = self._cache.plan(rule, Method(source.method), self.arch)
+                plan = self._cache.plan(rule, table.method, self.arch)
                 break
         self._cache.remember_plan(key, plan)
         return plan
 
-    def _dynamic_plan(self, frame: Frame) -> Plan | None:
+    def _registered_plan(self, source: Source, frame: Frame) -> Plan | None:
         """What a JIT compiler registered for the pc (rules in absolute addresses).
 
         Not remembered by pc here: the registry keeps its rules for as long
@@ -466,7 +417,7 @@ class Stepper:
             rule = registry.rule_for(frame.lookup_pc)
         except FormatError:
             return None  # the registry notes what was wrong in its problems
-        return None if rule is None else self._cache.plan(rule, Method.DYNAMIC, self.arch)
+        return None if rule is None else self._cache.plan(rule, source.method, self.arch)
 
     # -- signal frames without unwind info ------------------------------------
 
@@ -497,9 +448,24 @@ class Stepper:
             return False
 
 
-def _note(walk: _Walk, text: str) -> None:
+def _note(walk: Walk, text: str) -> None:
     if walk.notes is not None:
         walk.notes.append(text)
+
+
+#: The ``step`` of each strategy source, by name, imported the first time it is needed.
+_STRATEGY_STEPS: dict[str, Strategy] = {}
+
+
+def _strategy(source: Source) -> Strategy:
+    """``step`` of ``source``'s module in liveunwind/unwinder/strategies/."""
+    step = _STRATEGY_STEPS.get(source.name)
+    if step is None:
+        from importlib import import_module
+
+        module = import_module(f"liveunwind.unwinder.strategies.{source.strategy}")
+        step = _STRATEGY_STEPS[source.name] = module.step
+    return step
 
 
 def unwind_all(

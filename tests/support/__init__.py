@@ -18,6 +18,7 @@ and starts programs with these helpers).
   replies real stubs sent
 - schema, sframe_objdump, startup, hostile: the JSON Schema, objdump's SFrame
   dump as ground truth, what a plain backtrace imports, hostile files
+- spaces: a target made of byte buffers, for walks without a process
 - fuzzing: the fuzz campaign's targets and mutator (``python -m tests.support.fuzzing``)
 - debuginfod_probe: a script run in its own network namespace
 - platform: the integration suite's platform (docker/run-integration)

@@ -23,49 +23,23 @@ from elftools.elf.elffile import ELFFile
 from liveunwind.arch.x86_64 import X86_64
 from liveunwind.backtrace.backtracer import Backtracer
 from liveunwind.backtrace.options import BacktraceOptions
-from liveunwind.errors import MemoryReadError
 from liveunwind.formats.elf import ElfImage
 from liveunwind.formats.unwind.dwarf_cfi import CfiTable
 from liveunwind.frames import Frame, Method, StopReason
 from liveunwind.modules.modulemap import ModuleMap
-from liveunwind.targets.base import AddressSpace, Mapping, ThreadState
-from liveunwind.targets.files import RegularFile, open_file
+from liveunwind.targets.base import Mapping
 from liveunwind.targets.live.ptrace import PtraceProcess
 from liveunwind.unwinder import cache as cache_module
 from liveunwind.unwinder.cache import UnwindCache
 from liveunwind.unwinder.stepper import AUTO_UNWINDERS, Stepper
 from tests.support.paths import DATA
+from tests.support.spaces import BufferSpace
 
 CFI_DIR = DATA / "cfi"
 TOP = 1 << 64
 LOAD_ADDRESS = 0x7F0000000000
 RIP, RSP = 16, 7
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
-
-
-class BufferSpace(AddressSpace):
-    """A target whose memory is a few byte buffers at fixed addresses, one thread stopped."""
-
-    arch = X86_64
-
-    def __init__(self, regions: list[tuple[Mapping, bytes]], registers: dict[int, int]) -> None:
-        self._regions = sorted(regions)
-        self._registers = registers
-
-    def read(self, address: int, size: int) -> bytes:
-        for mapping, data in self._regions:
-            if mapping.start <= address and address + size <= mapping.end:
-                return data[address - mapping.start : address - mapping.start + size]
-        raise MemoryReadError(address, size, "not in any buffer")
-
-    def mappings(self) -> list[Mapping]:
-        return [mapping for mapping, _ in self._regions]
-
-    def threads(self) -> list[ThreadState]:
-        return [ThreadState(1, "wrap", dict(self._registers))]
-
-    def open_mapped_file(self, mapping: Mapping) -> RegularFile | None:
-        return open_file(mapping.path)
 
 
 @pytest.fixture(scope="module")

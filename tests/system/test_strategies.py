@@ -24,8 +24,8 @@ from liveunwind.arch.aarch64 import AARCH64
 from liveunwind.arch.x86_64 import X86_64
 from liveunwind.errors import MemoryReadError
 from liveunwind.formats.elf import PT_LOAD, ElfImage
-from liveunwind.unwinder.strategies import scan
-from liveunwind.unwinder.strategies.scan import ScanBudget, call_before, calls_before
+from liveunwind.unwinder.strategies import ScanBudget, scan
+from liveunwind.unwinder.strategies.scan import call_before, calls_before
 
 _PF_X = 1
 _LINE = re.compile(r"^\s*([0-9a-f]+):\t((?:[0-9a-f]{2} )+)\s*\t(.*)$")

@@ -13,12 +13,13 @@ import re
 
 import pytest
 
+from liveunwind.arch import Arch
 from liveunwind.arch.aarch64 import AARCH64
 from liveunwind.arch.base import FrameRecord
 from liveunwind.arch.x86_64 import X86_64
 from liveunwind.errors import MemoryReadError
-from liveunwind.unwinder.strategies import framepointer, leaf, scan
-from liveunwind.unwinder.strategies.scan import ScanBudget, calls_before
+from liveunwind.unwinder.strategies import ReadMemory, ScanBudget, Walk, framepointer, leaf, scan
+from liveunwind.unwinder.strategies.scan import calls_before
 
 _PF_X = 1
 _LINE = re.compile(r"^\s*([0-9a-f]+):\t((?:[0-9a-f]{2} )+)\s*\t(.*)$")
@@ -123,6 +124,27 @@ def _x86_code() -> Memory:
     return code
 
 
+def _walk(
+    arch: Arch,
+    registers: dict[int, int],
+    read: ReadMemory,
+    code_reader: ReadMemory | None = None,
+    *,
+    stack_range: tuple[int, int] | None = STACK,
+    notes: list[str] | None = None,
+) -> Walk:
+    """A walk of a fake thread: ``read`` is its stack, ``code_reader`` its code (else ``read``)."""
+    return Walk(
+        arch,
+        registers,
+        read,
+        _is_code,
+        read if code_reader is None else code_reader,
+        stack_range=stack_range,
+        notes=notes,
+    )
+
+
 def _stack(words: dict[int, int]) -> Memory:
     memory = Memory({address: 0 for address in range(STACK[0], STACK[1], 8)})
     for address, value in words.items():
@@ -134,12 +156,12 @@ class TestFramePointer:
     def test_x86_64_chain(self) -> None:
         stack = _stack({0x7FF100: 0x7FF200, 0x7FF108: 0x400105, 0x7FF200: 0, 0x7FF208: 0x400202})
         registers = {X86_64.pc: 0x400010, X86_64.sp: 0x7FF0F0, X86_64.fp: 0x7FF100}
-        caller = framepointer.step(X86_64, registers, stack.read, _is_code, STACK)
+        caller = framepointer.step(_walk(X86_64, registers, stack.read))
         assert caller == {X86_64.pc: 0x400105, X86_64.sp: 0x7FF110, X86_64.fp: 0x7FF200}
-        outer = framepointer.step(X86_64, caller, stack.read, _is_code, STACK)
+        outer = framepointer.step(_walk(X86_64, caller, stack.read))
         assert outer == {X86_64.pc: 0x400202, X86_64.sp: 0x7FF210, X86_64.fp: 0}
         notes: list[str] = []
-        assert framepointer.step(X86_64, outer, stack.read, _is_code, STACK, notes) is None
+        assert framepointer.step(_walk(X86_64, outer, stack.read, notes=notes)) is None
         assert "zero" in notes[0]
 
     @pytest.mark.parametrize(
@@ -158,24 +180,27 @@ class TestFramePointer:
         stack = _stack({fp: saved_fp, fp + 8: return_address})
         registers = {X86_64.sp: 0x7FF0F0, X86_64.fp: fp}
         notes: list[str] = []
-        assert framepointer.step(X86_64, registers, stack.read, _is_code, STACK, notes) is None
+        assert framepointer.step(_walk(X86_64, registers, stack.read, notes=notes)) is None
         assert reason in notes[0]
 
     def test_outside_stack_and_unreadable(self) -> None:
         registers = {X86_64.sp: 0x7FF0F0, X86_64.fp: 0x7FFFF8}
         notes: list[str] = []
         stack = _stack({})
-        assert framepointer.step(X86_64, registers, stack.read, _is_code, STACK, notes) is None
+        assert framepointer.step(_walk(X86_64, registers, stack.read, notes=notes)) is None
         assert "outside the stack" in notes[0]
         # Without a known stack range, the failed read is what stops the step.
-        assert framepointer.step(X86_64, registers, stack.read, _is_code, None, notes) is None
+        assert (
+            framepointer.step(_walk(X86_64, registers, stack.read, stack_range=None, notes=notes))
+            is None
+        )
         assert "cannot read the frame record at 0x7ffff8" in notes[1]
 
     def test_aarch64_frame_record_with_pointer_auth(self) -> None:
         signed = 0x002A_0000_0040_0105  # a PAC in the top bits
         stack = _stack({0x7FF100: 0x7FF180, 0x7FF108: signed})
         registers = {AARCH64.pc: 0x400010, AARCH64.sp: 0x7FF100, AARCH64.fp: 0x7FF100}
-        caller = framepointer.step(AARCH64, registers, stack.read, _is_code, STACK)
+        caller = framepointer.step(_walk(AARCH64, registers, stack.read))
         assert caller == {AARCH64.pc: 0x400105, AARCH64.sp: 0x7FF110, AARCH64.fp: 0x7FF180}
 
     def test_a_frame_record_below_fp_where_the_arch_keeps_it(self) -> None:
@@ -184,7 +209,7 @@ class TestFramePointer:
         below.frame_record = FrameRecord(saved_fp=-16, return_address=-8, caller_sp=0)
         stack = _stack({0x7FF100: 0x7FF180, 0x7FF108: 0x400104})
         registers = {below.pc: 0x400010, below.sp: 0x7FF0F0, below.fp: 0x7FF110}
-        caller = framepointer.step(below, registers, stack.read, _is_code, STACK)
+        caller = framepointer.step(_walk(below, registers, stack.read))
         assert caller == {below.pc: 0x400104, below.sp: 0x7FF110, below.fp: 0x7FF180}
 
 
@@ -193,7 +218,7 @@ class TestLeaf:
         code = _x86_code()
         memory = _stack({0x7FF0F0: 0x400105})
         registers = {X86_64.pc: 0x400080, X86_64.sp: 0x7FF0F0, X86_64.fp: 0x7FF200}
-        caller = leaf.step(X86_64, registers, memory.read, _is_code, code.read)
+        caller = leaf.step(_walk(X86_64, registers, memory.read, code.read))
         assert caller == {X86_64.pc: 0x400105, X86_64.sp: 0x7FF0F8, X86_64.fp: 0x7FF200}
 
     @pytest.mark.parametrize(
@@ -204,7 +229,9 @@ class TestLeaf:
         memory = _stack({0x7FF0F0: value})
         registers = {X86_64.sp: 0x7FF0F0}
         notes: list[str] = []
-        assert leaf.step(X86_64, registers, memory.read, _is_code, _x86_code().read, notes) is None
+        assert (
+            leaf.step(_walk(X86_64, registers, memory.read, _x86_code().read, notes=notes)) is None
+        )
         assert reason in notes[0]
 
     def test_aarch64_link_register(self) -> None:
@@ -212,10 +239,10 @@ class TestLeaf:
         code.put_bytes(0x400000, b"\x1f\x20\x03\xd5" * 0x100)  # nop
         code.put(0x400100, 0xD63F0000, 4)  # blr x0
         registers = {AARCH64.sp: 0x7FF100, AARCH64.fp: 0x7FF180, 30: 0x0055_0000_0040_0104}
-        caller = leaf.step(AARCH64, registers, Memory().read, _is_code, code.read)
+        caller = leaf.step(_walk(AARCH64, registers, Memory().read, code.read))
         assert caller == {AARCH64.pc: 0x400104, AARCH64.sp: 0x7FF100, AARCH64.fp: 0x7FF180}
         registers[30] = 0x400108  # follows a nop
-        assert leaf.step(AARCH64, registers, Memory().read, _is_code, code.read) is None
+        assert leaf.step(_walk(AARCH64, registers, Memory().read, code.read)) is None
 
 
 class TestScan:
@@ -334,3 +361,20 @@ class TestScan:
         assert saved == {X86_64.pc: 0x400105, X86_64.sp: 0x7FF110, X86_64.fp: 0x7FF300}
         kept = scan.caller_registers(X86_64, registers, 0x7FF188, 0x400105, stack.read)
         assert kept[X86_64.fp] == 0x7FF400
+
+    def test_step_scans_above_sp_within_the_stack(self) -> None:
+        """``scan.step``: the first return address above sp and the caller it gives."""
+        stack = _stack({0x7FF100: 0x7FF300, 0x7FF108: 0x400105})
+        registers = {X86_64.pc: 0x400010, X86_64.sp: 0x7FF100, X86_64.fp: 0x7FF400}
+        notes: list[str] = []
+        walk = _walk(X86_64, registers, stack.read, _x86_code().read, notes=notes)
+        assert scan.step(walk) == {X86_64.pc: 0x400105, X86_64.sp: 0x7FF110, X86_64.fp: 0x7FF300}
+        # The call before 0x400105 targets 0x400080: refused where that is inside a function.
+        walk.confirm = lambda call: call.target != 0x400080
+        assert scan.step(walk) is None
+        assert "no return address within" in notes[-1]
+        walk.confirm = None
+        walk.stack_range = (STACK[0], 0x7FF108)  # the stack ends below the return address
+        assert scan.step(walk) is None
+        walk.registers = {X86_64.pc: 0x400010}
+        assert scan.step(walk) is None  # no sp, nothing to scan from

@@ -1,23 +1,18 @@
-"""What the stepper tries when no unwind table covers a pc.
+"""What the stepper tries when no unwind table covers a pc: checked guesses.
 
-Each strategy is a pure function of the current registers and three
-callables the stepper supplies, so none of them knows whether it runs on a
-live process, a snapshot or a core:
-
-``read(address, size) -> bytes``
-    target memory (the stack); raises MemoryReadError.
-``is_code(address) -> bool``
-    the address lies in an executable mapping or a registered JIT range.
-``code_reader(address, size) -> bytes``
-    machine code at an address, from the mapped file or from memory; raises
-    MemoryReadError (or returns fewer bytes) when it has none.
-
-They return the caller's registers (only pc, sp and fp: everything else is
-unknown after a guess) or None, and explain a refusal through an optional
-``notes`` list so ``--verbose`` can say why a fallback was not taken.
+Every strategy is one function of one argument, ``step(walk)``, where
+``walk`` is the :class:`Walk` the stepper keeps for the thread: the current
+registers and the callables through which a strategy sees the target, so
+none of them knows whether it runs on a live process, a snapshot or a core.
+``step`` returns the caller's registers (only pc, sp and fp: everything else
+is unknown after a guess) or None, and explains a refusal through
+``walk.notes`` so ``--verbose`` can say why a fallback was not taken.  The
+registry (``liveunwind/sources.py``) names the module of each strategy a
+user can choose; ``tests/unit/test_sources.py`` checks they have this shape.
 
 - :mod:`.framepointer`: the rbp chain / aarch64 frame records, every link checked.
-- :mod:`.leaf`: the first frame of a function that has not set up a frame yet.
+- :mod:`.leaf`: the first frame of a function that has not set up a frame yet
+  (tried first whenever any strategy may be used; no source of its own).
 - :mod:`.scan`: a bounded search of the stack for a return address that
   follows a call instruction.
 """
@@ -28,12 +23,115 @@ from collections.abc import Callable
 
 from liveunwind.arch.base import ReadMemory
 
-__all__ = ["CodeReader", "IsCode", "ReadMemory", "note"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from liveunwind.arch import Arch
+    from liveunwind.arch.base import CallSite
+
+__all__ = ["CodeReader", "IsCode", "ReadMemory", "ScanBudget", "Walk", "note"]
 
 #: True when an address is executable code of the target.
 IsCode = Callable[[int], bool]
 #: Reads machine code (file or memory); raises MemoryReadError or returns short.
 CodeReader = Callable[[int, int], bytes]
+
+#: Words all scans of one thread examine at most (512 KiB of stack).
+DEFAULT_BUDGET = 65536
+
+
+class ScanBudget:
+    """The words all scans of one thread may still examine."""
+
+    def __init__(self, words: int = DEFAULT_BUDGET) -> None:
+        self.remaining = words
+
+    def take(self, words: int) -> int:
+        """Grants up to ``words`` words and returns how many were granted."""
+        granted = min(words, self.remaining)
+        self.remaining -= granted
+        return granted
+
+    def give_back(self, words: int) -> None:
+        """Returns words that were granted but not examined."""
+        self.remaining += words
+
+    @property
+    def exhausted(self) -> bool:
+        return self.remaining <= 0
+
+
+class Walk:
+    """One thread's walk as a strategy sees it.
+
+    The stepper makes one per backtrace, starts it anew for each thread
+    (:meth:`begin`) and sets ``registers`` before each step, so trying a
+    strategy allocates nothing but what the strategy makes.
+
+    ``read(address, size) -> bytes``
+        target memory (the stack); raises MemoryReadError.
+    ``is_code(address) -> bool``
+        the address lies in an executable mapping or a registered JIT range.
+    ``code_reader(address, size) -> bytes``
+        machine code at an address, from the mapped file or from memory;
+        raises MemoryReadError (or returns fewer bytes) when it has none.
+    ``confirm(call) -> bool``
+        what only the stepper knows (the symbols) about the call instruction
+        before a scanned return address: False when a direct call's target
+        lies inside a known function rather than at its start, so the "call"
+        is data.  None: no such check.
+    """
+
+    __slots__ = (
+        "arch",
+        "budget",
+        "code_reader",
+        "confirm",
+        "is_code",
+        "notes",
+        "read",
+        "registers",
+        "stack_range",
+    )
+
+    def __init__(
+        self,
+        arch: Arch,
+        registers: dict[int, int],
+        read: ReadMemory,
+        is_code: IsCode,
+        code_reader: CodeReader,
+        *,
+        stack_range: tuple[int, int] | None = None,
+        notes: list[str] | None = None,
+        confirm: Callable[[CallSite], bool] | None = None,
+        budget: ScanBudget | None = None,
+    ) -> None:
+        self.arch = arch
+        #: The registers of the frame whose caller is wanted.
+        self.registers = registers
+        self.read = read
+        self.is_code = is_code
+        self.code_reader = code_reader
+        #: The thread's stack mapping (low, high exclusive), None when unknown.
+        self.stack_range = stack_range
+        #: Why strategies refused, when ``--verbose`` asked (else None).
+        self.notes = notes
+        self.confirm = confirm
+        #: Shared by every scan of the thread, so a corrupt or huge stack costs
+        #: at most the budget's words of reads and checks.
+        self.budget = ScanBudget() if budget is None else budget
+
+    def begin(
+        self,
+        registers: dict[int, int],
+        stack_range: tuple[int, int] | None,
+        notes: list[str] | None,
+    ) -> None:
+        """Another thread of the same target: its registers, stack, notes, and a whole budget."""
+        self.registers = registers
+        self.stack_range = stack_range
+        self.notes = notes
+        self.budget = ScanBudget()
 
 
 def note(notes: list[str] | None, text: str) -> None:

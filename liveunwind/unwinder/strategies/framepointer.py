@@ -25,26 +25,20 @@ AAPCS64 does not promise more for the record's address.
 
 from __future__ import annotations
 
-from liveunwind.arch import Arch
 from liveunwind.errors import MemoryReadError
-from liveunwind.unwinder.strategies import IsCode, ReadMemory, note
+from liveunwind.unwinder.strategies import Walk, note
 
 
-def step(
-    arch: Arch,
-    registers: dict[int, int],
-    read: ReadMemory,
-    is_code: IsCode,
-    stack_range: tuple[int, int] | None,
-    notes: list[str] | None = None,
-) -> dict[int, int] | None:
+def step(walk: Walk) -> dict[int, int] | None:
     """The caller's pc, sp and fp from the frame record at fp, or None if a check fails.
 
-    ``stack_range`` is ``(low, high)``, high exclusive: the readable stack
-    mapping of the thread (None when unknown; reads still fail on unmapped
-    memory).  A caller fp of 0 is accepted: it is how the outermost frame
-    (``_start``, ``clone``) ends the chain, and the next step then refuses.
+    The record must lie in ``walk.stack_range``, the readable stack mapping
+    of the thread (when it is known; reads still fail on unmapped memory).
+    A caller fp of 0 is accepted: it is how the outermost frame (``_start``,
+    ``clone``) ends the chain, and the next step then refuses.
     """
+    arch, registers, read, is_code = walk.arch, walk.registers, walk.read, walk.is_code
+    stack_range, notes = walk.stack_range, walk.notes
     fp = registers.get(arch.fp)
     sp = registers.get(arch.sp)
     if not fp:

@@ -18,20 +18,12 @@ check too, which is one reason frames found here get the trust of a scan.
 
 from __future__ import annotations
 
-from liveunwind.arch import Arch
 from liveunwind.errors import MemoryReadError
-from liveunwind.unwinder.strategies import CodeReader, IsCode, ReadMemory, note
+from liveunwind.unwinder.strategies import Walk, note
 from liveunwind.unwinder.strategies.scan import call_before
 
 
-def step(
-    arch: Arch,
-    registers: dict[int, int],
-    read: ReadMemory,
-    is_code: IsCode,
-    code_reader: CodeReader,
-    notes: list[str] | None = None,
-) -> dict[int, int] | None:
+def step(walk: Walk) -> dict[int, int] | None:
     """The caller's pc, sp and fp if the return address is still at entry position, else None.
 
     x86_64 (any arch without a link register): pc = ``[sp]``, sp = sp + 8.
@@ -40,6 +32,8 @@ def step(
     The fp is unchanged either way: a function that has not built a frame
     has not touched it.
     """
+    arch, registers, read, is_code = walk.arch, walk.registers, walk.read, walk.is_code
+    code_reader, notes = walk.code_reader, walk.notes
     sp = registers.get(arch.sp)
     if sp is None:
         note(notes, "leaf: sp is unknown")

@@ -26,35 +26,19 @@ from collections.abc import Callable
 from liveunwind.arch import Arch
 from liveunwind.arch.base import CallSite
 from liveunwind.errors import MemoryReadError
-from liveunwind.unwinder.strategies import CodeReader, IsCode, ReadMemory, note
+from liveunwind.unwinder.strategies import (
+    CodeReader,
+    IsCode,
+    ReadMemory,
+    ScanBudget,
+    Walk,
+    note,
+)
 
 #: Words one scan examines at most (16 KiB): frames with big local buffers
 #: (PATH_MAX, BUFSIZ) must not hide their caller.
 DEFAULT_WINDOW = 2048
-#: Words all scans of one thread examine at most (512 KiB of stack).
-DEFAULT_BUDGET = 65536
 _PAGE = 4096
-
-
-class ScanBudget:
-    """The words all scans of one thread may still examine."""
-
-    def __init__(self, words: int = DEFAULT_BUDGET) -> None:
-        self.remaining = words
-
-    def take(self, words: int) -> int:
-        """Grants up to ``words`` words and returns how many were granted."""
-        granted = min(words, self.remaining)
-        self.remaining -= granted
-        return granted
-
-    def give_back(self, words: int) -> None:
-        """Returns words that were granted but not examined."""
-        self.remaining += words
-
-    @property
-    def exhausted(self) -> bool:
-        return self.remaining <= 0
 
 
 # -- call decoding -----------------------------------------------------------
@@ -115,6 +99,34 @@ def _code_before(code_reader: CodeReader, end: int, size: int) -> bytes:
 
 
 # -- scanning ----------------------------------------------------------------
+
+
+def step(walk: Walk) -> dict[int, int] | None:
+    """The caller of the frame whose return address is the first one found above sp.
+
+    The scan stops at the end of the thread's stack and charges the walk's
+    budget; a direct call before a candidate must target code and, where the
+    walk can tell, a function's first instruction.
+    """
+    arch, registers = walk.arch, walk.registers
+    sp = registers.get(arch.sp)
+    if sp is None:
+        return None
+    found = find_return_address(
+        arch,
+        sp,
+        walk.read,
+        walk.is_code,
+        walk.code_reader,
+        budget=walk.budget,
+        stack_end=walk.stack_range[1] if walk.stack_range else None,
+        confirm=walk.confirm,
+        notes=walk.notes,
+    )
+    if found is None:
+        return None
+    slot, return_address = found
+    return caller_registers(arch, registers, slot, return_address, walk.read)
 
 
 def find_return_address(
