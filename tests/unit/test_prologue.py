@@ -9,10 +9,12 @@ in tests/system/test_strategies.py.
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from liveunwind.arch import Arch, arch_by_name
-from liveunwind.arch.base import PrologueFrame
+from liveunwind.arch.base import PrologueAnalysis, PrologueFrame
 from liveunwind.arch.riscv64 import prologue as rv
 from liveunwind.arch.riscv64.instructions import plt_slot
 from liveunwind.errors import MemoryReadError
@@ -403,3 +405,28 @@ def test_the_leaf_checks_rules_on_x86_64(
     if not accepted:
         (why,) = walk.notes or [""]
         assert why.startswith("leaf: [sp 0x7ff800] = 0x400105 ")
+
+
+def test_a_stack_full_of_code_pointers_costs_a_bounded_number_of_reads() -> None:
+    """Every word above f_guard's frame returns after the call to the PLT entry: none of them
+    lies where f_guard keeps ra, and only MAX_ENTRIES prologues are read."""
+    memory = _memory()
+    for address in range(SP_VALUE + 144, STACK[1], 8):
+        memory.word(address, CALLERS + 0x14)
+    analyses = []
+
+    def counted(*arguments: object) -> PrologueFrame | str:
+        analyses.append(arguments)
+        return rv.frame(*arguments)  # type: ignore[arg-type]
+
+    arch = copy.copy(RISCV64)
+    arch.prologue = PrologueAnalysis(counted)
+    walk = _walk(
+        arch,
+        {PC: BASE + 0x5E, SP: SP_VALUE},
+        memory,
+        function_at=lambda _: None,
+        module_at=lambda _: 1,
+    )
+    assert strategy.step(walk) is None
+    assert len(analyses) == strategy.MAX_ENTRIES

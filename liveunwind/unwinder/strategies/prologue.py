@@ -42,6 +42,9 @@ _PAGE = 4096
 #: Words above sp searched for the return address of the call that entered a
 #: function without a symbol (16 KiB, as a scan: frames with big buffers).
 WINDOW = 2048
+#: Entries whose prologue is read for one frame at most: a stack full of code
+#: pointers costs this many analyses, not one per word.
+MAX_ENTRIES = 32
 
 
 def step(walk: Walk) -> dict[int, int] | None:
@@ -134,7 +137,8 @@ def _entered_by_call(
     a return address after a direct call whose target — through its GOT
     slot, where the target is a PLT entry — lies in the pc's module; the
     prologue read from that entry must have saved the return address in
-    the very slot it was found in.
+    the very slot it was found in.  At most :data:`MAX_ENTRIES` prologues
+    are read.
     """
     arch, registers, notes = walk.arch, walk.registers, walk.notes
     module_at = walk.module_at
@@ -149,7 +153,8 @@ def _entered_by_call(
         limit = min(limit, walk.stack_range[1])
     unpack = struct.Struct(f"<{'Q' if word == 8 else 'I'}").iter_unpack
     budget = walk.budget
-    while address + word <= limit:
+    entries = 0
+    while address + word <= limit and entries < MAX_ENTRIES:
         chunk_end = min(limit, (address // _PAGE + 1) * _PAGE)
         wanted = (chunk_end - address) // word
         granted = budget.take(wanted)
@@ -168,8 +173,9 @@ def _entered_by_call(
             code = code_before(walk.code_reader, candidate, arch.longest_call)
             for site in arch.call_sites(candidate, code):
                 entry = _entry(walk, read, site.target)
-                if entry is None or module_at(entry) != module:
+                if entry is None or module_at(entry) != module or entries >= MAX_ENTRIES:
                     continue
+                entries += 1
                 found = analysis.frame(read, entry, pc, walk.exact_pc, None)
                 if isinstance(found, str):
                     continue
