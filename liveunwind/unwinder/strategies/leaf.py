@@ -3,13 +3,15 @@
 A thread stopped at the first instruction of a function, or anywhere in a
 leaf function that neither pushes nor moves the stack pointer, still has its
 return address where the call put it: at ``[sp]`` on x86_64, in the link
-register x30 on aarch64.  This is tried before scanning because it is exact
-when it applies, but it is only a guess of the shape of the frame, so the
-return address must also pass the scan's check (code, right after a call).
+register (x30 on aarch64, ra on riscv64).  This is tried before the frame
+pointer and scanning because it is exact when it applies (a prologue read,
+where the architecture has one, sees the same and more, and comes first),
+but it is only a guess of the shape of the frame, so the return address must
+also pass the scan's check (code, right after a call).
 
 Only for the first frame (or one interrupted by a signal): in a caller frame
 the pc is a return address, so its function has necessarily built a frame
-already, and on aarch64 its x30 has been overwritten by the call it made.
+already, and its link register has been overwritten by the call it made.
 
 A non-leaf function past its prologue still holds in its link register (x30
 on aarch64, ra on riscv64) the return address of its own last call, a point
