@@ -21,6 +21,7 @@ class Method(Enum):
     DYNAMIC = "dynamic"
     SIGNAL = "signal"  # registers the kernel saved in a signal frame
     FRAMEPOINTER = "framepointer"
+    PROLOGUE = "prologue"  # the function's own code, read from its start (no table covers it)
     LEAF = "leaf"  # frame 0 had not built a frame: return address at [sp] or in LR
     SCAN = "scan"
 
@@ -30,14 +31,14 @@ class Trust(Enum):
 
     EXACT = "exact"  # read from the thread itself
     HIGH = "high"  # computed from an unwind table or a kernel signal frame
-    MEDIUM = "medium"  # a checked frame-pointer chain
+    MEDIUM = "medium"  # a checked frame-pointer chain, or the function's prologue read
     LOW = "low"  # a guess from stack contents
 
     @staticmethod
     def of(method: Method) -> Trust:
         if method is Method.CONTEXT:
             return Trust.EXACT
-        if method is Method.FRAMEPOINTER:
+        if method is Method.FRAMEPOINTER or method is Method.PROLOGUE:
             return Trust.MEDIUM
         if method in (Method.SCAN, Method.LEAF):
             return Trust.LOW

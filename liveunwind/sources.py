@@ -17,9 +17,11 @@ and their tests.
 Three methods of :class:`~liveunwind.frames.Method` belong to no source:
 ``context`` (frame 0, the thread's own registers), ``signal`` (the kernel's
 sigreturn trampoline, recognised by its code whatever the sources) and
-``leaf`` (frame 0 before its prologue, which the stepper checks first
-whenever any strategy is chosen: following the frame pointer or scanning
-from there would skip its caller).
+``leaf`` (frame 0 before its prologue, which the stepper checks before the
+other strategies whenever any strategy is chosen: following the frame pointer
+or scanning from there would skip its caller).  A strategy that reads the
+function's own code sees for itself whether the frame is built yet, and is
+tried before the leaf check (``before_leaf``).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ STRATEGY = "strategy"
 class Source:
     """One unwind source: its ``--unwinder`` word, its kind and the method its frames report."""
 
-    __slots__ = ("help", "kind", "method", "name", "run_time", "strategy")
+    __slots__ = ("before_leaf", "help", "kind", "method", "name", "run_time", "strategy")
 
     def __init__(
         self,
@@ -52,6 +54,7 @@ class Source:
         *,
         run_time: bool = False,
         strategy: str | None = None,
+        before_leaf: bool = False,
     ) -> None:
         #: The word of ``--unwinder`` (and the key of a module's ``unwind_sources``).
         self.name = name
@@ -67,6 +70,9 @@ class Source:
         #: For a strategy: its module in ``liveunwind/unwinder/strategies/``,
         #: whose ``step(walk)`` the stepper calls (imported when first needed).
         self.strategy = strategy
+        #: For a strategy: tried before the leaf check of a frame whose pc is
+        #: exact, because it knows from the code whether the frame is built.
+        self.before_leaf = before_leaf
 
     def __repr__(self) -> str:
         return f"<Source {self.name} ({self.kind})>"
@@ -80,7 +86,11 @@ class Source:
 #: but CFI restores every callee-saved register, which later frames' rules may
 #: use (e.g. a CFA based on rbx), while SFrame knows only the CFA, FP and RA.
 #: SFrame then covers code whose CFI is missing.  The strategies come last:
-#: they are guesses, checked but guesses.
+#: they are guesses, checked but guesses.  The prologue, read from the
+#: function's start (its symbol, or the direct call that entered it), is the
+#: function's own word on its frame where its code is the usual; the
+#: frame-pointer chain holds only where every function keeps one; a scan takes
+#: what looks like a return address.
 SOURCES = (
     Source(
         "dynamic",
@@ -94,6 +104,14 @@ SOURCES = (
         "cfi", TABLE, Method.CFI, "DWARF CFI in .eh_frame and .debug_frame, and Go's .gopclntab"
     ),
     Source("sframe", TABLE, Method.SFRAME, "SFrame, .sframe"),
+    Source(
+        "prologue",
+        STRATEGY,
+        Method.PROLOGUE,
+        "the function's prologue, read from its start where the architecture has an analysis",
+        strategy="prologue",
+        before_leaf=True,
+    ),
     Source(
         "fp",
         STRATEGY,

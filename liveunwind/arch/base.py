@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
 #: Reads ``size`` bytes of target memory at an address (raises MemoryReadError).
 ReadMemory = Callable[[int, int], bytes]
+#: Reads up to ``size`` bytes of code at an address: fewer where there are none, never raising.
+ReadCode = Callable[[int, int], bytes]
 #: Registers keyed by DWARF number, decoded from one register block.
 DecodeRegisters = Callable[[bytes], dict[int, int]]
 
@@ -27,6 +29,8 @@ WORD_MASK = (1 << 64) - 1
 #: Bytes of a function's code read to decode the address it returns
 #: (:attr:`Arch.address_returned`): enough for every architecture's sequence.
 ACCESSOR_CODE_SIZE = 16
+#: Bytes of a PLT entry read to find the slot it jumps through (:attr:`Arch.plt_slot`).
+PLT_CODE_SIZE = 16
 
 
 class CallSite(namedtuple("CallSite", "address target")):
@@ -124,6 +128,43 @@ class MachODescription:
         self.thread_states = thread_states
 
 
+class PrologueFrame(namedtuple("PrologueFrame", "cfa_register cfa_offset saved kept")):
+    """What a function's own instructions say of its frame at one pc.
+
+    The CFA (the caller's sp) is ``cfa_register + cfa_offset``; ``saved``
+    pairs each register whose caller's value the function stored with the
+    offset of that slot from the CFA; ``kept`` lists the registers that still
+    hold the caller's value (the return-address register among them while it
+    still holds the return address).  An UnwindRule's subset, in DWARF numbers.
+    """
+
+    __slots__ = ()
+    cfa_register: int
+    cfa_offset: int
+    saved: tuple[tuple[int, int], ...]
+    kept: tuple[int, ...]
+
+
+class PrologueAnalysis:
+    """How an architecture reads a frame off its function's code (gdb's prologue analysers).
+
+    ``frame(read, start, pc, exact, size)``: the frame at ``pc`` of the
+    function entered at ``start``, reading its code with ``read(address,
+    size)`` (which returns fewer bytes where there are none, and never
+    raises); ``exact`` says the pc is where the thread stopped (frame 0, or
+    code a signal interrupted) rather than a return address; ``size`` is the
+    function's size where its symbol says.  It returns a
+    :class:`PrologueFrame`, or why the code does not tell.
+    """
+
+    __slots__ = ("frame",)
+
+    def __init__(
+        self, frame: Callable[[ReadCode, int, int, bool, int | None], PrologueFrame | str]
+    ) -> None:
+        self.frame = frame
+
+
 def _no_pointer_auth(value: int) -> int:
     return value
 
@@ -149,7 +190,9 @@ class Arch:
         "macho",
         "name",
         "pc",
+        "plt_slot",
         "pointer_auth",
+        "prologue",
         "red_zone",
         "register_names",
         "registers_from_user_regs",
@@ -191,6 +234,8 @@ class Arch:
         strip_pointer_auth: Callable[[int], int] | None = None,
         sframe_abis: dict[int, str] | None = None,
         macho: MachODescription | None = None,
+        prologue: PrologueAnalysis | None = None,
+        plt_slot: Callable[[bytes, int], int | None] | None = None,
         vsyscall_page: int | None = None,
         self_capture: Callable[[], SelfCapture] | None = None,
         word_size: int = 8,
@@ -243,6 +288,15 @@ class Arch:
         self.sframe_abis = sframe_abis or {}
         #: What Mach-O files and cores say of it; None where Apple never ran it.
         self.macho = macho
+        #: Reads a frame off its function's code where no table covers it; None
+        #: where liveunwind has no such analysis for the architecture.
+        self.prologue = prologue
+        #: ``plt_slot(code, address)``: the address of the GOT slot the PLT entry
+        #: at ``address`` jumps through (read off its first :data:`PLT_CODE_SIZE`
+        #: bytes; link-time addresses give the link-time slot), None where the
+        #: code is not one; None where liveunwind does not decode the
+        #: architecture's PLT entries.
+        self.plt_slot = plt_slot
         #: Address of the kernel's legacy vsyscall page, where it has one.
         self.vsyscall_page = vsyscall_page
         self._self_capture = self_capture

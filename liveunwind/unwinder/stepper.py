@@ -99,6 +99,8 @@ class Stepper:
             self._is_code,
             space.read,
             confirm=self._call_target_is_function_start,
+            function_at=self._function_at,
+            module_at=modules.find,
         )
 
     # -- the walk -------------------------------------------------------------
@@ -312,22 +314,30 @@ class Stepper:
     def _strategy_step(self, registers: dict[int, int], frame: Frame, walk: Walk) -> _Step | None:
         """The first of the chosen strategies that finds a caller: checked guesses.
 
-        A frame whose pc is exact first gets the leaf check (a function that
-        has not built its frame yet): in such a function the frame pointer
-        still belongs to the caller, so following it would skip the caller.
+        A frame whose pc is exact gets the leaf check (a function that has
+        not built its frame yet) before the strategies that would not see it:
+        in such a function the frame pointer still belongs to the caller, so
+        following it would skip the caller.  A strategy that reads the
+        function's own code (``before_leaf``) sees it, and comes before.
         """
         walk.registers = registers
-        if frame.exact_pc:
-            from liveunwind.unwinder.strategies import leaf
-
-            caller = leaf.step(walk)
-            if caller is not None:
-                return self._guess(caller, Method.LEAF)
+        walk.exact_pc = leaf_pending = frame.exact_pc
         for source in self._strategies:
+            if leaf_pending and not source.before_leaf:
+                leaf_pending = False
+                step = self._leaf_step(walk)
+                if step is not None:
+                    return step
             caller = _strategy(source)(walk)
             if caller is not None:
                 return self._guess(caller, source.method)
-        return None
+        return self._leaf_step(walk) if leaf_pending else None
+
+    def _leaf_step(self, walk: Walk) -> _Step | None:
+        from liveunwind.unwinder.strategies import leaf
+
+        caller = leaf.step(walk)
+        return None if caller is None else self._guess(caller, Method.LEAF)
 
     def _call_target_is_function_start(self, call: CallSite) -> bool:
         """The symbol-table check of a scanned return address's call instruction.
@@ -343,8 +353,24 @@ class Stepper:
         match = None if module is None else module.symbolize(call.target)
         return match is None or match.offset == 0
 
+    def _function_at(self, address: int) -> tuple[int, int | None] | None:
+        """The function holding ``address``: start and end (None: no size) by its symbol.
+
+        Code no module holds is asked of what JIT compilers registered.
+        """
+        module = self.modules.find(address)
+        if module is not None:
+            match = module.symbolize(address)
+            if match is None:
+                return None
+            start = address - match.offset
+            return start, (start + match.size if match.size else None)
+        registry = self.modules.registry
+        found = None if registry is None else registry.range_for(address)
+        return None if found is None else (found.start, found.end)
+
     def _guess(self, caller: dict[int, int], method: Method) -> _Step:
-        """A strategy's caller registers: only pc, sp and fp are known after a guess."""
+        """A strategy's caller registers (pc, sp and what else it knows); the CFA is the sp."""
         return _Step(caller=caller, cfa=caller[self.arch.sp], method=method)
 
     def _is_code(self, address: int) -> bool:

@@ -4,8 +4,10 @@ Every call instruction's end in real binaries (this machine's /bin/ls and
 libc, an aarch64 program built here) must be accepted, with objdump's
 target for direct calls, and the ends of other instructions must be
 rejected often enough to keep scanning honest — the measured
-false-positive rates are asserted.  The steps on crafted memory are
-tests/unit/test_strategies.py.
+false-positive rates are asserted.  The instruction decoder of riscv64's
+prologue analysis reads a whole static riscv64 program as objdump does.  The
+steps on crafted memory are tests/unit/test_strategies.py and
+tests/unit/test_prologue.py.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from liveunwind.arch import arch_by_name
 from liveunwind.arch.aarch64 import AARCH64
 from liveunwind.arch.x86_64 import X86_64
 from liveunwind.errors import MemoryReadError
@@ -32,6 +35,7 @@ _LINE = re.compile(r"^\s*([0-9a-f]+):\t((?:[0-9a-f]{2} )+)\s*\t(.*)$")
 _HEADER = re.compile(r"^([0-9a-f]+) <[^>]+>:$", re.MULTILINE)
 _A64_LINE = re.compile(r"^\s*([0-9a-f]+):\t([0-9a-f]{8}) \t(\S+)\s*(.*)$")
 STACK = (0x7FF000, 0x800000)
+RISCV64 = arch_by_name("riscv64")
 
 
 def _stack(words: dict[int, int]) -> Callable[[int, int], bytes]:
@@ -308,3 +312,99 @@ def test_real_return_addresses_found_among_stale_code_pointers(x86_objdump: None
         X86_64, 0x7FF100, _stack(words), code.is_code, code.read, budget=ScanBudget()
     )
     assert found == (slot, calls[len(calls) // 2].end)
+
+
+# -- riscv64: the prologue analysis's decoder against objdump --------------------------------
+
+_RV_LINE = re.compile(r"^\s*([0-9a-f]+):\t([0-9a-f]{4}|[0-9a-f]{8})\s+\t(\S+)\s*([^#<]*)")
+_RV_MEMORY = re.compile(r"^(\w+),(-?\d+)\((\w+)\)$")
+#: objdump's register names (x8 is "s0" there, "fp" in the target descriptions).
+_RV_REGISTERS = {name: number for number, name in RISCV64.register_names.items() if number < 32}
+_RV_REGISTERS["s0"] = 8
+
+
+def _rv_expected(mnemonic: str, operands: str, address: int) -> tuple[object, ...] | None:
+    """What the decoder must say of an instruction objdump (``-M no-aliases``) printed."""
+    parts = operands.replace(" ", "").split(",") if operands.strip() else []
+    register = _RV_REGISTERS.get
+    if mnemonic in ("addi", "c.addi", "c.addi16sp", "c.addi4spn"):
+        rs1 = 2 if mnemonic == "c.addi4spn" else register(parts[-2])
+        return ("addi", register(parts[0]), rs1, int(parts[-1], 0))
+    if mnemonic in ("sd", "c.sd", "c.sdsp", "sw", "c.sw", "c.swsp", "ld", "c.ld", "c.ldsp"):
+        match = _RV_MEMORY.match(",".join(parts))
+        assert match is not None, (mnemonic, operands)
+        value, offset, base = match.groups()
+        kind = "store" if mnemonic.split(".")[-1].startswith("s") else "load"
+        return (kind, register(value), int(offset), register(base))
+    if mnemonic == "c.mv":
+        return ("move", register(parts[0]), register(parts[1]))
+    if mnemonic in ("jal", "c.j"):
+        link = "zero" if mnemonic == "c.j" else parts[0]
+        if link == "ra":
+            return ("call",)
+        return ("jump", int(parts[-1], 16) - address) if link == "zero" else ("other",)
+    if mnemonic in ("jalr", "c.jalr", "c.jr"):
+        link = {"c.jalr": "ra", "c.jr": "zero"}.get(mnemonic, parts[0])
+        if link == "ra":
+            return ("call",)
+        if link != "zero":
+            return ("other",)
+        returns = parts[-1] in ("ra", "0(ra)")
+        return ("ret",) if returns else ("jump", None)
+    if mnemonic.startswith("b") or mnemonic in ("c.beqz", "c.bnez"):
+        return ("branch",)
+    return None
+
+
+def _rv_decoded(insn: object) -> tuple[object, ...]:
+    from liveunwind.arch.riscv64.prologue import Instruction
+
+    assert isinstance(insn, Instruction)
+    kind = insn.kind
+    if kind == "addi":
+        return (kind, insn.rd, insn.rs1, insn.imm)
+    if kind == "store":
+        return (kind, insn.rs2, insn.imm, insn.rs1)
+    if kind == "load":
+        return (kind, insn.rd, insn.imm, insn.rs1)
+    if kind == "move":
+        return (kind, insn.rd, insn.rs1)
+    if kind == "jump":
+        return (kind, insn.imm)
+    return (kind,)
+
+
+def test_riscv64_prologue_decoder_matches_objdump(riscv64_build: Path) -> None:
+    """Every instruction of a static riscv64 program (glibc's code included), as objdump reads it.
+
+    Lengths everywhere; stack adjustments, stores and loads with their
+    registers and offsets, moves, calls, jumps with their targets, returns
+    and branches as the prologue analysis needs them.
+    """
+    from liveunwind.arch.riscv64.prologue import decode
+
+    objdump = shutil.which("riscv64-linux-gnu-objdump")
+    if objdump is None:
+        pytest.skip("riscv64-linux-gnu-objdump is not installed (binutils-riscv64-linux-gnu)")
+    exe = riscv64_build / "threads-O2-static"
+    listing = subprocess.run(
+        [objdump, "-d", "-M", "no-aliases", str(exe)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    checked = compared = 0
+    for line in listing.splitlines():
+        match = _RV_LINE.match(line)
+        if match is None:
+            continue
+        address, encoding, mnemonic, operands = match.groups()
+        code = int(encoding, 16).to_bytes(len(encoding) // 2, "little")
+        insn = decode(code, 0)
+        assert insn is not None and insn.length == len(code), line
+        checked += 1
+        expected = _rv_expected(mnemonic, operands, int(address, 16))
+        if expected is not None:
+            assert _rv_decoded(insn) == expected, line
+            compared += 1
+    assert checked > 100_000 and compared > 40_000, (checked, compared)

@@ -1,8 +1,10 @@
 """riscv64 (RV64GC, lp64d): the Arch, from the facts of this folder.
 
 ``registers`` (DWARF numbering, ``user_regs_struct``, GDB's ``g`` packet),
-``sigframe`` (the sigreturn trampoline and signal frame) and ``instructions``
-(call instructions, an address-returning function).  No SFrame (binutils
+``sigframe`` (the sigreturn trampoline and signal frame), ``instructions``
+(call instructions, an address-returning function) and ``prologue`` (a frame
+read off its function's code, where no unwind table covers it: Debian's
+riscv64 glibc has tables for few of its functions).  No SFrame (binutils
 has no RISC-V ABI id: 2.40's gas says ".sframe not supported for target"),
 no Mach-O, and no self-capture handler yet: ``local_backtrace`` says so.
 """
@@ -10,7 +12,7 @@ no Mach-O, and no self-capture handler yet: ``local_backtrace`` says so.
 from __future__ import annotations
 
 from liveunwind.arch.base import Arch, FrameRecord, GdbDescription
-from liveunwind.arch.riscv64 import instructions, registers, sigframe
+from liveunwind.arch.riscv64 import instructions, prologue, registers, sigframe
 
 RISCV64 = Arch(
     name="riscv64",
@@ -41,4 +43,6 @@ RISCV64 = Arch(
         general_registers=registers.GDB_GENERAL_REGISTERS,
     ),
     link_register=registers.RA,  # jal/jalr leave the return address in ra
+    prologue=prologue.ANALYSIS,
+    plt_slot=instructions.plt_slot,
 )

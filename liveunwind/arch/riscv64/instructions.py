@@ -1,4 +1,4 @@
-"""riscv64 machine code liveunwind reads: call instructions, and an address-returning function.
+"""riscv64 machine code liveunwind reads: calls, an address-returning function, PLT entries.
 
 Calls through ra (the RISC-V unprivileged ISA): ``jal ra, offset``,
 ``jalr ra, offset(rs1)`` (after ``auipc ra, hi20`` it is the unrelaxed
@@ -28,6 +28,11 @@ _AUIPC_A0_MASK, _AUIPC_A0 = 0xFFF, 0x517  # auipc a0, hi20
 _ADDI_A0_A0_MASK, _ADDI_A0_A0 = 0xFFFFF, 0x50513  # addi a0, a0, lo12
 _RET = 0x00008067  # jalr zero, 0(ra)
 _C_RET = 0x8082  # c.jr ra
+
+# A PLT entry (binutils' elfnn-riscv.c): auipc t3, hi20; ld t3, lo12(t3); jalr t1, t3; nop.
+_AUIPC_T3_MASK, _AUIPC_T3 = 0xFFF, 0xE17
+_LD_T3_T3_MASK, _LD_T3_T3 = 0xFFFFF, 0xE3E03
+_JALR_T1_T3 = 0x000E0367
 
 
 def _signed(value: int, bits: int) -> int:
@@ -87,3 +92,17 @@ def address_returned(code: bytes, address: int) -> int | None:
         high = _signed(auipc & 0xFFFFF000, 32)
         return (address + high + _signed(addi >> 20, 12)) & WORD_MASK
     return None
+
+
+def plt_slot(code: bytes, address: int) -> int | None:
+    """The GOT slot a PLT entry, ``auipc t3, hi; ld t3, lo(t3); jalr t1, t3``, reads; or None."""
+    if len(code) < 12:
+        return None
+    auipc, load, jump = struct.unpack_from("<3I", code)
+    if (
+        auipc & _AUIPC_T3_MASK != _AUIPC_T3
+        or load & _LD_T3_T3_MASK != _LD_T3_T3
+        or jump != _JALR_T1_T3
+    ):
+        return None
+    return (address + _signed(auipc & 0xFFFFF000, 32) + _signed(load >> 20, 12)) & WORD_MASK

@@ -4,15 +4,20 @@ Every strategy is one function of one argument, ``step(walk)``, where
 ``walk`` is the :class:`Walk` the stepper keeps for the thread: the current
 registers and the callables through which a strategy sees the target, so
 none of them knows whether it runs on a live process, a snapshot or a core.
-``step`` returns the caller's registers (only pc, sp and fp: everything else
-is unknown after a guess) or None, and explains a refusal through
+``step`` returns the caller's registers (pc, sp and fp, and the registers a
+prologue read says where the caller's are; everything else is unknown after a
+guess) or None, and explains a refusal through
 ``walk.notes`` so ``--verbose`` can say why a fallback was not taken.  The
 registry (``liveunwind/sources.py``) names the module of each strategy a
 user can choose; ``tests/unit/test_sources.py`` checks they have this shape.
 
+- :mod:`.prologue`: the frame the function's own prologue builds, read from
+  its start by the architecture's analysis (riscv64), where a symbol, a JIT
+  registration or the direct call that entered it says where it starts.
 - :mod:`.framepointer`: the rbp chain / aarch64 frame records, every link checked.
 - :mod:`.leaf`: the first frame of a function that has not set up a frame yet
-  (tried first whenever any strategy may be used; no source of its own).
+  (tried before the other strategies, after the prologue's, whenever any
+  strategy may be used; no source of its own).
 - :mod:`.scan`: a bounded search of the stack for a return address that
   follows a call instruction.
 """
@@ -28,12 +33,26 @@ if TYPE_CHECKING:
     from liveunwind.arch import Arch
     from liveunwind.arch.base import CallSite
 
-__all__ = ["CodeReader", "IsCode", "ReadMemory", "ScanBudget", "Walk", "note"]
+__all__ = [
+    "CodeReader",
+    "FunctionAt",
+    "IsCode",
+    "ModuleAt",
+    "ReadMemory",
+    "ScanBudget",
+    "Walk",
+    "note",
+]
 
 #: True when an address is executable code of the target.
 IsCode = Callable[[int], bool]
 #: Reads machine code (file or memory); raises MemoryReadError or returns short.
 CodeReader = Callable[[int, int], bytes]
+#: The function holding an address, as its symbol (or a JIT's registration) says:
+#: its start and its end (None where the symbol has no size); None where unknown.
+FunctionAt = Callable[[int], tuple[int, int | None] | None]
+#: What identifies the module holding an address (compared with ==), None for none.
+ModuleAt = Callable[[int], object]
 
 #: Words all scans of one thread examine at most (512 KiB of stack).
 DEFAULT_BUDGET = 65536
@@ -79,6 +98,13 @@ class Walk:
         before a scanned return address: False when a direct call's target
         lies inside a known function rather than at its start, so the "call"
         is data.  None: no such check.
+    ``function_at(address) -> (start, end) | None``
+        the function holding an address, as the symbols (or a JIT's
+        registration) say; None: not known.  None in place of the callable:
+        no symbols to ask.
+    ``module_at(address)``
+        what identifies the module holding an address (None: none); None in
+        place of the callable: no modules to ask.
     """
 
     __slots__ = (
@@ -86,7 +112,10 @@ class Walk:
         "budget",
         "code_reader",
         "confirm",
+        "exact_pc",
+        "function_at",
         "is_code",
+        "module_at",
         "notes",
         "read",
         "registers",
@@ -105,10 +134,16 @@ class Walk:
         notes: list[str] | None = None,
         confirm: Callable[[CallSite], bool] | None = None,
         budget: ScanBudget | None = None,
+        function_at: FunctionAt | None = None,
+        module_at: ModuleAt | None = None,
+        exact_pc: bool = True,
     ) -> None:
         self.arch = arch
         #: The registers of the frame whose caller is wanted.
         self.registers = registers
+        #: The pc of ``registers`` is where the thread stopped (frame 0, or code a
+        #: signal interrupted), not a return address.
+        self.exact_pc = exact_pc
         self.read = read
         self.is_code = is_code
         self.code_reader = code_reader
@@ -117,6 +152,8 @@ class Walk:
         #: Why strategies refused, when ``--verbose`` asked (else None).
         self.notes = notes
         self.confirm = confirm
+        self.function_at = function_at
+        self.module_at = module_at
         #: Shared by every scan of the thread, so a corrupt or huge stack costs
         #: at most the budget's words of reads and checks.
         self.budget = ScanBudget() if budget is None else budget

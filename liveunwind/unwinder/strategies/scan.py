@@ -70,7 +70,7 @@ def call_before(
     direct call must target code when ``check_target`` is set, and
     ``confirm`` (if given) has the last word on each decoding.
     """
-    code = _code_before(code_reader, return_address, arch.longest_call)
+    code = code_before(code_reader, return_address, arch.longest_call)
     for site in arch.call_sites(return_address, code):
         if check_target and site.target is not None and not is_code(site.target):
             continue
@@ -79,7 +79,7 @@ def call_before(
     return None
 
 
-def _code_before(code_reader: CodeReader, end: int, size: int) -> bytes:
+def code_before(code_reader: CodeReader, end: int, size: int) -> bytes:
     """Up to ``size`` bytes of code ending at ``end``, fewer if the page before is not code.
 
     ``end`` lies in an executable mapping, so the bytes from its page start
