@@ -176,7 +176,11 @@ class Frame:
 
     @property
     def lookup_pc(self) -> int:
-        """The address that lies inside the frame's function (DESIGN: caller frames use pc - 1)."""
+        """The address that lies inside the frame's function.
+
+        Caller frames look up pc - 1 (ARCHITECTURE.md: the call may be a
+        function's last instruction).
+        """
         return self.pc if self.exact_pc else self.pc - 1
 
 
