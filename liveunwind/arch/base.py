@@ -173,7 +173,7 @@ class Arch:
     """What the stepper, the targets and the formats need to know about one architecture.
 
     One instance per architecture (``X86_64``, ``AARCH64``), compared by
-    identity and listed in :data:`liveunwind.arch.ARCHITECTURES`.
+    identity and listed by :func:`liveunwind.arch.architectures`.
     """
 
     __slots__ = (

@@ -27,13 +27,13 @@ import pkgutil
 
 import liveunwind.arch
 from liveunwind.arch import (
-    ARCHITECTURES,
     Arch,
     arch_by_elf_machine,
     arch_by_gdb_architecture,
     arch_by_macho_cpu_type,
     arch_by_name,
     arch_by_sframe_abi,
+    architectures,
 )
 from tests.support.paths import ROOT
 
@@ -45,7 +45,7 @@ ARCH_FOLDER = PACKAGE / "arch"
 OTHER_NAMES = {"riscv64", "riscv", "i386", "i686", "armv7l", "ppc64le", "ppc64", "s390x",
                "loongarch64", "mips64"}  # fmt: skip
 ARCH_NAMES = frozenset(
-    name for arch in ARCHITECTURES for name in (arch.name, *arch.aliases, *arch.gdb.architectures)
+    name for arch in architectures() for name in (arch.name, *arch.aliases, *arch.gdb.architectures)
 ) | frozenset(OTHER_NAMES)
 
 
@@ -178,12 +178,12 @@ def _built_architectures() -> set[Arch]:
 
 
 def test_the_registry_lists_every_architecture_built() -> None:
-    assert _built_architectures() == set(ARCHITECTURES)
+    assert _built_architectures() == set(architectures())
 
 
 def test_each_architecture_answers_to_its_own_names_and_numbers() -> None:
     """No two architectures claim the same name, machine, CPU type, GDB name or SFrame id."""
-    for arch in ARCHITECTURES:
+    for arch in architectures():
         assert all(arch_by_name(name) is arch for name in (arch.name, *arch.aliases))
         assert arch_by_elf_machine(arch.elf_machine) is arch
         assert all(arch_by_gdb_architecture(name) is arch for name in arch.gdb.architectures)
@@ -192,6 +192,20 @@ def test_each_architecture_answers_to_its_own_names_and_numbers() -> None:
             assert arch_by_macho_cpu_type(arch.macho.cpu_type) is arch
 
 
+def test_the_registry_names_each_architecture_as_its_folder_does() -> None:
+    """The registry knows each architecture's names before loading its folder; they agree."""
+    for entry in liveunwind.arch._ENTRIES:
+        arch = arch_by_name(entry.name)
+        assert (entry.name, entry.aliases, entry.elf_machine) == (
+            arch.name,
+            arch.aliases,
+            arch.elf_machine,
+        )
+        assert entry.gdb_architectures == arch.gdb.architectures
+        assert set(entry.sframe_abis) == set(arch.sframe_abis)
+        assert entry.macho_cpu_type == (arch.macho.cpu_type if arch.macho else None)
+
+
 def test_the_schema_names_the_registered_architectures() -> None:
     schema = json.loads((PACKAGE / "cli" / "schemas" / "backtrace.schema.json").read_text())
-    assert schema["properties"]["arch"]["enum"] == [arch.name for arch in ARCHITECTURES]
+    assert schema["properties"]["arch"]["enum"] == [arch.name for arch in architectures()]
