@@ -225,7 +225,10 @@ def commands() -> list[Command]:
         "core",
         "backtrace every thread recorded in a core file",
         [
-            Positional("core", "the core file (.gz, .xz and .zst are read as they are)"),
+            Positional(
+                "core",
+                "the core file (.gz, .xz, .zst and .bz2 are read as they are; lz4: lz4 -d first)",
+            ),
             Positional("executable", "the program that dumped it", optional=True),
         ],
         [

@@ -10,6 +10,7 @@ with the call chain crash.c documents instead.
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import json
 import lzma
@@ -198,6 +199,77 @@ def test_gcore_names_the_kernel_pages_so_they_are_not_taken_for_jit_code(
     if "[vsyscall]" in live:
         assert "[vsyscall]" in names
     assert not modules.jit_possible
+
+
+def prstatus_signals(core: Path) -> dict[int, tuple[int, int]]:
+    """Each thread's pr_cursig and its file offset, read straight from the NT_PRSTATUS notes."""
+    data = core.read_bytes()
+    phoff = struct.unpack_from("<Q", data, 32)[0]
+    phentsize, phnum = struct.unpack_from("<HH", data, 54)
+    signals = {}
+    for index in range(phnum):
+        ptype, _flags, offset, _vaddr, _paddr, filesz = struct.unpack_from(
+            "<IIQQQQ", data, phoff + index * phentsize
+        )
+        position = offset
+        while ptype == 4 and position < offset + filesz:
+            namesz, descsz, ntype = struct.unpack_from("<III", data, position)
+            desc = position + 12 + (namesz + 3) // 4 * 4
+            if ntype == 1:
+                (signal,) = struct.unpack_from("<h", data, desc + 12)
+                (tid,) = struct.unpack_from("<i", data, desc + 32)
+                signals[tid] = (signal, desc + 12)
+            position = desc + (descsz + 3) // 4 * 4
+    return signals
+
+
+def gcore_of_a_crash(gdb: str, folder: Path) -> Path:
+    """gdb runs crash-O2 thread, catches its SIGSEGV and writes a gcore of it (all-stop)."""
+    core = folder / "gcore"
+    exe = CRASH / "build" / "crash-O2"
+    argv = [gdb, "-batch", "-nx", "-iex", "set debuginfod enabled off"]
+    argv += ["-ex", "run", "-ex", f"gcore {core}", "-ex", "kill", "--args", str(exe), "thread"]
+    subprocess.run(argv, capture_output=True, timeout=120, check=False, cwd=folder)
+    if not core.is_file():
+        pytest.skip("gdb could not run crash-O2 to its signal here")
+    return core
+
+
+def test_each_thread_says_its_own_signal(crash_build, gdb, kernel_core, tmp_path) -> None:
+    """The kernel and gdb's gcore put the process's signal in every thread's pr_cursig: only
+    the first thread says it received it; a thread whose pr_cursig differs says its own."""
+    exe = str(CRASH / "build" / "crash-O2")
+    kernel = kernel_core("crash-O2", "thread")
+    gcore = gcore_of_a_crash(gdb, tmp_path)
+    for core in (kernel, gcore):
+        signals = prstatus_signals(core)
+        assert len(signals) == 3 and {signal for signal, _ in signals.values()} == {11}
+        backtrace = open_core(str(core), exe)
+        assert [thread.state for thread in backtrace.threads] == ["received SIGSEGV", "", ""]
+        assert backtrace.crash is not None and backtrace.crash.tid == backtrace.threads[0].tid
+    # gdb's core says the same: the signal, and the thread that got it (the current one).
+    result = subprocess.run(
+        [gdb, "-batch", "-nx", "-ex", "info threads", exe, str(gcore)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert "Program terminated with signal SIGSEGV" in result.stdout
+    current = next(line for line in result.stdout.splitlines() if line.startswith("* "))
+    assert f"LWP {backtrace.threads[0].tid})" in current
+    # A writer that records each thread's own signal: SIGUSR1 in the second thread's note.
+    data = bytearray(gcore.read_bytes())
+    second = backtrace.threads[1].tid
+    offset = prstatus_signals(gcore)[second][1]
+    data[offset : offset + 2] = struct.pack("<h", 10)
+    edited = tmp_path / "edited"
+    edited.write_bytes(data)
+    assert prstatus_signals(edited)[second][0] == 10
+    backtrace = open_core(str(edited), exe)
+    states = {thread.tid: thread.state for thread in backtrace.threads}
+    assert states[second] == "received SIGUSR1"
+    assert sorted(states.values()) == ["", "received SIGSEGV", "received SIGUSR1"]
 
 
 PYTHON_THREADS = """
@@ -420,6 +492,74 @@ def test_zstd_core_gives_the_same_backtrace(kernel_core, tmp_path) -> None:
         check=False,
     )
     assert result.returncode in (0, 1) and "Signal: SIGSEGV" in result.stdout, result.stderr
+
+
+def test_bzip2_core_gives_the_same_backtrace(kernel_core, tmp_path) -> None:
+    """A core packed by the real bzip2 tool, told by its magic bytes, not its name."""
+    if shutil.which("bzip2") is None:
+        pytest.skip("the bzip2 command is not installed")
+    core = kernel_core("crash-O2", "thread")
+    exe = str(CRASH / "build" / "crash-O2")
+    plain = open_core(str(core), exe)
+    packed = tmp_path / "core.bz2"
+    with open(packed, "wb") as out:
+        subprocess.run(["bzip2", "-1", "-c", str(core)], stdout=out, check=True)
+    unnamed = tmp_path / "core-without-suffix"
+    shutil.copy(packed, unnamed)
+    for path in (packed, unnamed):
+        backtrace = open_core(str(path), exe)
+        assert pcs_by_tid(backtrace) == pcs_by_tid(plain)
+        assert backtrace.crash == plain.crash
+        assert backtrace.problems == plain.problems
+    result = run_cli(str(packed), exe)
+    assert result.returncode in (0, 1) and "Signal: SIGSEGV" in result.stdout, result.stderr
+    assert result.stdout == run_cli(str(core), exe).stdout
+
+
+def test_lz4_core_is_refused_with_what_to_do(kernel_core, tmp_path) -> None:
+    """systemd-coredump's older default: no lz4 in the standard library, so say how to unpack it."""
+    if shutil.which("lz4") is None:
+        pytest.skip("the lz4 command is not installed")
+    core = kernel_core("crash-O2", "thread")
+    packed = tmp_path / "core.lz4"
+    subprocess.run(["lz4", "-q", "-1", str(core), str(packed)], check=True)
+    unnamed = tmp_path / "core"
+    shutil.copy(packed, unnamed)
+    for path in (packed, unnamed):
+        words = ("lz4-compressed", f"lz4 -d {path}", ".gz", ".xz", ".zst", ".bz2")
+        assert_one_line_error(run_cli(str(path)), 2, *words)
+
+
+def test_cut_or_corrupt_bzip2_core(kernel_core, tmp_path) -> None:
+    """A bad bzip2 stream ends the core where it became unreadable: never a traceback."""
+    if shutil.which("bzip2") is None:
+        pytest.skip("the bzip2 command is not installed")
+    core = kernel_core("crash-O2", "thread")
+    exe = str(CRASH / "build" / "crash-O2")
+    packed = subprocess.run(["bzip2", "-1", "-c", str(core)], capture_output=True, check=True)
+    raw = packed.stdout
+    # Cut or corrupt before the first block is whole: nothing decompresses.
+    early = tmp_path / "early.bz2"
+    early.write_bytes(raw[:200])
+    assert_one_line_error(run_cli(str(early), exe), 2, "bzip2-compressed", "cut or corrupt")
+    smashed = tmp_path / "smashed.bz2"
+    smashed.write_bytes(raw[:4] + bytes(64) + raw[68:])
+    assert_one_line_error(run_cli(str(smashed), exe), 2, "bzip2-compressed", "cut or corrupt")
+    # Cut, or corrupt, halfway: the headers are there, the rest reads as a truncated core.
+    half = len(raw) // 2
+    corrupt = bytearray(raw)
+    corrupt[half : half + 100] = bytes(100)
+    for name, data in (("cut.bz2", raw[:half]), ("corrupt.bz2", bytes(corrupt))):
+        path = tmp_path / name
+        path.write_bytes(data)
+        result = run_cli(str(path), exe)
+        assert result.returncode == 1 and result.stderr == "", result.stderr
+        assert "Signal: SIGSEGV" in result.stdout
+        assert "note: the core is truncated" in result.stdout
+    # A bzip2 stream of something that is not a core.
+    text = tmp_path / "text.bz2"
+    text.write_bytes(bz2.compress(b"not a core\n" * 100))
+    assert_one_line_error(run_cli(str(text)), 2, "bzip2-compressed", "not a core")
 
 
 def test_compressed_core_with_a_tiny_cache(kernel_core, tmp_path) -> None:

@@ -1,9 +1,9 @@
-"""Random access to the bytes of a core file: plain, gzip, xz or zstd.
+"""Random access to the bytes of a core file: plain, gzip, xz, zstd or bzip2.
 
 A core is read at scattered offsets (headers, notes, then whatever pages the
 walk touches), so every kind of core is served through ``read_at``.  A plain
 file is read with ``pread``.  A compressed core (systemd-coredump writes
-zstd) is never unpacked to disk: gzip, xz and zstd streams can only be
+zstd) is never unpacked to disk: gzip, xz, zstd and bzip2 streams can only be
 decompressed front to back, so it is read
 forward once and the decompressed bytes are kept in 1 MiB blocks in a cache
 bounded by :data:`CACHE_BUDGET`.  A core that decompresses to less than the
@@ -19,6 +19,10 @@ The core is opened once, as a regular file only
 plain reads never go past the size it had then, so an offset a corrupt
 header makes up (2^63 and beyond) reads as nothing, and a compressed core's
 stream is restarted on that same descriptor, never by path again.
+
+An lz4 core (systemd-coredump's default before zstd) is recognised by its
+magic bytes and refused with what to run instead: Python's standard library
+has no lz4 decoder, and liveunwind adds no dependency for it.
 """
 
 from __future__ import annotations
@@ -41,6 +45,12 @@ CACHE_BUDGET = 512 << 20
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _XZ_MAGIC = b"\xfd7zXZ\x00"
+#: "BZh" and the block size digit 1-9 (bzip2's header).
+_BZIP2_MAGIC = b"BZh"
+#: An lz4 frame (``lz4`` and systemd-coredump's older ``.lz4`` cores).
+_LZ4_MAGIC = b"\x04\x22\x4d\x18"
+#: The compressions a core may come in, as the messages name them.
+ACCEPTED = "plain, .gz, .xz, .zst or .bz2"
 
 
 if TYPE_CHECKING:
@@ -52,6 +62,8 @@ if TYPE_CHECKING:
         name: str
         #: Its (decompressed) size when known without reading it all, else None.
         size: int | None
+        #: "gzip", "xz", "zstd" or "bzip2" for a compressed core, None for a plain one.
+        compression: str | None
 
         def read_at(self, offset: int, size: int) -> bytes:
             """Up to ``size`` bytes at ``offset``; shorter only at the end of the data."""
@@ -67,6 +79,7 @@ class PlainCoreData:
         self.name = name
         self._file = file
         self.size: int | None = file.size
+        self.compression: str | None = None
 
     def read_at(self, offset: int, size: int) -> bytes:
         try:
@@ -79,7 +92,7 @@ class PlainCoreData:
 
 
 class CompressedCoreData:
-    """A gzip or xz core, decompressed forward on demand into a bounded block cache."""
+    """A gzip, xz, zstd or bzip2 core, decompressed forward on demand into a bounded block cache."""
 
     def __init__(
         self,
@@ -92,6 +105,7 @@ class CompressedCoreData:
         """``file`` is the core opened already; without it ``name`` is opened."""
         self.name = name
         self.kind = kind
+        self.compression: str | None = kind
         self.size: int | None = None
         if file is None:
             try:
@@ -183,6 +197,13 @@ class CompressedCoreData:
         elif self.kind == "zstd":
             self._stream = zstd.reader(self._raw)
             self._stream_errors = zstd.stream_errors()
+        elif self.kind == "bzip2":
+            import bz2
+
+            # BZ2File reads the compressed bytes in buffer-sized pieces and
+            # returns at most what each read asks for: a block at a time.
+            self._stream = bz2.BZ2File(self._raw, "rb")
+            self._stream_errors = (EOFError, OSError)
         else:
             import lzma
 
@@ -204,7 +225,10 @@ class CompressedCoreData:
 
 
 def open_core_data(path: str) -> CoreData:
-    """Opens a core as plain, gzip, xz or zstd data, told apart by their magic bytes."""
+    """Opens a core as plain, gzip, xz, zstd or bzip2 data, told apart by their magic bytes.
+
+    An lz4 core is refused (CoreFileError) with the command that unpacks it.
+    """
     try:
         file = open_file(path)
     except FileError as error:
@@ -214,8 +238,16 @@ def open_core_data(path: str) -> CoreData:
     except FileError as error:
         file.close()
         raise CoreFileError(f"cannot read core {path}: {error.reason}") from None
+    if magic.startswith(_LZ4_MAGIC):
+        file.close()
+        raise CoreFileError(
+            f"{path} is lz4-compressed, which liveunwind cannot read "
+            f"({ACCEPTED} cores are read as they are): run `lz4 -d {path}` first"
+        )
     kinds = {_GZIP_MAGIC: "gzip", _XZ_MAGIC: "xz", zstd.MAGIC: "zstd"}
     kind = next((kind for start, kind in kinds.items() if magic.startswith(start)), None)
+    if kind is None and magic.startswith(_BZIP2_MAGIC) and magic[3:4] in b"123456789":
+        kind = "bzip2"
     if kind is not None:
         return CompressedCoreData(path, kind, file=file)
     return PlainCoreData(path, file)

@@ -146,7 +146,7 @@ class ElfCore(AddressSpace):
         sysroot: str | None = None,
         search_path: Sequence[str] = (),
     ) -> ElfCore:
-        """Opens a core (plain, .gz or .xz); CoreFileError/UsageError say why it cannot be used."""
+        """Opens a core (plain, .gz, .xz, .zst or .bz2); CoreFileError/UsageError say why not."""
         data = open_core_data(core)
         try:
             return cls(data, executable, FileFinder(sysroot=sysroot, search_path=search_path))
@@ -159,10 +159,21 @@ class ElfCore(AddressSpace):
     def _read_headers(self) -> tuple[int, list[_Segment], list[bytes]]:
         """Checks the ELF header and reads the program headers and the notes."""
         header = self._data.read_at(0, 64)
+        packed = self._data.compression
+        if len(header) == 0 and packed is not None:
+            raise CoreFileError(
+                f"{self.name} is {packed}-compressed but holds no data (empty, cut or corrupt)"
+            )
         if len(header) == 0:
             raise CoreFileError(f"{self.name} is empty, not a core file")
+        if header[:4] != b"\x7fELF" and packed is not None:
+            raise CoreFileError(
+                f"{self.name} is {packed}-compressed, but not a core: no ELF inside"
+            )
         if header[:4] != b"\x7fELF":
-            raise CoreFileError(f"{self.name} is not an ELF file (nor a .gz or .xz of one)")
+            raise CoreFileError(
+                f"{self.name} is not an ELF file (nor a .gz, .xz, .zst or .bz2 of one)"
+            )
         if len(header) < 64:
             raise CoreFileError(f"{self.name} is truncated inside its ELF header")
         if header[4] != 2:
@@ -339,13 +350,17 @@ class ElfCore(AddressSpace):
     # -- AddressSpace -----------------------------------------------------------
 
     def threads(self) -> list[ThreadState]:
+        # The kernel, and gdb's gcore, write the signal that ended (or stopped)
+        # the process into every thread's pr_cursig: it is the first thread's.
+        # A later thread whose pr_cursig differs from it has a signal of its own.
         threads = []
+        crash_signal = self._crash_signal()
         for index, note in enumerate(self.notes.threads):
             name = self.notes.name if note.tid == self.pid else ""
+            signal = crash_signal if index == 0 else note.signal
             state = ""
-            if index == 0:
-                signal = self._crash_signal()
-                state = f"received {core_notes.signal_name(signal)}" if signal else ""
+            if signal and (index == 0 or signal != crash_signal):
+                state = f"received {core_notes.signal_name(signal)}"
             registers = self.arch.registers_from_user_regs(note.raw_registers)
             threads.append(ThreadState(note.tid, name, registers, state))
         return threads
