@@ -36,6 +36,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from liveunwind.formats.elf import ElfImage
+from liveunwind.targets.remote import rsp
 from tests.support.ports import free_port, wait_listening
 from tests.support.programs import RunningProgram
 
@@ -56,20 +58,17 @@ PACKET_TIMEOUT = 30.0
 _GDB_SIGTRAP = 5
 GDB_SIGUSR1 = 30
 GDB_SIGUSR2 = 31
-EM_RISCV = 243
-PAGE = 4096
+#: ELF program header type of the program interpreter: a dynamic executable has one.
+PT_INTERP = 3
 
 
 class StubError(RuntimeError):
     """QEMU's stub answered something this module does not expect."""
 
 
-def _checksum(payload: bytes) -> bytes:
-    return b"%02x" % (sum(payload) & 0xFF)
-
-
 def packet(payload: bytes) -> bytes:
-    return b"$" + payload + b"#" + _checksum(payload)
+    """``$payload#cc`` around a payload as it goes over the wire (already escaped)."""
+    return b"$" + payload + b"#" + rsp.checksum(payload)
 
 
 class Client:
@@ -129,7 +128,7 @@ class Client:
             reply = self.request(b"qXfer:%s:read:%s:%x,%x" % (obj, annex, offset, 0x800))
             if reply[:1] not in (b"m", b"l"):
                 raise StubError(f"qXfer:{obj.decode()}:{annex.decode()}: {reply!r}")
-            data += _unescape(reply[1:])
+            data += rsp.unescape(reply[1:])
             offset += len(reply) - 1
             if reply[:1] == b"l":
                 return data
@@ -167,20 +166,6 @@ class Client:
         self.sock.close()
 
 
-def _unescape(data: bytes) -> bytes:
-    out = bytearray()
-    escaped = False
-    for byte in data:
-        if escaped:
-            out.append(byte ^ 0x20)
-            escaped = False
-        elif byte == 0x7D:
-            escaped = True
-        else:
-            out.append(byte)
-    return bytes(out)
-
-
 def thread_tid(thread: bytes) -> int:
     """The host thread id in a stub thread id (``p01.3f2a`` -> 0x3f2a)."""
     return int(thread.rsplit(b".", 1)[-1], 16)
@@ -196,7 +181,7 @@ class Held:
 
     ``port`` is the relay's: point any number of debuggers at it, one after
     the other.  ``stop`` is QEMU's stop reply, ``client`` this module's own
-    connection (for :func:`write_core`), usable between debuggers.
+    connection, usable between debuggers.
     """
 
     exe: Path
@@ -356,29 +341,4 @@ class Held:
 
 def _is_static(exe: Path) -> bool:
     """Whether ``exe`` has no program interpreter (PT_INTERP)."""
-    return not any(header.type == 3 for header in program_headers(exe.read_bytes()))
-
-
-# -- ELF reading ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ProgramHeader:
-    type: int
-    flags: int
-    offset: int
-    vaddr: int
-    filesz: int
-    memsz: int
-
-
-def program_headers(image: bytes) -> list[ProgramHeader]:
-    (phoff,) = struct.unpack_from("<Q", image, 32)
-    entsize, count = struct.unpack_from("<HH", image, 54)
-    headers = []
-    for index in range(count):
-        kind, flags, offset, vaddr, _, filesz, memsz, _ = struct.unpack_from(
-            "<IIQQQQQQ", image, phoff + index * entsize
-        )
-        headers.append(ProgramHeader(kind, flags, offset, vaddr, filesz, memsz))
-    return headers
+    return not ElfImage(exe.read_bytes()).segments_of_type(PT_INTERP)
