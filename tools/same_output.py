@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
-import select
 import shutil
 import signal
 import subprocess
@@ -32,6 +30,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.support.cores import unlimited_core  # noqa: E402
+from tests.support.programs import ProgramNotReadyError, RunningProgram  # noqa: E402
+
 TESTPROGS = ROOT / "testprogs"
 #: Programs whose threads come and go or whose stacks move while parked.
 UNSTEADY = {"churn", "profiled", "vforker"}
@@ -53,25 +55,6 @@ def liveunwind(checkout: Path, arguments: list[str]) -> str:
         check=False,
     )
     return f"exit {result.returncode}\n--- stdout\n{result.stdout}--- stderr\n{result.stderr}"
-
-
-def _unlimited_core() -> None:
-    resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
-
-
-def _wait_ready(process: subprocess.Popen[bytes]) -> bool:
-    """True once the program printed "ready" (it parks its threads right after)."""
-    assert process.stdout is not None
-    deadline = time.monotonic() + READY_TIMEOUT
-    seen = b""
-    while time.monotonic() < deadline and b"ready" not in seen:
-        readable, _, _ = select.select([process.stdout], [], [], 0.2)
-        if readable:
-            chunk = os.read(process.stdout.fileno(), 4096)
-            if not chunk:
-                return False
-            seen += chunk
-    return b"ready" in seen
 
 
 class Comparison:
@@ -111,27 +94,21 @@ def live_and_core(comparison: Comparison, program: Path, work: Path) -> None:
     """Live text/JSON/verbose of the parked program, then its kernel core both ways."""
     folder = work / program.name
     folder.mkdir()
-    process = subprocess.Popen(
-        [str(program)],
-        cwd=folder,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        preexec_fn=_unlimited_core,
+    running = RunningProgram(
+        program, [], cwd=folder, stderr=subprocess.DEVNULL, preexec_fn=unlimited_core
     )
-    try:
-        if not _wait_ready(process):
+    name = program.relative_to(TESTPROGS).as_posix()
+    with running:
+        try:
+            running.wait_for_line(b"ready\n", time.monotonic() + READY_TIMEOUT)
+        except ProgramNotReadyError:
             print(f"skipped    {program.name}: no 'ready'")
             return
-        pid = str(process.pid)
-        name = program.relative_to(TESTPROGS).as_posix()
+        pid = str(running.pid)
         for flags in ([], ["--json"], ["--verbose"]):
             comparison.compare(f"live {name} {' '.join(flags)}".strip(), ["pid", pid, *flags])
-        process.send_signal(signal.SIGSEGV)
-        process.wait(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        running.popen.send_signal(signal.SIGSEGV)
+        running.popen.wait(timeout=30)
     core = folder / "core"
     if core.is_file():
         for flags in ([], ["--json"]):
@@ -155,7 +132,7 @@ def crash_cores(comparison: Comparison, work: Path) -> None:
                 subprocess.run(
                     [*(runner or []), str(program), mode],
                     cwd=folder,
-                    preexec_fn=_unlimited_core,
+                    preexec_fn=unlimited_core,
                     capture_output=True,
                     timeout=60,
                     check=False,
