@@ -13,13 +13,12 @@ from __future__ import annotations
 import json
 import lzma
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.cli import run_cli
 from tests.support.oracles import describe, gdb_core_backtraces, physical
 from tests.support.paths import DATA
 
@@ -43,11 +42,7 @@ def unpacked(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def liveunwind_core(core: Path, executable: Path) -> dict[str, Any]:
-    result = subprocess.run(
-        [sys.executable, "-m", "liveunwind", "core", str(core), str(executable), "--json",
-         "--max-frames", "0"],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    result = run_cli("core", str(core), str(executable), "--json", "--max-frames", "0", timeout=120)
     assert result.returncode in (0, 1), result.stderr
     document: dict[str, Any] = json.loads(result.stdout)
     return document
