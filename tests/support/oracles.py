@@ -104,7 +104,7 @@ def _gdb_argv(gdb: str, max_frames: int, setup: list[str]) -> list[str]:
     return [*argv, "-ex", f"set $lu_max_frames = {max_frames}", "-x", str(GDB_SCRIPT)]
 
 
-def _parse_gdb(result: subprocess.CompletedProcess[str]) -> Backtraces:
+def parse_gdb(result: subprocess.CompletedProcess[str]) -> Backtraces:
     """Read the marker line printed by gdb_frames.py; anything else is noise."""
     for line in result.stdout.splitlines():
         if line.startswith(GDB_MARKER):
@@ -136,7 +136,7 @@ def gdb_backtraces(
     setup = [f"set sysroot {sysroot}"] if sysroot else []
     program = [executable] if executable else []
     argv = [*_gdb_argv(gdb, max_frames, setup), "-ex", "detach", *program, "-p", str(pid)]
-    return _parse_gdb(_run(argv))
+    return parse_gdb(_run(argv))
 
 
 def gdb_core_backtraces(
@@ -159,7 +159,7 @@ def gdb_core_backtraces(
     if solib_search_path is not None:
         setup.append(f"set solib-search-path {solib_search_path}")
     argv = [*_gdb_argv(gdb, max_frames, setup), str(exe), str(core)]
-    return _parse_gdb(_run(argv))
+    return parse_gdb(_run(argv))
 
 
 def gdb_gcore(pid: int, core: Path | str, *, gdb: str = "gdb") -> None:

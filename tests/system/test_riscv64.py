@@ -47,7 +47,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -55,12 +54,12 @@ from typing import Any
 
 import pytest
 
+from tests.support.cli import run_cli
 from tests.support.oracles import (
-    GDB_MARKER,
     GDB_SCRIPT,
     Backtraces,
-    OracleFrame,
     describe,
+    parse_gdb,
     physical,
 )
 from tests.support.ports import free_port, wait_listening
@@ -143,18 +142,6 @@ def _gdb_argv(*setup: str) -> list[str]:
     return [*argv, "-ex", "set $lu_max_frames = 0", "-x", str(GDB_SCRIPT)]
 
 
-def _parse_gdb(result: subprocess.CompletedProcess[str]) -> Backtraces:
-    for line in result.stdout.splitlines():
-        if line.startswith(GDB_MARKER):
-            return {
-                thread["tid"]: [
-                    OracleFrame(f["pc"], f["name"], f["kind"]) for f in thread["frames"]
-                ]
-                for thread in json.loads(line[len(GDB_MARKER) :])
-            }
-    raise AssertionError(f"gdb-multiarch printed no frames:\n{result.stdout}\n{result.stderr}")
-
-
 def gdb_through(held: Held, exe: Path) -> Backtraces:
     """gdb-multiarch's frames of every thread of the held target (the relay keeps it stopped)."""
     session = held.serve_one()
@@ -164,25 +151,12 @@ def gdb_through(held: Held, exe: Path) -> Backtraces:
         check=False,
     )  # fmt: skip
     session.join(timeout=30)
-    return _parse_gdb(result)
-
-
-def gdb_on_core(core: Path, exe: Path) -> Backtraces:
-    argv = [*_gdb_argv(), str(exe), str(core)]
-    result = subprocess.run(
-        argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT, stdin=subprocess.DEVNULL,
-        check=False,
-    )  # fmt: skip
-    return _parse_gdb(result)
+    return parse_gdb(result)
 
 
 def liveunwind(*args: str) -> dict[str, Any]:
     """``liveunwind ARGS --json --max-frames 0``: the document (exit 0 or 1 only)."""
-    result = subprocess.run(
-        [sys.executable, "-m", "liveunwind", *args, "--json", "--max-frames", "0"],
-        capture_output=True, text=True, timeout=COMMAND_TIMEOUT, stdin=subprocess.DEVNULL,
-        check=False,
-    )  # fmt: skip
+    result = run_cli(*args, "--json", "--max-frames", "0", timeout=COMMAND_TIMEOUT)
     assert result.returncode in (0, 1), f"liveunwind {' '.join(args)}:\n{result.stderr}"
     document: dict[str, Any] = json.loads(result.stdout)
     return document
@@ -475,7 +449,7 @@ def test_direct_gdb_remote_matches_gdb_multiarch(riscv64_build: Path, variant: s
             stdin=subprocess.DEVNULL, check=False,
         )  # fmt: skip
         stopper.join(timeout=60)
-    oracle = _parse_gdb(result)
+    oracle = parse_gdb(result)
     assert_chains(document, "remote", REMOTE_CHAINS)
     # Different runs, different thread ids: each of gdb's threads is the one of ours whose
     # frames begin with its frames (gdb stops early in the dynamic main thread).
