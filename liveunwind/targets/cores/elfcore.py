@@ -30,7 +30,7 @@ from liveunwind.frames import CrashInfo
 from liveunwind.targets import linkmap
 from liveunwind.targets.base import AddressSpace, Mapping, ThreadState
 from liveunwind.targets.cores import notes as core_notes
-from liveunwind.targets.cores.coredata import open_core_data
+from liveunwind.targets.cores.coredata import ACCEPTED, open_core_data
 from liveunwind.targets.cores.notes import AT_ENTRY, AT_SYSINFO_EHDR, CoreNotes
 from liveunwind.targets.filefinder import FileFinder
 from liveunwind.targets.files import FileError, open_file
@@ -146,7 +146,7 @@ class ElfCore(AddressSpace):
         sysroot: str | None = None,
         search_path: Sequence[str] = (),
     ) -> ElfCore:
-        """Opens a core (plain, .gz, .xz, .zst or .bz2); CoreFileError/UsageError say why not."""
+        """Opens a core (plain or compressed); CoreFileError/UsageError say why not."""
         data = open_core_data(core)
         try:
             return cls(data, executable, FileFinder(sysroot=sysroot, search_path=search_path))
@@ -172,7 +172,8 @@ class ElfCore(AddressSpace):
             )
         if header[:4] != b"\x7fELF":
             raise CoreFileError(
-                f"{self.name} is not an ELF file (nor a .gz, .xz, .zst or .bz2 of one)"
+                f"{self.name} is not an ELF file, nor compressed in a form read here "
+                f"(cores are read {ACCEPTED})"
             )
         if len(header) < 64:
             raise CoreFileError(f"{self.name} is truncated inside its ELF header")
