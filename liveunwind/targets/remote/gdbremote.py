@@ -33,17 +33,26 @@ A three-thread program costs 22 round trips through gdbserver and 29 through
 QEMU (which lists one thread per ``qsThreadInfo`` and reads 2 KiB per ``m``);
 gdb's ``thread apply all bt`` sends 186 packets for the same.
 
-The stub's own limits show through: QEMU user mode ignores ``^C`` while the
-guest runs — it stops only at a signal, so with ``after`` it is given that
-long to stop by itself and no ``^C`` is sent — and gdbserver interrupts an
-attached process by signalling its process group, which fails for a
-process that does not lead one.  Either way the stop does not come and the
-target is left running, with a RemoteError saying so.
+QEMU user mode ignores ``^C`` while the guest runs: its stub reads from the
+debugger only when the guest gets a signal (QEMU 7.2 reports SIGINT as
+``T02``, SIGTRAP as ``T05``; a signal the guest leaves at its default
+"ignore" never reaches the stub).  So with ``after`` no ``^C`` is sent
+there: when the stub's process runs on this machine
+(:mod:`~liveunwind.targets.remote.portowner`: the owner of the listening
+port, checked to be QEMU), it is sent SIGINT, the stub reports the guest
+stopped with it, and the detach drops it — the guest runs on without ever
+seeing it.  ``stopped_how`` says which way the target was stopped.  A stub
+elsewhere gets the ``after`` seconds to stop by itself.  gdbserver
+interrupts an attached process by signalling its process group, which
+fails for a process that does not lead one.  When the stop does not come,
+the target is left running, with a RemoteError saying so.
 """
 
 from __future__ import annotations
 
 import bisect
+import os
+import signal
 import time
 
 from liveunwind.arch import Arch, arch_by_elf_machine, arch_by_gdb_architecture, supported
@@ -54,7 +63,7 @@ from liveunwind.targets.filefinder import FileFinder, open_image
 from liveunwind.targets.files import FileError, open_file
 from liveunwind.targets.linkmap import PAGE_SIZE, LoadedObject
 from liveunwind.targets.loadedfiles import LoadedFiles
-from liveunwind.targets.remote import rsp
+from liveunwind.targets.remote import portowner, rsp
 from liveunwind.targets.remote.connection import DEFAULT_TIMEOUT, Connection, RemoteError
 
 TYPE_CHECKING = False
@@ -121,6 +130,8 @@ class GdbRemote(AddressSpace):
         #: perf_counter() when the target was stopped for us, and when it was let go.
         self.stopped_at: float | None = None
         self.resumed_at: float | None = None
+        #: Which way the target came to be stopped, for --verbose.
+        self.stopped_how = ""
 
     # -- context management ---------------------------------------------------
 
@@ -229,6 +240,7 @@ class GdbRemote(AddressSpace):
         self._stopped = True
         self.stopped_at = time.perf_counter()
         if self._after is None:
+            self.stopped_how = f"held by the stub when reached ({self._signal_text()})"
             return
         assert self._connection is not None
         interruptible = self._honours_interrupt()
@@ -246,14 +258,10 @@ class GdbRemote(AddressSpace):
                     self._stop = self._stop_reply(stop)
                     self._stopped = True
             raise
+        how = ""  # how it was stopped, if it did not stop by itself
         if stop is None and not interruptible:
-            raise RemoteError(
-                f"the target behind {self.where} did not stop within {self._after:g} s and "
-                "QEMU user mode does not stop a running guest on ^C; it is left running "
-                "(stop it with a signal while liveunwind waits, e.g. kill -USR1 on the QEMU "
-                "process: the signal is passed on)"
-            )
-        if stop is None:
+            stop, how = self._stop_by_signal()
+        elif stop is None:
             self._connection.interrupt()
             stop = self._connection.wait_stop(self.timeout, what="the stop after ^C")
             if stop is None:
@@ -263,9 +271,69 @@ class GdbRemote(AddressSpace):
                     "interrupts an attached process by signalling its process group, which "
                     "fails unless the target leads one)"
                 )
+            how = f"interrupted with ^C after {self._after:g} s"
         self._stop = self._stop_reply(stop)
         self._stopped = True
         self.stopped_at = time.perf_counter()
+        self.stopped_how = how or f"stopped by itself ({self._signal_text()}) within --after"
+
+    def _signal_text(self) -> str:
+        signal_number = self._stop.signal
+        return rsp.signal_name(signal_number) if signal_number else "no signal"
+
+    def _stop_by_signal(self) -> tuple[bytes, str]:
+        """QEMU user mode: SIGINT to the stub's process, whose stub reports the guest stopped.
+
+        Only when that process runs here and is QEMU; the detach in
+        :meth:`_leave` drops the SIGINT (it is a stop of ours), so the
+        guest never gets it.  Returns the stop reply and how the stop came.
+        """
+        assert self._connection is not None and self._after is not None
+        pid, reason = self._stub_process()
+        if pid is None:
+            raise RemoteError(
+                f"the target behind {self.where} did not stop within {self._after:g} s and "
+                f"QEMU user mode does not stop a running guest on ^C; {reason}, so it cannot "
+                "be sent a signal; the guest is left running"
+            )
+        try:
+            os.kill(pid, signal.SIGINT)
+        except OSError as error:
+            raise RemoteError(
+                f"cannot send SIGINT to QEMU (pid {pid}) to stop the guest: "
+                f"{(error.strerror or str(error)).lower()}; the guest is left running"
+            ) from None
+        stop = self._connection.wait_stop(self.timeout, what="the stop after SIGINT")
+        if stop is None:
+            raise RemoteError(
+                f"QEMU (pid {pid}) did not report the guest stopped within {self.timeout:g} s "
+                "of SIGINT; the guest is left running (a guest thread that blocks SIGINT gets "
+                "it when it unblocks it)"
+            )
+        how = (
+            f"stopped by SIGINT sent to QEMU (pid {pid}) after {self._after:g} s, which its stub "
+            "reported as a stop; not delivered to the guest (QEMU user mode ignores the GDB "
+            "interrupt)"
+        )
+        return stop, how
+
+    def _stub_process(self) -> tuple[int | None, str]:
+        """The QEMU process serving this connection on this machine, or None and why not."""
+        assert self._connection is not None
+        try:
+            local, peer, port = self._connection.addresses()
+        except OSError:
+            return None, "the connection's addresses cannot be read"
+        if not portowner.on_this_machine(local, peer):
+            return None, "the stub runs on another machine"
+        pid, reason = portowner.listening_owner(peer, port, seconds=self.timeout)
+        if pid is None:
+            return None, reason
+        name = portowner.executable_name(pid)
+        if not name.startswith("qemu-"):
+            shown = name or "an unknown program"
+            return None, f"the process listening on port {port} (pid {pid}, {shown}) is not QEMU"
+        return pid, ""
 
     def _honours_interrupt(self) -> bool:
         """False for QEMU user mode, which reads nothing from gdb while the guest runs.
