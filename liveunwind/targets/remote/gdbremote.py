@@ -161,6 +161,11 @@ class GdbRemote(AddressSpace):
             return {"round_trips": 0, "bytes_received": 0}
         return {"round_trips": connection.round_trips, "bytes_received": connection.bytes_received}
 
+    @property
+    def matches(self) -> list[str]:
+        """The file here that stands for each path the target names that is not here, and how."""
+        return [] if self._loaded is None else self._loaded.matches
+
     # -- AddressSpace ---------------------------------------------------------
 
     def threads(self) -> list[ThreadState]:
