@@ -63,7 +63,7 @@ from liveunwind.targets.filefinder import FileFinder, open_image
 from liveunwind.targets.files import FileError, open_file
 from liveunwind.targets.linkmap import PAGE_SIZE, LoadedObject
 from liveunwind.targets.loadedfiles import LoadedFiles
-from liveunwind.targets.remote import portowner, rsp
+from liveunwind.targets.remote import rsp
 from liveunwind.targets.remote.connection import DEFAULT_TIMEOUT, Connection, RemoteError
 
 TYPE_CHECKING = False
@@ -324,6 +324,8 @@ class GdbRemote(AddressSpace):
 
     def _stub_process(self) -> tuple[int | None, str]:
         """The QEMU process serving this connection on this machine, or None and why not."""
+        from liveunwind.targets.remote import portowner  # only for a guest that will not stop
+
         assert self._connection is not None
         try:
             local, peer, port = self._connection.addresses()
