@@ -22,7 +22,8 @@ import pytest
 
 from liveunwind.backtrace.api import open_core
 from liveunwind.targets.cores.elfcore import ElfCore
-from tests.support.assertions import assert_matches_gdb
+from tests.support.assertions import assert_matches_gdb, assert_one_line_error
+from tests.support.cli import run_cli
 from tests.support.corenotes import rewrite_file_note
 from tests.support.cores import crash
 from tests.support.oracles import gdb_core_backtraces
@@ -137,3 +138,16 @@ def test_absent_absolute_paths_without_build_ids_are_matched_by_name_and_size(
     assert_matches_gdb(backtrace, gdb_core_backtraces(headerless_core, EXE, gdb=gdb))
     assert any(p.startswith("/x/libc.so.6: using ") for p in backtrace.problems)
     assert all("by name and size" in p for p in backtrace.problems), backtrace.problems
+
+
+def test_the_command_says_how_and_refuses_a_wrong_exe(thread_core, tmp_path) -> None:
+    """The command: --verbose says which file stands for each name; a wrong EXE is refused."""
+    rewritten = tmp_path / "core"
+    rewrite_file_note(thread_core, rewritten, os.path.basename)
+    search = ":".join(library_folders(thread_core))
+    result = run_cli("core", str(rewritten), str(EXE), "--search-path", search, "--verbose")
+    assert result.returncode == 0 and result.stderr == "", result.stderr  # every walk complete
+    assert f"note: {EXE.name}: using {EXE}, matched by build-id" in result.stdout
+    assert "thread_fault+0x7  (crash-O2)" in result.stdout
+    wrong = str(EXE.parent / "crash-O0")
+    assert_one_line_error(run_cli("core", str(rewritten), wrong), 64, "does not match the core")
