@@ -41,7 +41,9 @@ there: when the stub's process runs on this machine
 (:mod:`~liveunwind.targets.remote.portowner`: the owner of the listening
 port, checked to be QEMU), it is sent SIGINT, the stub reports the guest
 stopped with it, and the detach drops it — the guest runs on without ever
-seeing it.  ``stopped_how`` says which way the target was stopped.  A stub
+seeing it.  QEMU stops only the guest thread the signal landed on: one
+that runs on meanwhile is reported without registers.  ``stopped_how``
+says which way the target was stopped.  A stub
 elsewhere gets the ``after`` seconds to stop by itself.  gdbserver
 interrupts an attached process by signalling its process group, which
 fails for a process that does not lead one.  When the stop does not come,
@@ -132,6 +134,8 @@ class GdbRemote(AddressSpace):
         self.resumed_at: float | None = None
         #: Which way the target came to be stopped, for --verbose.
         self.stopped_how = ""
+        #: The QEMU process a SIGINT stopped the guest through, if one did.
+        self._qemu_pid: int | None = None
 
     # -- context management ---------------------------------------------------
 
@@ -142,7 +146,8 @@ class GdbRemote(AddressSpace):
             self._take_stop()
             self.arch, layout = self._describe()
             self._memory = _Memory(self._connection, self._block_size(), self._binary_reads())
-            self._threads = self._read_threads(layout)
+            before = self._guest_activity()
+            self._threads = self._without_running(self._read_threads(layout), before)
             self._mappings = self._find_mappings()
             self._starts = [mapping.start for mapping in self._mappings]
         except BaseException:
@@ -308,6 +313,7 @@ class GdbRemote(AddressSpace):
                 f"cannot send SIGINT to QEMU (pid {pid}) to stop the guest: "
                 f"{(error.strerror or str(error)).lower()}; the guest is left running"
             ) from None
+        self._qemu_pid = pid
         stop = self._connection.wait_stop(self.timeout, what="the stop after SIGINT")
         if stop is None:
             raise RemoteError(
@@ -423,6 +429,44 @@ class GdbRemote(AddressSpace):
         return b"D"
 
     # -- registers and threads ------------------------------------------------
+
+    def _guest_activity(self) -> dict[int, tuple[str, int]] | None:
+        """The QEMU threads' states and CPU times, when a SIGINT to QEMU stopped the guest."""
+        if self._qemu_pid is None:
+            return None
+        from liveunwind.targets.remote import portowner
+
+        return portowner.thread_activity(self._qemu_pid)
+
+    def _without_running(
+        self, threads: list[ThreadState], before: dict[int, tuple[str, int]] | None
+    ) -> list[ThreadState]:
+        """Threads that ran on while their registers were read lose them.
+
+        QEMU user mode stops only the guest thread that took the signal; the
+        others run on (each is a thread of QEMU with the guest's tid), and
+        the registers its stub gives for a running one are its emulated CPU's
+        last saved state, whose pc can lag behind the rest.  A thread QEMU
+        shows running, or that used CPU time while the registers were read,
+        is reported as not stopped, without frames, rather than walked from
+        registers of no one instant.  A thread blocked in a system call
+        (sleeping, no CPU time) keeps its registers.
+        """
+        if before is None or self._qemu_pid is None:
+            return threads
+        from liveunwind.targets.remote import portowner
+
+        after = portowner.thread_activity(self._qemu_pid)
+        stopped = self._stop.thread.tid if self._stop.thread is not None else None
+        result = []
+        for thread in threads:
+            then, now = before.get(thread.tid), after.get(thread.tid)
+            ran = then is not None and now is not None and (now[0] == "R" or now[1] != then[1])
+            if ran and thread.tid != stopped:
+                state = "running: QEMU user mode stops only the thread that took the signal"
+                thread = ThreadState(thread.tid, thread.name, {}, state, stopped=False)
+            result.append(thread)
+        return result
 
     def _describe(self) -> tuple[Arch, list[rsp.RegisterDesc]]:
         """The architecture and the ``g`` block layout, from the target description if any."""

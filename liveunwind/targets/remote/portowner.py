@@ -128,6 +128,27 @@ def _holders(links: set[str], deadline: float) -> set[int] | None:
     return holders
 
 
+#: Most threads of the stub's process looked at.
+_MAX_THREADS = 1 << 16
+
+
+def thread_activity(pid: int) -> dict[int, tuple[str, int]]:
+    """Each thread of ``pid``: its state letter and the CPU time (ticks) it has used."""
+    activity: dict[int, tuple[str, int]] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")[:_MAX_THREADS]
+    except OSError:
+        return activity
+    for tid in tids:
+        try:
+            stat = read_kernel_file(f"/proc/{pid}/task/{tid}/stat").decode("ascii", "replace")
+            fields = stat.rsplit(")", 1)[1].split()
+            activity[int(tid)] = (fields[0], int(fields[11]) + int(fields[12]))
+        except (OSError, IndexError, ValueError):
+            continue  # gone, or unreadable: nothing said about it
+    return activity
+
+
 def executable_name(pid: int) -> str:
     """The file name of ``pid``'s executable ("" when it cannot be read)."""
     try:
