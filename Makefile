@@ -10,7 +10,7 @@ SYSTEM_PACKAGES := gcc g++ make binutils gdb elfutils sqlite3 python3 debootstra
 	gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu \
 	qemu-user gdb-multiarch libunwind-dev clang-16 lld-16 llvm-16 \
 	gcc-riscv64-linux-gnu libc6-dev-riscv64-cross binutils-riscv64-linux-gnu \
-	libc6-dbg zstd debuginfod gdbserver golang-go rustc python3-dbg python3-dev \
+	libc6-dbg zstd lz4 debuginfod gdbserver golang-go rustc python3-dbg python3-dev \
 	chromium
 
 .PHONY: all system-deps venv testprogs sid-rootfs demo test unit lint fuzz bench integration clean

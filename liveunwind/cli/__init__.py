@@ -227,7 +227,7 @@ def commands() -> list[Command]:
         [
             Positional(
                 "core",
-                "the core file (.gz, .xz, .zst and .bz2 are read as they are; lz4: lz4 -d first)",
+                "the core file (.gz, .xz, .zst, .bz2 and .lz4 are read as they are)",
             ),
             Positional("executable", "the program that dumped it", optional=True),
         ],

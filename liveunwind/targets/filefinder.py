@@ -2,9 +2,10 @@
 
 Candidates are tried in this order: the recorded path under ``--sysroot``
 (when given: a sysroot says where the core's root lives, so it wins over a
-host file of the same name), the recorded path itself (a relative one, as
-QEMU records the program, from the current folder), the file's name in
-each ``--search-path`` folder, then build-id directories
+host file of the same name; a relative path too, as a core made in a
+container or rewritten by a tool may record it), the recorded path itself
+(a relative one, as QEMU records the program, from the current folder), the
+file's name in each ``--search-path`` folder, then build-id directories
 (``/usr/lib/debug/.build-id/xx/rest`` and friends, also under the sysroot and
 the search path).  A candidate is used only if it is a regular ELF file that
 passes the caller's check — typically "same build-id as the image in core
@@ -32,13 +33,15 @@ _BUILD_ID_DIRS = ("usr/lib/debug/.build-id", "usr/lib/.build-id")
 
 
 class FoundFile:
-    """A file that passed every check, with its image kept mapped."""
+    """A file that passed every check, with its image kept mapped, and how it was matched."""
 
-    __slots__ = ("image", "path")
+    __slots__ = ("image", "matched", "path")
 
-    def __init__(self, path: str, image: ElfImage) -> None:
+    def __init__(self, path: str, image: ElfImage, matched: str = "") -> None:
         self.path = path
         self.image = image
+        #: How it was known to be the file ("by build-id …"; "" when not said).
+        self.matched = matched
 
 
 class FileFinder:
@@ -58,7 +61,7 @@ class FileFinder:
 
     def _candidates(self, recorded: str, build_id: bytes | None) -> Iterator[str]:
         clean = recorded.removesuffix(" (deleted)")
-        if clean.startswith("/") and self.sysroot:
+        if clean and self.sysroot:
             yield os.path.join(self.sysroot, clean.lstrip("/"))
         if clean:
             yield clean  # a relative path (QEMU's AT_EXECFN) is tried from the current folder

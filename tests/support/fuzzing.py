@@ -240,8 +240,17 @@ def _core_target(name: str, paths: list[str], *, compress: bool) -> Target:
 
     def run(data: bytes, which: int) -> None:
         path = scratch.write(data)
-        if compress and _pick(data, 8) == 0:  # one input in eight goes through the gzip reader
+        kind = _pick(data, 8) if compress else -1
+        if kind == 0:  # one input in eight goes through the gzip reader
             path = scratch.write(gzip.compress(data, compresslevel=1), ".gz")
+        elif kind == 1:  # one through the lz4 reader, half of them with a compressed byte flipped
+            import lz4.frame
+
+            packed = bytearray(lz4.frame.compress(data, compression_level=0))
+            if _pick(data, 16) >= 8:
+                at = 7 + zlib.crc32(data[:64]) % max(1, len(packed) - 7)
+                packed[at] ^= 0xFF
+            path = scratch.write(bytes(packed), ".lz4")
         open_core(path, lines=_pick(data, 3) == 0)
 
     return Target(name, bases, hot, run)
