@@ -36,6 +36,7 @@ from liveunwind.modules.debuginfo import (
     ELFCOMPRESS_ZLIB,
     MAX_DECOMPRESSED_SECTION,
     SHF_COMPRESSED,
+    has_dwarf,
     section_data,
 )
 
@@ -270,18 +271,6 @@ def dwarf_image(module: LineModule) -> ElfImage | None:
         if fetched is not None and has_dwarf(fetched):
             return fetched
     return None
-
-
-def has_dwarf(image: ElfImage) -> bool:
-    """Whether ``image`` carries ``.debug_info`` with contents (not stripped to NOBITS)."""
-    try:
-        for name in (".debug_info", ".zdebug_info"):
-            section = image.sections.get(name)
-            if section is not None and image.contents(section):
-                return True
-    except FormatError:
-        return False
-    return False
 
 
 def read_sections(
