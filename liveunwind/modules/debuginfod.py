@@ -49,6 +49,8 @@ _MAX_SIZE = 16 << 30
 #: Bytes a download must add per DEBUGINFOD_TIMEOUT seconds (elfutils' stall rule).
 LOW_SPEED = 100 << 10
 _ELF_MAGIC = b"\x7fELF"
+#: Characters of a server's own words kept in a note.
+_MAX_REASON = 120
 
 #: Servers that failed to connect or timed out in this run: not asked again.
 _dead_servers: set[str] = set()
@@ -178,17 +180,17 @@ def _request(url: str) -> urllib.request.Request:
 
 
 def _describe(error: object, timeout: float) -> str:
-    """Why a request failed, as a reader wants it (http.client's errors say it by class)."""
+    """Why a request failed, on one line (a server's words may hold anything, line breaks too)."""
     import http.client
 
     if isinstance(error, TimeoutError):
         return f"no answer within DEBUGINFOD_TIMEOUT={timeout:g} s"
     if isinstance(error, http.client.IncompleteRead):
         return f"cut short after {len(error.partial)} bytes"
+    text = " ".join(str(error).split())[:_MAX_REASON]
     if isinstance(error, http.client.HTTPException):
-        text = str(error)
         return f"not an HTTP answer ({type(error).__name__}{': ' + text if text else ''})"
-    return str(error)
+    return text
 
 
 def _receive(

@@ -255,3 +255,170 @@ def test_stripped_programs_are_named_through_debuginfod_as_gdb_and_eu_stack_name
         if Path(frame["module"] or "").name == "nocfi"
     }
     assert methods == {"cfi"}, methods
+
+
+# -- a server that answers too slowly or with garbage -------------------------------------------
+
+#: DEBUGINFOD_TIMEOUT of the fault cases, and what a whole run may take beyond it.
+FAULT_TIMEOUT = 2.0
+RUN_OVERHEAD = 6.0
+#: DEBUGINFOD_MAXSIZE of the fault cases: the stream that never ends stops here.
+FAULT_MAXSIZE = 4 << 20
+
+
+class _BadServer(http.server.ThreadingHTTPServer):
+    """Answers every request the way ``mode`` says; ``good`` is the real debug file."""
+
+    daemon_threads = True
+
+    def __init__(self, good: bytes, other: bytes) -> None:
+        super().__init__(("127.0.0.1", 0), _BadHandler)
+        self.good, self.other = good, other
+        self.mode = ""
+        self.released = threading.Event()
+        self.requests = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _BadHandler(http.server.BaseHTTPRequestHandler):
+    server: _BadServer
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802 - the name http.server calls
+        server = self.server
+        server.requests += 1
+        mode = server.mode
+        if mode == "silent":  # accepts, reads the request, never answers
+            server.released.wait(60)
+            return
+        if mode == "not-http":
+            self.wfile.write(b"SSH-2.0-OpenSSH_9.2\r\n\r\n")
+            return
+        body = {
+            "not-elf": b"<html><body>debuginfod is down for maintenance</body></html>\n" * 50,
+            "wrong-build-id": server.other,
+            "cut-short": server.good,
+            "whole-but-cut": server.good[: len(server.good) // 2],
+            "trickle": server.good,
+        }.get(mode, b"")
+        self.send_response(200)
+        if mode == "declared-huge":
+            self.send_header("Content-Length", str(1 << 40))
+            self.end_headers()
+            return
+        if mode == "endless":  # an ELF header, then zeros as fast as they go, no length
+            self.end_headers()
+            self.wfile.write(server.good[:64])
+            chunk = bytes(1 << 16)
+            while not server.released.is_set():
+                try:
+                    self.wfile.write(chunk)
+                except OSError:
+                    return
+            return
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if mode == "cut-short":
+            self.wfile.write(body[: len(body) // 2])
+            return
+        if mode == "trickle":
+            for byte in body:
+                if server.released.wait(0.2):
+                    return
+                try:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                except OSError:
+                    return
+            return
+        self.wfile.write(body)
+
+    def handle_one_request(self) -> None:
+        try:
+            super().handle_one_request()
+        except OSError:
+            pass  # the client hung up, as it should
+
+
+@pytest.fixture(scope="module")
+def bad_server(stripped_programs: Path) -> Iterator[_BadServer]:
+    served = stripped_programs / "srv"
+    server = _BadServer(
+        (served / "stripped.debug").read_bytes(), (served / "nocfi.debug").read_bytes()
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.released.set()
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def stripped_running(stripped_programs: Path) -> Iterator[RunningProgram]:
+    with start_program(stripped_programs / "bin", "stripped") as running:
+        yield running
+
+
+FAULTS = {
+    "silent": "no answer within DEBUGINFOD_TIMEOUT=2 s; not asked again",
+    "trickle": "under 100 KiB per DEBUGINFOD_TIMEOUT=2 s; not asked again",
+    "not-http": "not an HTTP answer",
+    "not-elf": "sent something that is not an ELF file; ignored",
+    "wrong-build-id": "sent build-id ",
+    "cut-short": "cut short",
+    "whole-but-cut": "sent a file cut short",
+    "declared-huge": f"{1 << 40} bytes, larger than allowed ({FAULT_MAXSIZE})",
+    "endless": f"sent more than allowed ({FAULT_MAXSIZE} bytes)",
+}
+
+
+@pytest.mark.parametrize("mode", FAULTS)
+def test_a_debuginfod_that_answers_slowly_or_with_garbage_costs_one_note(
+    mode: str, bad_server: _BadServer, stripped_running: RunningProgram, tmp_path: Path
+) -> None:
+    pid = str(stripped_running.pid)
+    cache = tmp_path / "cache"
+    without = run_cli("pid", pid)
+    assert without.returncode == 0, without.stderr
+    bad_server.mode = mode
+    bad_server.requests = 0
+    environment = {
+        "DEBUGINFOD_URLS": bad_server.url,
+        "DEBUGINFOD_TIMEOUT": str(FAULT_TIMEOUT),
+        "DEBUGINFOD_MAXSIZE": str(FAULT_MAXSIZE),
+        "DEBUGINFOD_CACHE_PATH": str(cache),
+    }
+    saved = {name: os.environ.get(name) for name in environment}
+    os.environ.update(environment)
+    try:
+        started = time.monotonic()
+        result = run_cli("pid", pid, timeout=60)
+        seconds = time.monotonic() - started
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    assert bad_server.requests == 1
+    notes = [line for line in result.stdout.splitlines() if line.startswith("note: debuginfod")]
+    assert len(notes) == 1 and FAULTS[mode] in notes[0], notes
+    # Within the timeout (twice it for a trickle that first answered), never a hang.
+    assert seconds < 2 * FAULT_TIMEOUT + RUN_OVERHEAD, seconds
+    # The rest of the backtrace prints: the same frames as without a server, unnamed there.
+    ours = [line for line in result.stdout.splitlines() if not line.startswith("note:")]
+    theirs = without.stdout.splitlines()
+    ours, theirs = ([line for line in lines if line] for lines in (ours, theirs))
+    assert [line.split()[:2] for line in ours] == [line.split()[:2] for line in theirs]
+    assert "worker_chain" not in result.stdout
+    # Nothing enters the cache, and nothing partial is left there.
+    leftovers = [path for path in cache.rglob("*") if path.is_file()] if cache.exists() else []
+    assert leftovers == [], leftovers
