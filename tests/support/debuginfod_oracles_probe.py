@@ -86,9 +86,9 @@ def main() -> None:
     served, work, pids = sys.argv[1], Path(sys.argv[2]), [int(a) for a in sys.argv[3:]]
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     log = open(work / "debuginfod.log", "wb")  # noqa: SIM115 - open for the server's life
+    database = str(work / "db.sqlite")
     server = subprocess.Popen(
-        ["debuginfod", "-F", "-p", str(PORT), "-d", str(work / "db.sqlite"), "-t", "0", "-g", "0"]
-        + [served],
+        ["debuginfod", "-F", "-p", str(PORT), "-d", database, "-t", "0", "-g", "0", served],
         stdout=subprocess.DEVNULL,
         stderr=log,
     )

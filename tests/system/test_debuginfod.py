@@ -23,11 +23,11 @@ run under ``unshare -n``).
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -259,9 +259,9 @@ def test_stripped_programs_are_named_through_debuginfod_as_gdb_and_eu_stack_name
 
 # -- a server that answers too slowly or with garbage -------------------------------------------
 
-#: DEBUGINFOD_TIMEOUT of the fault cases, and what a whole run may take beyond it.
+#: DEBUGINFOD_TIMEOUT of the fault cases, and what a run may vary by on a busy machine.
 FAULT_TIMEOUT = 2.0
-RUN_OVERHEAD = 6.0
+RUN_SLACK = 3.0
 #: DEBUGINFOD_MAXSIZE of the fault cases: the stream that never ends stops here.
 FAULT_MAXSIZE = 4 << 20
 
@@ -289,7 +289,7 @@ class _BadHandler(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
 
-    def do_GET(self) -> None:  # noqa: N802 - the name http.server calls
+    def do_GET(self) -> None:
         server = self.server
         server.requests += 1
         mode = server.mode
@@ -339,10 +339,8 @@ class _BadHandler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def handle_one_request(self) -> None:
-        try:
+        with contextlib.suppress(OSError):  # the client hung up, as it should
             super().handle_one_request()
-        except OSError:
-            pass  # the client hung up, as it should
 
 
 @pytest.fixture(scope="module")
@@ -384,7 +382,9 @@ def test_a_debuginfod_that_answers_slowly_or_with_garbage_costs_one_note(
 ) -> None:
     pid = str(stripped_running.pid)
     cache = tmp_path / "cache"
+    started = time.monotonic()
     without = run_cli("pid", pid)
+    baseline = time.monotonic() - started
     assert without.returncode == 0, without.stderr
     bad_server.mode = mode
     bad_server.requests = 0
@@ -411,8 +411,9 @@ def test_a_debuginfod_that_answers_slowly_or_with_garbage_costs_one_note(
     assert bad_server.requests == 1
     notes = [line for line in result.stdout.splitlines() if line.startswith("note: debuginfod")]
     assert len(notes) == 1 and FAULTS[mode] in notes[0], notes
-    # Within the timeout (twice it for a trickle that first answered), never a hang.
-    assert seconds < 2 * FAULT_TIMEOUT + RUN_OVERHEAD, seconds
+    # Within the timeout, never a hang: beyond a run without a server, at most the timeout
+    # (twice it for a server that answered in time and then stalled), and some slack.
+    assert seconds < baseline + 2 * FAULT_TIMEOUT + RUN_SLACK, (seconds, baseline)
     # The rest of the backtrace prints: the same frames as without a server, unnamed there.
     ours = [line for line in result.stdout.splitlines() if not line.startswith("note:")]
     theirs = without.stdout.splitlines()
