@@ -7,17 +7,19 @@ eu-stack serves liveunwind and the other way round:
 - ``DEBUGINFOD_CACHE_PATH``: the cache, by default
   ``$XDG_CACHE_HOME/debuginfod_client`` or ``~/.cache/debuginfod_client``,
   holding ``BUILDID/debuginfo`` and ``BUILDID/executable``;
-- ``DEBUGINFOD_TIMEOUT``: seconds to wait for a server to connect and send
-  (default 90); ``DEBUGINFOD_MAXTIME`` and ``DEBUGINFOD_MAXSIZE``, when set,
-  bound a whole download's seconds and bytes.
+- ``DEBUGINFOD_TIMEOUT``: seconds a server has to answer, and to add each
+  further 100 KiB of the file (default 90; see :class:`_Watchdog`);
+  ``DEBUGINFOD_MAXTIME`` and ``DEBUGINFOD_MAXSIZE``, when set, bound a whole
+  download's seconds and bytes.
 
-A server that does not answer within the timeout, or fails to connect, is
-not asked again in this run: a dead or slow server costs the timeout once,
-never a hang.  What arrives is checked before it enters the cache: it must
-be an ELF file with the requested build-id.  A large download shows its
-progress on stderr.  Only with ``--lines`` (or a call site that asks) is
-this module imported, and only when ``DEBUGINFOD_URLS`` is set does it reach
-the network.
+A server that does not answer in time, stalls, or fails to connect is not
+asked again in this run: a dead or slow server costs the timeout once,
+never a hang.  What arrives is checked before it enters the cache: an ELF
+file from its first bytes, whole, with the requested build-id; anything
+else is one problem line and is not cached.  A large download shows its
+progress on stderr.  This module is imported only when ``DEBUGINFOD_URLS``
+is set and a module lacks symbols or CFI (``ElfModule.debug_file``), or
+lacks DWARF under ``--lines`` (``lines.dwarf_image``).
 """
 
 from __future__ import annotations
