@@ -14,7 +14,8 @@ sections, else from its separate debug file (build-id, debuglink), else —
 when ``DEBUGINFOD_URLS`` is set — from a debuginfod server by build-id.
 Everything is read the first time a pc lands in the module and kept on a
 :class:`ModuleLines` that lives as long as the module does; nothing here is
-imported by a backtrace without ``--lines``.
+imported by a backtrace without ``--lines``, unless a module's functions are
+named from its DWARF (no file of it has a ``.symtab``).
 """
 
 from __future__ import annotations
