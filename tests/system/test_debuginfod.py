@@ -141,7 +141,9 @@ def stripped_programs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     - ``nocfi``: built without unwind tables (gcc -g writes ``.debug_frame``),
       stripped, ``.eh_frame`` of the C runtime's files removed too;
     - ``dwarfonly``: stripped, and its debug file has no ``.symtab`` either;
-    - ``complete``: not stripped (its own ``.symtab`` and ``.eh_frame``).
+    - ``complete``: not stripped (its own ``.symtab`` and ``.eh_frame``);
+    - ``linked``: stripped, with a ``.gnu_debuglink`` to its debug file beside
+      it in bin/ (a local debug file, which comes before the server's copy).
 
     Each is built with other flags, so that no two share a build-id.
     """
@@ -156,6 +158,7 @@ def stripped_programs(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "nocfi": ["-fno-asynchronous-unwind-tables", "-fno-unwind-tables"],
         "dwarfonly": ["-fno-omit-frame-pointer"],
         "complete": ["-fno-inline-small-functions"],
+        "linked": ["-fno-ipa-icf"],
     }
     for name, extra in flags.items():
         full = built / name
@@ -174,6 +177,10 @@ def stripped_programs(tmp_path_factory: pytest.TempPathFactory) -> Path:
             subprocess.run(
                 ["strip", "--strip-all", "--keep-section=.debug_*", str(debug)], check=True
             )
+        if name == "linked":
+            shutil.copy(debug, programs / debug.name)
+            link = f"--add-gnu-debuglink={programs / debug.name}"
+            subprocess.run(["objcopy", link, str(programs / name)], check=True)
     # What each variant is said to be, checked.
     assert ".symtab" not in _sections(programs / "stripped")
     assert ".eh_frame" in _sections(programs / "stripped")
@@ -203,7 +210,7 @@ def test_stripped_programs_are_named_through_debuginfod_as_gdb_and_eu_stack_name
 ) -> None:
     for tool in ("debuginfod", "unshare", "ip", "gdb", "eu-stack"):
         _require(tool)
-    names = ("stripped", "nocfi", "dwarfonly", "complete")
+    names = ("stripped", "nocfi", "dwarfonly", "complete", "linked")
     programs = [start_program(stripped_programs / "bin", name) for name in names]
     try:
         probe = subprocess.run(
@@ -242,10 +249,12 @@ def test_stripped_programs_are_named_through_debuginfod_as_gdb_and_eu_stack_name
                 assert _oracle_name(eu[index][1]) == eu_name, (where, "eu-stack", eu)
                 found.add(function or "??")
         assert found >= LINES_FUNCTIONS, (name, found)
-    # A module with what it needs never asks; each stripped program asks once for its own
-    # file (libc and the loader have theirs locally: libc6-dbg).
+    # A module with what it needs never asks, nor one whose local debug file has it; each
+    # other stripped program asks once, for its own file (libc and the loader have theirs
+    # locally: libc6-dbg).
     requests = {name: report[str(p.pid)]["requests"] for name, p in zip(names, programs)}
-    assert requests == {"stripped": 1, "nocfi": 1, "dwarfonly": 1, "complete": 0}, requests
+    expected = {"stripped": 1, "nocfi": 1, "dwarfonly": 1, "complete": 0, "linked": 0}
+    assert requests == expected, requests
     # Unwound through the debug file's .debug_frame: the program has no CFI of its own.
     nocfi = report[str(programs[1].pid)]["ours"]
     methods = {
