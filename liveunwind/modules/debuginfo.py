@@ -59,7 +59,7 @@ class DebugFile:
         self.image = image
         #: The file it came from (for MiniDebugInfo: the stripped file itself).
         self.path = path
-        #: ``build-id``, ``debuglink`` or ``gnu_debugdata``.
+        #: ``build-id``, ``debuglink``, ``gnu_debugdata`` or ``debuginfod``.
         self.how = how
 
 
@@ -200,6 +200,35 @@ def mini_debuginfo(image: ElfImage, path: str, problems: list[str]) -> DebugFile
     except FormatError as error:
         problems.append(str(error))
         return None
+
+
+# -- what an image carries ------------------------------------------------------
+
+#: Sections holding call-frame information: DWARF's two, and Go's own (see sources.py).
+_CFI_SECTIONS = (".eh_frame", ".debug_frame", ".zdebug_frame", ".gopclntab")
+_DWARF_INFO_SECTIONS = (".debug_info", ".zdebug_info")
+
+
+def has_cfi(image: ElfImage) -> bool:
+    """Whether ``image`` carries call-frame information with contents (not stripped to NOBITS)."""
+    return _has_contents(image, _CFI_SECTIONS)
+
+
+def has_dwarf(image: ElfImage) -> bool:
+    """Whether ``image`` carries ``.debug_info`` with contents (not stripped to NOBITS)."""
+    try:
+        return _has_contents(image, _DWARF_INFO_SECTIONS)
+    except FormatError:
+        return False
+
+
+def _has_contents(image: ElfImage, names: tuple[str, ...]) -> bool:
+    sections = image.sections
+    for name in names:
+        section = sections.get(name)
+        if section is not None and section.size and image.contents(section):
+            return True
+    return False
 
 
 # -- sections ------------------------------------------------------------------

@@ -14,7 +14,8 @@ sections, else from its separate debug file (build-id, debuglink), else —
 when ``DEBUGINFOD_URLS`` is set — from a debuginfod server by build-id.
 Everything is read the first time a pc lands in the module and kept on a
 :class:`ModuleLines` that lives as long as the module does; nothing here is
-imported by a backtrace without ``--lines``.
+imported by a backtrace without ``--lines``, unless a module's functions are
+named from its DWARF (no file of it has a ``.symtab``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from liveunwind.modules.debuginfo import (
     ELFCOMPRESS_ZLIB,
     MAX_DECOMPRESSED_SECTION,
     SHF_COMPRESSED,
+    has_dwarf,
     section_data,
 )
 
@@ -270,18 +272,6 @@ def dwarf_image(module: LineModule) -> ElfImage | None:
         if fetched is not None and has_dwarf(fetched):
             return fetched
     return None
-
-
-def has_dwarf(image: ElfImage) -> bool:
-    """Whether ``image`` carries ``.debug_info`` with contents (not stripped to NOBITS)."""
-    try:
-        for name in (".debug_info", ".zdebug_info"):
-            section = image.sections.get(name)
-            if section is not None and image.contents(section):
-                return True
-    except FormatError:
-        return False
-    return False
 
 
 def read_sections(

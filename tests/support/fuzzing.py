@@ -341,7 +341,8 @@ _DWARF_SECTIONS = (
 
 
 def _dwarf_lines_target(paths: list[str]) -> Target:
-    """Units, scopes (inlined calls) and line tables of a pc: what --lines reads."""
+    """Units, scopes (inlined calls) and line tables of a pc: what --lines reads; and the
+    function a pc is in, what names the frames of a module without ``.symtab``."""
     from liveunwind.formats.elf import ElfImage
     from liveunwind.modules.lines import ModuleLines
 
@@ -356,6 +357,7 @@ def _dwarf_lines_target(paths: list[str]) -> Target:
         lines = ModuleLines(ElfImage(data, origin="fuzzed"))
         for pc in probes[which]:
             lines.locate(pc)
+            lines.info.function_at(pc)
 
     return Target("dwarf-lines", bases, hot, run)
 
