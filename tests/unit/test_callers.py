@@ -164,7 +164,7 @@ def test_a_direct_call_must_enter_the_function_holding_the_pc() -> None:
 
 
 def test_a_plt_entry_is_followed_to_its_bound_function() -> None:
-    """The erts_mmap case: a return address after ``call mmap@plt`` is no caller of F or JIT code."""
+    """The erts_mmap case: the return address after ``call mmap@plt`` is no caller of F or JIT."""
     memory, returns = _program(got=M)
     verdict, why = checked_call(_walk(memory, F + 0x50), returns["PLT"], F + 0x50)
     assert verdict is None
