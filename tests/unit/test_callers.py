@@ -257,6 +257,13 @@ def test_a_frame_pointer_on_another_stack_is_followed_when_its_frame_checks_out(
     walk.function_at = lambda address: _symbols(address) if address < G else None
     assert framepointer.step(walk) is None
     assert "lies in no known function" in walk.notes[-1]
+    # Below sp on the walk's own stack: a frame already returned from.
+    walk.stack_range = (0x500000, 0x501000)
+    walk.registers = {X86_64.pc: F + 0x50, X86_64.sp: 0x500800, X86_64.fp: fp}
+    assert framepointer.step(walk) is None
+    assert walk.notes[-1] == "frame pointer: fp 0x500100 is below sp 0x500800, on the same stack"
+    walk.stack_range = (0x7FF000, 0x800000)
+    walk.registers = {X86_64.pc: F + 0x50, X86_64.sp: 0x7FF100, X86_64.fp: fp}
     # Memory that is no stack (not writable): refused, saying where fp is.
     walk.stack_at = lambda address: None
     assert framepointer.step(walk) is None

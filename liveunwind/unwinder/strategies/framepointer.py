@@ -133,6 +133,9 @@ def _other_stack(walk: Walk, fp: int, sp: int | None) -> tuple[int, int] | None:
     """The writable mapping holding fp, off the walk's stack; None (and a note) where none is."""
     where = f"below sp {sp:#x}" if sp is not None and fp < sp else "outside the stack"
     found = None if walk.stack_at is None else walk.stack_at(fp)
+    if found is not None and found == walk.stack_range:
+        note(walk.notes, f"frame pointer: fp {fp:#x} is {where}, on the same stack")
+        return None
     if found is None or not _inside(
         fp + walk.arch.frame_record.start, 2 * walk.arch.word_size, found
     ):
