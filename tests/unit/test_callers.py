@@ -15,8 +15,13 @@ import pytest
 from liveunwind.arch.aarch64 import AARCH64
 from liveunwind.arch.x86_64 import X86_64
 from liveunwind.errors import MemoryReadError
+from liveunwind.frames import StopReason
+from liveunwind.modules.modulemap import ModuleMap
+from liveunwind.targets.base import Mapping
+from liveunwind.unwinder.stepper import Stepper
 from liveunwind.unwinder.strategies import Walk, framepointer
 from liveunwind.unwinder.strategies.callers import ALLOWED, DIRECT, checked_call
+from tests.support.spaces import BufferSpace
 
 # -- PLT entries, as objdump shows them in real binaries ---------------------------------------
 
@@ -270,3 +275,66 @@ def test_a_frame_pointer_on_another_stack_is_followed_when_its_frame_checks_out(
     assert (
         walk.notes[-1] == "frame pointer: fp 0x500100 is below sp 0x7ff100, and on no other stack"
     )
+
+
+# -- the stepper: the entry function, a walk moving to another stack ------------------------
+
+CODE_MAP = Mapping(0x400000, 0x401000, "r-xp", 0, 0, "")
+STACK_MAP = Mapping(0x7FF000, 0x800000, "rw-p", 0, 0, "[stack]")
+OTHER_MAP = Mapping(0x500000, 0x501000, "rw-p", 0, 0, "")
+
+
+class _EntrySpace(BufferSpace):
+    """A BufferSpace whose program's entry point (AT_ENTRY) is known."""
+
+    def __init__(self, regions: list[tuple[Mapping, bytes]], registers: dict[int, int]) -> None:
+        super().__init__(regions, registers)
+        self.entry: int | None = None
+
+    def entry_point(self) -> int | None:
+        return self.entry
+
+
+def _space(fp: int, records: dict[int, tuple[int, int]]) -> _EntrySpace:
+    """Anonymous code (``call 0x400000`` at 0x400100, returning to 0x400105); frame records."""
+    code = bytearray(b"\x90" * 0x1000)
+    code[0x100:0x105] = b"\xe8" + (0x400000 - 0x400105).to_bytes(4, "little", signed=True)
+    stack, other = bytearray(0x1000), bytearray(0x1000)
+    for address, (next_fp, return_address) in records.items():
+        memory, base = (other, OTHER_MAP.start) if address < STACK_MAP.start else (stack, 0x7FF000)
+        memory[address - base : address - base + 16] = next_fp.to_bytes(
+            8, "little"
+        ) + return_address.to_bytes(8, "little")
+    registers = {X86_64.pc: 0x400010, X86_64.sp: 0x7FF100, X86_64.fp: fp}
+    regions = [(CODE_MAP, bytes(code)), (STACK_MAP, bytes(stack)), (OTHER_MAP, bytes(other))]
+    return _EntrySpace(regions, registers)
+
+
+def test_the_entry_function_ends_the_walk() -> None:
+    space = _space(0x7FF200, {0x7FF200: (0x7FF300, 0x400105), 0x7FF300: (0, 0x400105)})
+    (thread,) = space.threads()
+    walked = Stepper(space, ModuleMap(space), unwinders=("fp",)).backtrace(thread)
+    assert walked.stop_reason is StopReason.NO_UNWIND_INFO  # fp 0 after two frames
+    space.entry = 0x400100  # the return address lies in the entry function's first bytes
+    walked = Stepper(space, ModuleMap(space), unwinders=("fp",)).backtrace(thread)
+    assert [frame.pc for frame in walked.frames] == [0x400010, 0x400105]
+    assert walked.complete
+    assert walked.stop_detail == "the program's entry function, at 0x400100"
+
+
+def test_a_walk_follows_a_frame_pointer_onto_another_stack() -> None:
+    """fp lies below sp, on a stack of the runtime's; the frames there check out."""
+    space = _space(0x500200, {0x500200: (0x500300, 0x400105), 0x500300: (0, 0x400105)})
+    (thread,) = space.threads()
+    stepper = Stepper(space, ModuleMap(space), unwinders=("fp",), verbose=True)
+    stepper._walk.function_at = lambda address: (0x400000, 0x400200)  # as symbols would say
+    walked = stepper.backtrace(thread)
+    assert [(frame.pc, frame.sp) for frame in walked.frames] == [
+        (0x400010, 0x7FF100),
+        (0x400105, 0x500210),
+        (0x400105, 0x500310),
+    ]
+    assert "is on another stack (0x500000-0x501000)" in walked.frames[1].notes[-1]
+    # The second step ran on the new stack: its fp is inside it, above sp.
+    assert not any("another stack" in note for note in walked.frames[2].notes)
+    assert walked.stop_reason is StopReason.NO_UNWIND_INFO
