@@ -137,6 +137,7 @@ class Stepper:
             (stack.start, stack.end) if stack is not None else None,
             [] if self.verbose else None,
         )
+        own_stack = walk.stack_range
         frames: list[Frame] = []
         method = Method.CONTEXT
         exact_pc = True
@@ -203,6 +204,7 @@ class Stepper:
             if method in _GUESSES and not _on(walk.stack_range, caller_sp):
                 # A checked guess moved to another stack (a runtime's own): walk on it.
                 walk.stack_range = self._stack_at(caller_sp)
+                walk.foreign_stack = walk.stack_range != own_stack
                 previous_cfa = None
             elif frame.signal_frame:
                 # The interrupted code may run on another stack (Go's signal handlers

@@ -182,6 +182,9 @@ def test_a_plt_entry_is_followed_to_its_bound_function() -> None:
     jit = _walk(memory, JIT[0] + 0x50, jit=True)
     assert checked_call(jit, returns["PLT"], JIT[0] + 0x50)[0] is None
     assert checked_call(jit, returns["JIT"], JIT[0] + 0x50) == (DIRECT, "")
+    # JIT code calling JIT code goes through stubs (above the pc, say): not refused.
+    stub = _call(memory, JIT[0] + 0x200, JIT[0] + 0x300)
+    assert checked_call(_walk(memory, JIT[0] + 0x50), stub, JIT[0] + 0x50) == (DIRECT, "")
 
 
 def test_an_unbound_plt_entry_and_an_indirect_call_are_allowed() -> None:
@@ -212,9 +215,9 @@ def test_without_symbols_the_call_must_enter_below_the_pc_in_its_module(
     memory, returns = _program(got=F)
     found, reason = checked_call(_walk(memory, pc, symbols=False), returns["F"], pc)
     assert found == verdict and why in reason
-    # A call from between the target and the pc is one the function made.
+    # A call from between the target and the pc: recursion, or a call the function made.
     own = _call(memory, F + 0x20, F)
-    assert checked_call(_walk(memory, F + 0x50, symbols=False), own, F + 0x50)[0] is None
+    assert checked_call(_walk(memory, F + 0x50, symbols=False), own, F + 0x50)[0] == DIRECT
 
 
 # -- the frame-pointer step -----------------------------------------------------------------
@@ -338,3 +341,9 @@ def test_a_walk_follows_a_frame_pointer_onto_another_stack() -> None:
     # The second step ran on the new stack: its fp is inside it, above sp.
     assert not any("another stack" in note for note in walked.frames[2].notes)
     assert walked.stop_reason is StopReason.NO_UNWIND_INFO
+    # Where that stack ends nothing says: no scan there (stale heap lies past it).
+    scanning = Stepper(space, ModuleMap(space), unwinders=("fp", "scan"), verbose=True)
+    scanning._walk.function_at = stepper._walk.function_at
+    again = scanning.backtrace(thread)
+    assert len(again.frames) == 3
+    assert "of unknown end" in again.stop_notes[-1]

@@ -113,6 +113,7 @@ class Walk:
         "budget",
         "code_reader",
         "exact_pc",
+        "foreign_stack",
         "function_at",
         "is_code",
         "module_at",
@@ -159,6 +160,9 @@ class Walk:
         #: Shared by every scan of the thread, so a corrupt or huge stack costs
         #: at most the budget's words of reads and checks.
         self.budget = ScanBudget() if budget is None else budget
+        #: The walk left the thread's stack for one a frame pointer led to (a
+        #: runtime's, inside a heap mapping): where it ends nothing says.
+        self.foreign_stack = False
 
     def begin(
         self,
@@ -171,6 +175,7 @@ class Walk:
         self.stack_range = stack_range
         self.notes = notes
         self.budget = ScanBudget()
+        self.foreign_stack = False
 
 
 def note(notes: list[str] | None, text: str) -> None:

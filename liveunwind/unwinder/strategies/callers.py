@@ -14,10 +14,14 @@ so each guess (scan, leaf, frame pointer) asks :func:`refusal` here:
   between its start and the pc: other entry points, unnamed functions after
   a symbol); where it is not known, the entry's own function must hold the
   pc, or failing a symbol there, the entry must lie at or below the pc in the
-  pc's module with the call itself outside that span (a call inside it is
-  one the function made);
+  pc's module (a call from between the two may be one the function made, or
+  recursion: allowed);
 - a PLT entry whose GOT slot has not been bound yet (it still points into the
-  PLT) leads who knows where: allowed.
+  PLT) leads who knows where: allowed;
+- JIT code (no module holds it) calling JIT code: allowed, whatever the
+  entry, for JIT compilers route calls through stubs and veneers (BEAM's
+  calls of its shared code, HotSpot's of its runtime stubs); a call from JIT
+  code into a module's function is checked as any other.
 
 A direct call into the middle of a named function is data that decodes as a
 call.  A tail call (``foo`` jumping to ``bar``) leaves the return address of
@@ -98,6 +102,8 @@ def refusal(
     if entered is not None and entered[0] != entry and named:
         return f"follows a call to {entry:#x}, inside the function at {entered[0]:#x}: data"
     shown = f"{entry:#x}" if entry == target else f"{entry:#x} (through the PLT entry {target:#x})"
+    if module_at is not None and module_at(pc) is None and module_at(entry) is None:
+        return None  # JIT code calling JIT code: through stubs and veneers, as often as not
     if function is not None:
         start, end = function
         if entry == start:
@@ -114,9 +120,7 @@ def refusal(
         return f"follows a call to {shown}, in another module than pc {pc:#x}"
     if entry > pc:
         return f"follows a call to {shown}, above pc {pc:#x}"
-    if entry <= site.address <= pc:
-        return f"follows a call to {shown} from between there and pc {pc:#x}: a call it made"
-    return None
+    return None  # a call from between the entry and the pc may be recursion: allowed
 
 
 def _through_plt(walk: Walk, target: int) -> int | None:

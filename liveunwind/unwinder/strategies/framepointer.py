@@ -36,7 +36,8 @@ that alone: runtimes run code on stacks of their own (each Erlang process
 has one, below the scheduler's C stack).  It is followed when it lies in a
 writable mapping and the frame it leads to checks out: its return address
 follows a call that could have entered the function and lies in a known
-function.  The stepper then walks on that stack.
+function (or in JIT code, which no module holds).  The stepper then walks on
+that stack.
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def step(walk: Walk) -> dict[int, int] | None:
             note(notes, f"frame pointer: return address [{slot:#x}] = {return_address:#x} {why}")
             return None
         if elsewhere is not None:
-            if walk.function_at is None or walk.function_at(return_address - 1) is None:
+            if not _known_code(walk, return_address - 1):
                 note(
                     notes,
                     f"frame pointer: fp {fp:#x} is on another stack, and its return address "
@@ -142,6 +143,17 @@ def _other_stack(walk: Walk, fp: int, sp: int | None) -> tuple[int, int] | None:
         note(walk.notes, f"frame pointer: fp {fp:#x} is {where}, and on no other stack")
         return None
     return found
+
+
+def _known_code(walk: Walk, address: int) -> bool:
+    """A function the symbols (or a JIT's registration) know, or JIT code: no module holds it.
+
+    A runtime that keeps stacks of its own runs JIT code on them (BEAM),
+    which nothing may name when the process is a core.
+    """
+    if walk.function_at is not None and walk.function_at(address) is not None:
+        return True
+    return walk.module_at is not None and walk.module_at(address) is None
 
 
 def _no_nearer(walk: Walk, sp: int, slot: int, lookup: int) -> bool:

@@ -12,7 +12,9 @@ noted with its slot, its value and why (the first
 :data:`NOTED_REFUSALS` of a scan).
 
 The scan stays on the stack the walk is on: the mapping holding sp (the
-stepper's ``walk.stack_range``, which follows the walk to another stack).
+stepper's ``walk.stack_range``).  It does not scan a stack a frame pointer
+led the walk to (a runtime's, such as an Erlang process's inside a heap
+mapping): where that stack ends nothing says, and past it lies stale heap.
 
 Scanning is bounded twice: a window per scan and a :class:`ScanBudget` shared
 by all scans of one thread, so a corrupt or huge stack costs at most
@@ -100,6 +102,9 @@ def step(walk: Walk) -> dict[int, int] | None:
     arch, registers = walk.arch, walk.registers
     sp, pc = registers.get(arch.sp), registers.get(arch.pc)
     if sp is None:
+        return None
+    if walk.foreign_stack:
+        note(walk.notes, f"scan: sp {sp:#x} is on a stack a frame pointer led to, of unknown end")
         return None
     lookup = None if pc is None else (pc if walk.exact_pc else pc - 1)
 
