@@ -16,6 +16,12 @@
  * fp_outer (which called fp_middle through a pointer): a frame-pointer step
  * would skip fp_middle.
  *
+ * Thread "zero", innermost first:
+ *   zero_block, zero_asm, zero_outer — on a stack of its own whose outermost
+ * return address is 0 (run_on_stack pushed it).  zero_outer's CFI reads that
+ * 0; but its own frame was found by a scan (zero_asm has no CFI), so the 0
+ * proves no end: the walk is not complete ("no outermost frame").
+ *
  * The main thread waits in pthread_join under main and _start.
  */
 #include "../tp.h"
@@ -26,6 +32,8 @@ static volatile int keep_blocking = 1;
 
 void stale_asm(void);
 void push_leaf(void);
+void zero_asm(void);
+void run_on_stack(void (*fn)(void), void *top);
 
 /* Called from stale_asm; global so the assembly can name them. */
 TP_NOINLINE void stale_helper(void)
@@ -77,13 +85,40 @@ static void *pushleaf_main(void *arg)
     return NULL;
 }
 
+TP_NOINLINE void zero_block(void)
+{
+    const struct timespec hour = {3600, 0};
+    tp_arrive();
+    while (keep_blocking)
+        nanosleep(&hour, NULL);
+}
+
+TP_NOINLINE static void zero_outer(void)
+{
+    zero_asm();
+    tp_sink += 4;
+    for (;;)
+        pause(); /* there is nothing to return to */
+}
+
+static _Alignas(16) unsigned char zero_stack[64 * 1024];
+
+static void *zero_main(void *arg)
+{
+    (void)arg;
+    run_on_stack(zero_outer, zero_stack + sizeof zero_stack);
+    return NULL;
+}
+
 int main(void)
 {
     tp_allow_tracing();
     pthread_t stale = tp_spawn("stale", stale_main, NULL);
     pthread_t pushleaf = tp_spawn("pushleaf", pushleaf_main, NULL);
-    tp_announce(2);
+    pthread_t zero = tp_spawn("zero", zero_main, NULL);
+    tp_announce(3);
     pthread_join(stale, NULL);
     pthread_join(pushleaf, NULL);
+    pthread_join(zero, NULL);
     return 0;
 }

@@ -17,6 +17,10 @@
  * case): [sp] is the pushed rbx, its return address into fp_middle is at
  * [sp+8], and rbp still points at fp_middle's frame record, whose return
  * address lies in fp_outer: following it would skip fp_middle.
+ *
+ * run_on_stack starts a C function on a fresh stack whose outermost return
+ * address is 0 (as some runtimes end their stacks); zero_asm, called from
+ * there, calls zero_block and has no CFI.
  */
     .text
     .globl  stale_asm
@@ -41,5 +45,23 @@ push_leaf:
     syscall
     jmp     1b
     .size   push_leaf, .-push_leaf
+
+/* run_on_stack(fn, top): fn on a fresh stack whose outermost return address is 0. */
+    .globl  run_on_stack
+    .type   run_on_stack, @function
+run_on_stack:
+    movq    %rsi, %rsp
+    pushq   $0
+    jmp     *%rdi
+    .size   run_on_stack, .-run_on_stack
+
+    .globl  zero_asm
+    .type   zero_asm, @function
+zero_asm:
+    subq    $8, %rsp
+    call    zero_block
+    addq    $8, %rsp
+    ret
+    .size   zero_asm, .-zero_asm
 
     .section .note.GNU-stack,"",@progbits

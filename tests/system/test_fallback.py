@@ -261,6 +261,18 @@ def test_a_frame_pointer_step_does_not_skip_the_caller_of_a_leaf(fallback_build:
     assert thread.complete, thread.stop_text
 
 
+def test_a_walk_that_guessed_is_not_complete_on_a_zero_return_address(
+    fallback_build: Path,
+) -> None:
+    """zero_outer's CFI reads the 0 run_on_stack pushed, but a scan placed zero_outer's frame."""
+    thread = thread_named(_guesses(fallback_build), "zero")
+    assert own_frames(thread, "guesses") == ["zero_block", "zero_asm", "zero_outer"]
+    assert thread.frames[-1].method is Method.SCAN
+    assert thread.stop_reason is StopReason.NO_OUTERMOST_FRAME
+    assert not thread.complete
+    assert "after a guessed frame" in thread.stop_detail
+
+
 def test_the_entry_function_is_the_outermost_frame(fallback_build: Path) -> None:
     """nofp-noeh's _start has no CFI: the walk ends there, complete, as gdb's and eu-stack's do."""
     with start_program(fallback_build, "nofp-noeh") as program:
