@@ -62,7 +62,7 @@ class _Stop(Exception):
 class _Step:
     """One step's result: the caller's registers, the CFA, and how they were found."""
 
-    __slots__ = ("caller", "caller_interrupted", "cfa", "guess", "method")
+    __slots__ = ("caller", "caller_interrupted", "cfa", "method")
 
     def __init__(
         self, caller: dict[int, int], cfa: int, method: Method, caller_interrupted: bool = False
@@ -72,8 +72,6 @@ class _Step:
         self.method = method
         #: The caller was interrupted by a signal: its pc is exact, not a return address.
         self.caller_interrupted = caller_interrupted
-        #: A strategy's guess found the caller, not a table or a signal frame.
-        self.guess = method in _GUESSES
 
 
 class Stepper:
@@ -189,7 +187,7 @@ class Stepper:
                     break
                 caller, cfa = step.caller, step.cfa
                 method, interrupted = step.method, step.caller_interrupted
-                guessed = guessed or step.guess
+                guessed = guessed or method in _GUESSES
             frame.cfa = cfa
             caller_pc = caller.get(arch.pc)
             if caller_pc is None:

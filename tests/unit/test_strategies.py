@@ -277,7 +277,7 @@ class TestScan:
         )
         assert again == (0x7FF120, 0x400105)
 
-    def test_target_check_and_confirm(self) -> None:
+    def test_target_check_and_refusal(self) -> None:
         code = _x86_code()
         stack = _stack({0x7FF108: 0x400285, 0x7FF110: 0x400105})
         found = scan.find_return_address(
@@ -295,8 +295,9 @@ class TestScan:
             check_target=False,
         )
         assert unchecked == (0x7FF108, 0x400285)
-        # The stepper may demand that a direct call targets the callee's function.
-        confirmed = scan.find_return_address(
+        # A step refuses what did not enter the callee's function, and says why.
+        notes: list[str] = []
+        refused = scan.find_return_address(
             X86_64,
             0x7FF100,
             stack.read,
@@ -304,9 +305,11 @@ class TestScan:
             code.read,
             budget=ScanBudget(),
             check_target=False,
-            confirm=lambda site: site.target == 0x400080,
+            refuse=lambda address: "stale" if address == 0x400285 else None,
+            notes=notes,
         )
-        assert confirmed == (0x7FF110, 0x400105)
+        assert refused == (0x7FF110, 0x400105)
+        assert notes == ["scan: [0x7ff108] = 0x400285 stale"]
 
     def test_budget_is_shared_and_bounds_the_work(self) -> None:
         code = _x86_code()

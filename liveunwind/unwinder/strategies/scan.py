@@ -72,20 +72,17 @@ def call_before(
     code_reader: CodeReader,
     *,
     check_target: bool = True,
-    confirm: Callable[[CallSite], bool] | None = None,
 ) -> CallSite | None:
     """The call instruction that ``return_address`` follows, or None.
 
     Reads the code before ``return_address`` through ``code_reader``; a
-    direct call must target code when ``check_target`` is set, and
-    ``confirm`` (if given) has the last word on each decoding.
+    direct call must target code when ``check_target`` is set.
     """
     code = code_before(code_reader, return_address, arch.longest_call)
     for site in arch.call_sites(return_address, code):
         if check_target and site.target is not None and not is_code(site.target):
             continue
-        if confirm is None or confirm(site):
-            return site
+        return site
     return None
 
 
@@ -142,7 +139,6 @@ def find_return_address(
     window: int = DEFAULT_WINDOW,
     stack_end: int | None = None,
     check_target: bool = True,
-    confirm: Callable[[CallSite], bool] | None = None,
     refuse: Callable[[int], str | None] | None = None,
     notes: list[str] | None = None,
 ) -> tuple[int, int] | None:
@@ -185,7 +181,6 @@ def find_return_address(
                     is_code,
                     code_reader,
                     check_target=check_target,
-                    confirm=confirm,
                 )
                 is not None
             ):
