@@ -61,6 +61,10 @@ class StopReason(Enum):
     #: a task in uninterruptible sleep): no registers, so no frames; its kernel
     #: state and wait channel are the detail.  The other threads were walked.
     NOT_STOPPED = "thread did not stop"
+    #: A walk that guessed read a return address of 0: where a guess placed the
+    #: stack, that proves no end; only a table's undefined return address, Go's
+    #: top frames or the program's entry function do.
+    NO_OUTERMOST_FRAME = "no outermost frame"
 
 
 class SourceLocation(namedtuple("SourceLocation", "function file line")):

@@ -431,6 +431,9 @@ class ElfCore(AddressSpace):
             position += len(piece)
         return b"".join(pieces)
 
+    def entry_point(self) -> int | None:
+        return self.notes.auxv.get(AT_ENTRY)
+
     def mapped_image(self, mapping: Mapping) -> ElfImage | None:
         """The image of the file found for ``mapping``, already mapped and checked."""
         if not mapping.is_file:

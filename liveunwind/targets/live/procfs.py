@@ -15,6 +15,7 @@ from collections import namedtuple
 
 from liveunwind.errors import NoSuchProcessError
 from liveunwind.targets.base import Mapping
+from liveunwind.targets.cores.notes import AT_ENTRY, parse_auxv
 from liveunwind.targets.files import (
     FileError,
     RegularFile,
@@ -159,6 +160,15 @@ def wchan(pid: int, tid: int) -> str:
 
 #: Largest perf map read; JIT runtimes append forever, so cap what we parse.
 _MAX_PERF_MAP = 16 << 20
+
+
+def entry_point(owner: str) -> int | None:
+    """``AT_ENTRY`` of /proc/OWNER/auxv, None where it cannot be read."""
+    try:
+        auxv = parse_auxv(read_kernel_file(f"/proc/{owner}/auxv"))
+    except OSError:
+        return None
+    return auxv.get(AT_ENTRY)
 
 
 def read_perf_map(pid: int) -> str:

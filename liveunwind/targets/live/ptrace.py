@@ -165,6 +165,9 @@ class PtraceProcess(AddressSpace):
         every = {**self._not_stopped, **self._stopped}
         return [every[tid] for tid in sorted(every, key=self._thread_order)]
 
+    def entry_point(self) -> int | None:
+        return procfs.entry_point(str(self.pid))
+
     def mappings(self) -> list[Mapping]:
         if self._mappings is None:
             try:

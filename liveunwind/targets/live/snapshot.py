@@ -120,6 +120,9 @@ class Snapshot(AddressSpace):
     def threads(self) -> list[ThreadState]:
         return self._threads
 
+    def entry_point(self) -> int | None:
+        return self._live.entry_point()
+
     def mappings(self) -> list[Mapping]:
         return self._mappings
 

@@ -60,7 +60,7 @@ import time
 from liveunwind.arch import Arch, arch_by_elf_machine, arch_by_gdb_architecture, supported
 from liveunwind.errors import FormatError, MemoryReadError, UsageError
 from liveunwind.targets.base import AddressSpace, Mapping, ThreadState
-from liveunwind.targets.cores.notes import parse_auxv
+from liveunwind.targets.cores.notes import AT_ENTRY, parse_auxv
 from liveunwind.targets.filefinder import FileFinder, open_image
 from liveunwind.targets.files import FileError, open_file
 from liveunwind.targets.linkmap import PAGE_SIZE, LoadedObject
@@ -123,6 +123,8 @@ class GdbRemote(AddressSpace):
         #: The process id the stub's thread ids carry (QEMU calls every process 1).
         self._stub_pid: int | None = None
         self._features: dict[str, str | bool] = {}
+        #: The program's entry point, from the auxiliary vector the stub gave.
+        self._entry: int | None = None
         self._memory: _Memory | None = None
         self._threads: list[ThreadState] = []
         self._mappings: list[Mapping] = []
@@ -689,6 +691,7 @@ class GdbRemote(AddressSpace):
     def _find_mappings(self) -> list[Mapping]:
         """The target's files from what the stub says, else from the loader's own records."""
         auxv = self._auxv()
+        self._entry = auxv.get(AT_ENTRY)
         recorded = ""
         if self._features.get("qXfer:exec-file:read") is True:
             pid = b"%x" % self._attach if self._attach is not None else b""
@@ -701,6 +704,9 @@ class GdbRemote(AddressSpace):
         mappings = loaded.mappings(auxv, recorded, self._executable_argument, self._svr4_libraries)
         self.problems += loaded.problems
         return mappings
+
+    def entry_point(self) -> int | None:
+        return self._entry
 
     def _auxv(self) -> dict[int, int]:
         if self._features.get("qXfer:auxv:read") is not True:
