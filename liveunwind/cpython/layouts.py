@@ -329,12 +329,43 @@ _DEBUG_RECORD_3_14 = (
     ("unicode_object", "size state length asciiobject_size"),
 )
 
+# 3.15 added fields to thread_state (base_frame and the profiler's last frame after
+# current_frame; the GIL and exception fields after status), an err_stackitem group
+# after it, two type_object fields, a heap_type_object group and
+# unicode_object.compactunicodeobject_size.
+_DEBUG_RECORD_3_15 = (
+    ("", "version free_threaded"),
+    ("runtime_state", "size finalizing interpreters_head"),
+    _DEBUG_RECORD_3_14[2],
+    (
+        "thread_state",
+        "size prev next interp current_frame base_frame last_profiled_frame"
+        " last_profiled_frame_seq thread_id native_thread_id datastack_chunk status holds_gil"
+        " gil_requested current_exception exc_state",
+    ),
+    ("err_stackitem", "exc_value"),
+    _DEBUG_RECORD_3_14[4],
+    _DEBUG_RECORD_3_14[5],
+    ("pyobject", "size ob_type"),
+    ("type_object", "size tp_name tp_repr tp_flags tp_basicsize tp_dictoffset"),
+    ("heap_type_object", "size ht_cached_keys"),
+    ("tuple_object", "size ob_item ob_size"),
+    ("list_object", "size ob_item ob_size"),
+    ("set_object", "size used table mask"),
+    ("dict_object", "size ma_keys ma_values"),
+    ("float_object", "size ob_fval"),
+    ("long_object", "size lv_tag ob_digit"),
+    ("bytes_object", "size ob_size ob_sval"),
+    ("unicode_object", "size state length asciiobject_size compactunicodeobject_size"),
+)
+
 #: Per minor version: the record's layout, the owner value of an eval call's entry frame
 #: (FRAME_OWNED_BY_CSTACK in 3.13, FRAME_OWNED_BY_INTERPRETER in 3.14: both 3), and the tag
 #: bits of ``f_executable`` (a _PyStackRef in 3.14).
 _DEBUG_RECORDS = {
     (3, 13): (_DEBUG_RECORD_3_13, 3, 0),
     (3, 14): (_DEBUG_RECORD_3_14, 3, 1),
+    (3, 15): (_DEBUG_RECORD_3_15, 3, 1),
 }
 
 

@@ -79,6 +79,7 @@ PYTHONS = [
     Python("debian-stripped", "/usr/bin/python3", debug=False),
     *_pyenv_pythons(),
     Python("sid", "/usr/bin/python3", root=SID_ROOT),
+    Python("sid-3.15", "/usr/bin/python3.15", root=SID_ROOT),
 ]
 
 
@@ -86,10 +87,10 @@ def available(python: Python) -> None:
     """Skips the test, saying why, when ``python`` cannot run here."""
     if os.geteuid() != 0:
         pytest.skip("ptrace of other processes and chroot need root")
-    if python.root is not None and not (python.root / "usr/bin/python3").exists():
+    if python.root is not None and not python.host_path(Path(python.executable)).exists():
         pytest.skip(
-            f"no python3 in the Debian sid root file system at {python.root} "
-            "(make sid-rootfs builds it; apt-get install python3 inside it adds Python)"
+            f"no {python.executable} in the Debian sid root file system at {python.root} "
+            "(make sid-rootfs builds it and installs the Pythons the tests run)"
         )
     if python.root is None and not Path(python.executable).exists():
         pytest.skip(f"{python.executable} is not installed")

@@ -55,7 +55,7 @@ def _record(minor: tuple[int, int], version: int) -> bytearray:
     return data
 
 
-@pytest.mark.parametrize("minor", [(3, 13), (3, 14)])
+@pytest.mark.parametrize("minor", [(3, 13), (3, 14), (3, 15)])
 def test_debug_offsets_records_that_do_not_match_are_refused(minor: tuple[int, int]) -> None:
     version = (3 << 24) | (minor[1] << 16) | 0xF0
     positions = layouts.debug_record_positions(minor)
