@@ -5,10 +5,11 @@
 # The --python tests run it in a chroot as they run sid's python3, and skip,
 # saying why, without it. About 4 minutes of two cores (no PGO, no tests),
 # once per machine: the result stays in the cached root.
-# LIVEUNWIND_FREETHREADED_VERSIONS: the versions, default "3.14".
+# LIVEUNWIND_FREETHREADED_VERSIONS: the versions, default "3.13" (the mirror here
+# serves the source of python3.13 only: 3.14's and 3.15's answer 404).
 set -euo pipefail
 root=${LIVEUNWIND_SID_ROOT:-/var/cache/liveunwind/sid-rootfs}
-versions=${LIVEUNWIND_FREETHREADED_VERSIONS:-3.14}
+versions=${LIVEUNWIND_FREETHREADED_VERSIONS:-3.13}
 if [ ! -x "$root/usr/bin/gcc" ] || [ "$(id -u)" != 0 ]; then
     echo "freethreaded-python: needs root and the sid root file system (make sid-rootfs);" \
         "the free-threaded --python tests will be skipped" >&2
@@ -29,7 +30,11 @@ for version in $versions; do
         $APT update
         $APT install -y --no-install-recommends make dpkg-dev xz-utils libffi-dev zlib1g-dev
         rm -rf /tmp/freethreaded-build && mkdir /tmp/freethreaded-build && cd /tmp/freethreaded-build
-        $APT source --download-only "python$VERSION"
+        # The newest source release the mirror serves (it may lack the newest listed).
+        for release in $(apt-cache showsrc "python$VERSION" | sed -n "s/^Version: //p" \
+            | sort -rV); do
+            $APT source --download-only "python$VERSION=$release" && break
+        done
         dpkg-source --no-check -x python"$VERSION"_*.dsc src
         cd src
         ./configure --disable-gil --prefix="$PREFIX" --without-ensurepip --with-pydebug=no

@@ -39,7 +39,7 @@ class Backtracer:
         if options.python:
             from liveunwind.cpython.reader import PythonReader
 
-            self.python = PythonReader(live_pid)
+            self.python = PythonReader(live_pid, with_locals=options.python_locals)
 
     @property
     def modules(self) -> ModuleMap | None:

@@ -96,14 +96,18 @@ def _frame_text(frame: Frame, width: int, symbols: bool) -> list[str]:
     lines.append("  " + "  ".join(parts) + _source(frame))
     if frame.python:
         blank = f"  {' ' * (width + 1)}  {' ' * 18}  "
-        lines.extend(f"{blank}{_python_text(place)}" for place in frame.python)
+        for python in frame.python:
+            lines.extend(f"{blank}{line}" for line in _python_lines(python))
     return lines
 
 
-def _python_text(place: PythonFrame) -> str:
-    """``[py] function (file:line)``."""
+def _python_lines(place: PythonFrame) -> list[str]:
+    """``[py] function (file:line)``; with ``--locals``, a ``name = value`` line per variable."""
     where = place.file if place.line is None else f"{place.file}:{place.line}"
-    return f"[py] {place.function} ({where})"
+    lines = [f"[py] {place.function} ({where})"]
+    if place.locals:
+        lines.extend(f"       {name} = {value.text()}" for name, value in place.locals.items())
+    return lines
 
 
 def _unplaced_text(thread: ThreadBacktrace) -> str:
@@ -111,7 +115,8 @@ def _unplaced_text(thread: ThreadBacktrace) -> str:
     if not thread.python_unplaced:
         return ""
     lines = ["", "  note: Python frames not placed on a native frame (innermost first):"]
-    lines.extend(f"    {_python_text(place)}" for place in thread.python_unplaced)
+    for place in thread.python_unplaced:
+        lines.extend(f"    {line}" for line in _python_lines(place))
     return "\n".join(lines)
 
 

@@ -14,10 +14,12 @@ if TYPE_CHECKING:
     from liveunwind.cpython.codecache import RawCode
     from liveunwind.cpython.interpreter import Interpreter
     from liveunwind.cpython.memory import Data
+    from liveunwind.frames import PythonValue
 
     #: One frame as read in the stop: its code object's address, where it is in the
-    #: code, and whether a generator owns it.  A tuple: the stop makes one per frame.
-    RawFrame = tuple[int, int, bool]
+    #: code, whether a generator owns it, and its own address.  A tuple: the stop makes
+    #: one per frame.
+    RawFrame = tuple[int, int, bool, int]
 
 
 class RawThread:
@@ -71,7 +73,7 @@ class RawThread:
 class Collected:
     """Everything a walk read: threads, the code objects they run, and what went wrong."""
 
-    __slots__ = ("codes", "interpreter", "interpreters", "problems", "threads")
+    __slots__ = ("codes", "interpreter", "interpreters", "locals", "problems", "threads")
 
     def __init__(self, interpreter: Interpreter) -> None:
         self.interpreter = interpreter
@@ -81,3 +83,5 @@ class Collected:
         #: Code object address → what was read of it (None: unreadable or not a code object).
         self.codes: dict[int, RawCode | None] = {}
         self.problems: list[str] = []
+        #: With ``--locals``: each frame's variables, by the frame's address.
+        self.locals: dict[int, dict[str, PythonValue]] | None = None

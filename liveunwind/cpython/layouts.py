@@ -75,6 +75,8 @@ class Layout:
         "code_firstlineno",
         "code_firsttraceable",
         "code_linetable",
+        "code_localsplusnames",
+        "code_localspluskinds",
         "code_name",
         "code_qualname",
         "compact_size",
@@ -85,8 +87,13 @@ class Layout:
         "frame_owner",
         "frame_previous",
         "frame_instr",
+        "frame_localsplus",
+        "float_value",
         "interp_next",
         "interp_threads_head",
+        "long_digits",
+        "long_size",
+        "long_tagged",
         "minor",
         "object_type",
         "runtime_interpreters_head",
@@ -97,6 +104,9 @@ class Layout:
         "tstate_native_thread_id",
         "tstate_next",
         "tstate_root_cframe",
+        "tuple_items",
+        "tuple_size",
+        "type_name",
     )
 
     def __init__(self, minor: tuple[int, int], source: str, **offsets: int | None) -> None:
@@ -147,6 +157,20 @@ class Layout:
         self.compact_size: int
         self.bytes_size: int
         self.bytes_sval: int
+        # What --locals reads: a frame's local variables (``localsplus``), the code
+        # object's names and kinds of them, and the objects simple values are.
+        self.frame_localsplus: int
+        self.code_localsplusnames: int
+        self.code_localspluskinds: int
+        self.tuple_size: int
+        self.tuple_items: int
+        self.float_value: int
+        #: ``ob_size`` (3.11: its sign is the int's) or ``lv_tag`` (3.12+: digits << 3 | sign).
+        self.long_size: int
+        self.long_tagged: bool
+        self.long_digits: int
+        #: ``tp_name`` of a type object: the C string its name is.
+        self.type_name: int
 
     def __repr__(self) -> str:
         return f"<Layout CPython {self.minor[0]}.{self.minor[1]} ({self.source})>"
@@ -202,6 +226,15 @@ def _common(**offsets: int | None) -> dict[str, int | None]:
         "bytes_size": 16,
         "bytes_sval": 32,
         "runtime_interpreters_head": 40,
+        "frame_localsplus": 72,
+        "code_localsplusnames": 96,
+        "code_localspluskinds": 104,
+        "tuple_size": 16,
+        "tuple_items": 24,
+        "float_value": 16,
+        "long_size": 16,
+        "long_digits": 24,
+        "type_name": 24,
     }
     shared.update(offsets)
     return shared
@@ -228,6 +261,7 @@ LAYOUT_3_11 = Layout(
         code_adaptive=184,
         ascii_size=48,
         compact_size=72,
+        long_tagged=False,
     ),
 )
 
@@ -252,6 +286,7 @@ LAYOUT_3_12 = Layout(
         code_adaptive=192,
         ascii_size=40,
         compact_size=56,
+        long_tagged=True,
     ),
 )
 
@@ -432,8 +467,16 @@ def layout_from_debug_offsets(data: bytes, hex_version: int) -> Layout:
         ("interpreter_state", "next threads_head"),
         ("thread_state", "next interp current_frame native_thread_id datastack_chunk"),
         ("interpreter_frame", "previous executable instr_ptr owner"),
-        ("code_object", "filename name qualname linetable firstlineno co_code_adaptive"),
+        (
+            "code_object",
+            "filename name qualname linetable firstlineno co_code_adaptive localsplusnames"
+            " localspluskinds",
+        ),
         ("pyobject", "ob_type"),
+        ("type_object", "tp_name"),
+        ("tuple_object", "ob_item ob_size"),
+        ("float_object", "ob_fval"),
+        ("long_object", "lv_tag ob_digit"),
         ("bytes_object", "ob_size ob_sval"),
         ("unicode_object", "state length asciiobject_size"),
     ):
@@ -447,6 +490,12 @@ def layout_from_debug_offsets(data: bytes, hex_version: int) -> Layout:
                     f"_Py_DebugOffsets: {group}.{name} = {value} lies outside its {size} bytes"
                 )
             checked[f"{group}.{name}"] = value
+    # The local variables follow the frame: their offset is the frame's size.
+    localsplus = field("interpreter_frame.localsplus")
+    if localsplus > field("interpreter_frame.size"):
+        raise FormatError(
+            f"_Py_DebugOffsets: interpreter_frame.localsplus = {localsplus} lies past the frame"
+        )
     ascii_size = checked["unicode_object.asciiobject_size"]
     return Layout(
         minor,
@@ -479,4 +528,14 @@ def layout_from_debug_offsets(data: bytes, hex_version: int) -> Layout:
         compact_size=ascii_size + 16,
         bytes_size=checked["bytes_object.ob_size"],
         bytes_sval=checked["bytes_object.ob_sval"],
+        frame_localsplus=localsplus,
+        code_localsplusnames=checked["code_object.localsplusnames"],
+        code_localspluskinds=checked["code_object.localspluskinds"],
+        type_name=checked["type_object.tp_name"],
+        tuple_size=checked["tuple_object.ob_size"],
+        tuple_items=checked["tuple_object.ob_item"],
+        float_value=checked["float_object.ob_fval"],
+        long_size=checked["long_object.lv_tag"],
+        long_tagged=True,
+        long_digits=checked["long_object.ob_digit"],
     )

@@ -47,10 +47,12 @@ class PythonReader:
     target's calls :meth:`add_frames` alone.
     """
 
-    def __init__(self, live_pid: int | None = None) -> None:
+    def __init__(self, live_pid: int | None = None, *, with_locals: bool = False) -> None:
         """``live_pid`` is the pid of the live process whose backtraces these are (a
         session's): its threads may have other ids inside its pid namespace, the ids
-        the interpreter knows them by (see :func:`_match_namespaced_ids`)."""
+        the interpreter knows them by (see :func:`_match_namespaced_ids`).
+        ``with_locals``: each Python frame gets its variables (``--locals``)."""
+        self._with_locals = with_locals
         self._interpreter: Interpreter | None = None
         #: The module the interpreter was found in, as the module map hands it on.
         self._module: Module | None = None
@@ -103,7 +105,12 @@ class PythonReader:
         process = running.space
         # The stop reads what this misses; a process that is gone fails its attach.
         with contextlib.suppress(LiveUnwindError, OSError):
-            prepare(process.read, interpreter, process.read_frozen_many)
+            prepare(
+                process.read,
+                interpreter,
+                process.read_frozen_many,
+                with_locals=self._with_locals,
+            )
         from liveunwind.targets.live.syscalls import PlannedRead
 
         self._planned = PlannedRead(interpreter.plan) if interpreter.plan else None
@@ -118,7 +125,13 @@ class PythonReader:
         interpreter, planned, self._planned = self._interpreter, self._planned, None
         if interpreter is not None:
             fetched = None if planned is None else (planned.ranges, snapshot.read_planned(planned))
-            self._captured = capture(snapshot, interpreter, snapshot.read_frozen_many, fetched)
+            self._captured = capture(
+                snapshot,
+                interpreter,
+                snapshot.read_frozen_many,
+                fetched,
+                with_locals=self._with_locals,
+            )
 
     def add_frames(self, space: AddressSpace, modules: ModuleMap, backtrace: Backtrace) -> None:
         """Puts each thread's Python frames on the native frames of ``backtrace``.
@@ -132,7 +145,11 @@ class PythonReader:
         if collected is None:
             interpreter = self.interpreter(modules)
             if interpreter is not None:
-                collected = collect(Memory(space.read_frozen, space.read_frozen_many), interpreter)
+                collected = collect(
+                    Memory(space.read_frozen, space.read_frozen_many),
+                    interpreter,
+                    with_locals=self._with_locals,
+                )
         problems = [*self._search_problems, *([] if collected is None else collected.problems)]
         if collected is not None:
             threads = describe(collected)

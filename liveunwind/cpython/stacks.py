@@ -59,15 +59,19 @@ def describe(collected: Collected) -> list[PythonThread]:
     whose code object could not be read.
     """
     threads = []
+    local_values = collected.locals
     for raw in collected.threads:
         runs = []
         for anchor, frames in raw.runs:
             described = []
-            for address, instr, generator in frames:
+            for address, instr, generator, frame in frames:
                 code = collected.codes.get(address)
                 if code is None or not (generator or code.started(instr)):
                     continue
-                described.append(PythonFrame(code.function, code.filename, code.line_at(instr)))
+                shown = None if local_values is None else local_values.get(frame, {})
+                described.append(
+                    PythonFrame(code.function, code.filename, code.line_at(instr), shown)
+                )
             runs.append(PythonRun(anchor, described))
         threads.append(PythonThread(raw.native_id, raw.thread_state, runs))
     return threads

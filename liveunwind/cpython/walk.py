@@ -21,6 +21,7 @@ from __future__ import annotations
 from liveunwind.cpython import objects
 from liveunwind.cpython.codereader import read_codes
 from liveunwind.cpython.collected import Collected, RawThread
+from liveunwind.cpython.localvars import read_locals
 from liveunwind.cpython.plan import leave_plan
 from liveunwind.errors import FormatError, MemoryReadError
 
@@ -43,13 +44,15 @@ MAX_EVAL_CALLS = MAX_FRAMES
 MAX_PLANNED_OUTSIDE = 1024
 
 
-def collect(memory: Memory, interpreter: Interpreter) -> Collected:
+def collect(memory: Memory, interpreter: Interpreter, *, with_locals: bool = False) -> Collected:
     """Follows the interpreter's pointers: thread states, frame chains, code objects.
 
     Level by level, so that each level can be fetched in one batch: the
     thread states (a linked list, one by one), every thread's frame stack
     chunk, the frames (mostly inside those chunks), the code objects they
-    run, then the names and line tables of code objects not seen before.
+    run, then the names and line tables of code objects not seen before —
+    and, ``with_locals``, each frame's variables
+    (:mod:`~liveunwind.cpython.localvars`).
     """
     collected = read_threads(memory, interpreter)
     codes: dict[int, None] = {}  # ordered set: each code object once
@@ -57,6 +60,8 @@ def collect(memory: Memory, interpreter: Interpreter) -> Collected:
     for thread in collected.threads:
         walk_thread(memory, collected, thread, record, codes)
     read_codes(memory, collected, list(codes))
+    if with_locals:
+        read_locals(memory, collected)
     return conclude(collected, list(codes))
 
 
@@ -224,7 +229,7 @@ def _collect_frames(
                 firsts.append(address)
             code &= untag
             codes[code] = None
-            frames.append((code, instr, owner == _GENERATOR))
+            frames.append((code, instr, owner == _GENERATOR, address))
             if is_entry is not None and block[at + is_entry]:  # 3.11: an eval call's first frame
                 thread.runs.append((None, frames))
                 frames = []
