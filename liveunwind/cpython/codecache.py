@@ -25,6 +25,7 @@ class RawCode:
         "linetable",
         "lines",
         "local_slots",
+        "locals_in_dict",
         "qualname",
         "start",
     )
@@ -46,6 +47,9 @@ class RawCode:
         #: With ``--locals``: the name and kind of each slot of its frames' variables
         #: (``co_localsplusnames``, ``co_localspluskinds``), read the first time asked.
         self.local_slots: tuple[tuple[str, int], ...] | None = None
+        #: Module and class-body code (not CO_OPTIMIZED) keeps its variables in a dict,
+        #: the namespace it runs in, which --locals does not read.
+        self.locals_in_dict = False
         self.qualname = qualname
         self.file = file
         self.linetable = linetable

@@ -74,6 +74,7 @@ class Layout:
         "code_filename",
         "code_firstlineno",
         "code_firsttraceable",
+        "code_flags",
         "code_linetable",
         "code_localsplusnames",
         "code_localspluskinds",
@@ -160,6 +161,8 @@ class Layout:
         # What --locals reads: a frame's local variables (``localsplus``), the code
         # object's names and kinds of them, and the objects simple values are.
         self.frame_localsplus: int
+        #: ``co_flags``: whether the code keeps its variables in slots (CO_OPTIMIZED).
+        self.code_flags: int
         self.code_localsplusnames: int
         self.code_localspluskinds: int
         self.tuple_size: int
@@ -227,6 +230,7 @@ def _common(**offsets: int | None) -> dict[str, int | None]:
         "bytes_sval": 32,
         "runtime_interpreters_head": 40,
         "frame_localsplus": 72,
+        "code_flags": 48,
         "code_localsplusnames": 96,
         "code_localspluskinds": 104,
         "tuple_size": 16,
@@ -469,8 +473,8 @@ def layout_from_debug_offsets(data: bytes, hex_version: int) -> Layout:
         ("interpreter_frame", "previous executable instr_ptr owner"),
         (
             "code_object",
-            "filename name qualname linetable firstlineno co_code_adaptive localsplusnames"
-            " localspluskinds",
+            "filename name qualname linetable firstlineno co_code_adaptive argcount"
+            " localsplusnames localspluskinds",
         ),
         ("pyobject", "ob_type"),
         ("type_object", "tp_name"),
@@ -490,6 +494,8 @@ def layout_from_debug_offsets(data: bytes, hex_version: int) -> Layout:
                     f"_Py_DebugOffsets: {group}.{name} = {value} lies outside its {size} bytes"
                 )
             checked[f"{group}.{name}"] = value
+    if checked["code_object.argcount"] < 4:
+        raise FormatError("_Py_DebugOffsets: code_object.argcount leaves no room for co_flags")
     # The local variables follow the frame: their offset is the frame's size.
     localsplus = field("interpreter_frame.localsplus")
     if localsplus > field("interpreter_frame.size"):
@@ -529,6 +535,9 @@ def layout_from_debug_offsets(data: bytes, hex_version: int) -> Layout:
         bytes_size=checked["bytes_object.ob_size"],
         bytes_sval=checked["bytes_object.ob_sval"],
         frame_localsplus=localsplus,
+        # co_flags is not published; in every version with the record it is the int
+        # before co_argcount (tests/system: offsetof() from each version's headers).
+        code_flags=checked["code_object.argcount"] - 4,
         code_localsplusnames=checked["code_object.localsplusnames"],
         code_localspluskinds=checked["code_object.localspluskinds"],
         type_name=checked["type_object.tp_name"],

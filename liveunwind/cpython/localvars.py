@@ -13,7 +13,10 @@ In a live process this happens in the stop, so every value is of the same
 instant as the frames.
 
 What ``f_locals`` shows is shown: variables that have a value, a cell's
-contents instead of the cell, hidden comprehension variables left out.
+contents instead of the cell, hidden comprehension variables left out.  Module
+and class-body code keeps its variables in the namespace dict it runs in
+(its ``f_locals`` is that dict), which is not read: such a frame has no
+``locals``.
 Every count is bounded (:data:`MAX_LOCALS` per frame, :data:`MAX_VALUES`
 per walk); an object that cannot be read or is not what its type says is
 shown as unreadable, with a problem saying why.
@@ -39,6 +42,8 @@ MAX_LOCALS = 256
 MAX_VALUES = 20000
 #: Bytes read of an object past its header in the first batch: most str, bytes and ints fit.
 INLINE_GUESS = 64
+#: ``co_flags``: the code keeps its variables in slots (a function's), not in a dict.
+CO_OPTIMIZED = 0x1
 #: Pointers below this are no object (NULL, or a tagged value CPython keeps in a slot).
 LOWEST_OBJECT = 4096
 
@@ -63,7 +68,7 @@ def read_locals(memory: Memory, collected: Collected) -> None:
     slots: list[tuple[int, list[tuple[str, int, int]]]] = []
     budget = MAX_VALUES
     for address, code in frames:
-        if code.local_slots is None or budget <= 0:
+        if code.local_slots is None or code.locals_in_dict or budget <= 0:
             continue
         try:
             held = _slots(memory, interpreter.layout, address, code.local_slots)
@@ -127,16 +132,22 @@ def _read_slot_names(
         return
     guess = layout.tuple_items + 8 * 16
     memory.prefetch(
-        [(code.address + layout.code_localsplusnames, 16) for code in new]
+        [(code.address + layout.code_flags, 4) for code in new]
+        + [(code.address + layout.code_localsplusnames, 16) for code in new]
         + [(code.address + layout.code_localspluskinds, 8) for code in new]
     )
     pointers = []
     for code in new:
         try:
+            flags = int.from_bytes(memory.read(code.address + layout.code_flags, 4), "little")
             names = objects.word(memory.read(code.address + layout.code_localsplusnames, 8), 0)
             kinds = objects.word(memory.read(code.address + layout.code_localspluskinds, 8), 0)
         except MemoryReadError as error:
             problems.append(f"python: variable names of {code.function}: {error}")
+            continue
+        if not flags & CO_OPTIMIZED:
+            code.locals_in_dict = True
+            code.local_slots = ()
             continue
         pointers.append((code, names, kinds))
     memory.prefetch(
@@ -241,7 +252,8 @@ class _ValueReader:
                 )
             except MemoryReadError:
                 continue
-        self._read_type_names(types - set(self._types.values()))
+        by_value = {self._types.get(name) for name in _BY_VALUE}
+        self._read_type_names(types - by_value)
 
     def _cell_contents(self, cell: int) -> int | None:
         """The object a cell holds (``ob_ref``, after the object header), or None if empty."""
@@ -310,6 +322,10 @@ class _ValueReader:
             data = memory.read(pointer + layout.bytes_sval, kept) if kept else b""
             return PythonValue("bytes", data, truncated=kept < size)
         return PythonValue(self._type_names.get(kind, "<unknown type>"), address=pointer)
+
+
+#: The types whose objects are read by value (the rest are shown by type name and address).
+_BY_VALUE = ("PyLong_Type", "PyBool_Type", "PyFloat_Type", "PyUnicode_Type", "PyBytes_Type")
 
 
 def _signed(bits: int) -> int:

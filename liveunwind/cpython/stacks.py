@@ -68,7 +68,7 @@ def describe(collected: Collected) -> list[PythonThread]:
                 code = collected.codes.get(address)
                 if code is None or not (generator or code.started(instr)):
                     continue
-                shown = None if local_values is None else local_values.get(frame, {})
+                shown = None if local_values is None else local_values.get(frame)
                 described.append(
                     PythonFrame(code.function, code.filename, code.line_at(instr), shown)
                 )

@@ -25,7 +25,7 @@ PROGRAM = DATA / "python_parked.py"
 SID_ROOT = Path(os.environ.get("LIVEUNWIND_SID_ROOT", "/var/cache/liveunwind/sid-rootfs"))
 #: Where the program and its truth go inside a chroot (and, for the host, under tmp_path).
 INSIDE = Path("/tmp/liveunwind-python")
-THREADS = 8
+THREADS = 9
 START_TIMEOUT = 60.0
 
 Truth = dict[int, list[tuple[str, str, int | None]]]
@@ -127,6 +127,11 @@ class Parked:
         self.truth: Truth = {
             int(tid): [tuple(frame) for frame in frames]  # type: ignore[misc]
             for tid, frames in json.loads(self.truth_path.read_text()).items()
+        }
+        #: Each thread's frames' f_locals, innermost first (see python_parked.py).
+        self.locals_truth: dict[int, list[dict[str, list[object]] | None]] = {
+            int(tid): frames
+            for tid, frames in json.loads(Path(f"{self.truth_path}.locals").read_text()).items()
         }
         if abort:
             self.process.wait(timeout=START_TIMEOUT)
