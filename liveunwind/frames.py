@@ -143,7 +143,7 @@ class PythonFrame:
     import path, where a named tuple's class costs more than this one.
     """
 
-    __slots__ = ("file", "function", "line", "locals")
+    __slots__ = ("file", "function", "interpreter", "line", "locals")
 
     def __init__(
         self,
@@ -151,11 +151,14 @@ class PythonFrame:
         file: str,
         line: int | None,
         local_values: dict[str, PythonValue] | None = None,
+        interpreter: int = 0,
     ) -> None:
         self.function = function
         self.file = file
         #: None where the code has no line for the instruction (CPython's -1).
         self.line = line
+        #: The id of the interpreter running it: 0 for the main one, else a subinterpreter's.
+        self.interpreter = interpreter
         #: With ``--locals``: the frame's arguments and local variables that have a
         #: value, by name, in the code's order (``f_locals``); None without it.
         self.locals = local_values
@@ -176,6 +179,7 @@ class PythonFrame:
             "function": self.function,
             "file": self.file,
             "line": self.line,
+            "interpreter": self.interpreter,
         }
         if self.locals is not None:
             fields["locals"] = {name: value.as_json() for name, value in self.locals.items()}

@@ -102,9 +102,11 @@ def _frame_text(frame: Frame, width: int, symbols: bool) -> list[str]:
 
 
 def _python_lines(place: PythonFrame) -> list[str]:
-    """``[py] function (file:line)``; with ``--locals``, a ``name = value`` line per variable."""
+    """``[py] function (file:line)`` (``[py interp N]`` in a subinterpreter); with
+    ``--locals``, a ``name = value`` line per variable."""
     where = place.file if place.line is None else f"{place.file}:{place.line}"
-    lines = [f"[py] {place.function} ({where})"]
+    interpreter = f" interp {place.interpreter}" if place.interpreter else ""
+    lines = [f"[py{interpreter}] {place.function} ({where})"]
     if place.locals:
         lines.extend(f"       {name} = {value.text()}" for name, value in place.locals.items())
     return lines

@@ -25,12 +25,28 @@ if TYPE_CHECKING:
 class RawThread:
     """One thread state as read: its native id and its frames in runs (anchor, frames)."""
 
-    __slots__ = ("datastack", "frame", "native_id", "outside", "runs", "stack", "thread_state")
+    __slots__ = (
+        "datastack",
+        "frame",
+        "interpreter",
+        "native_id",
+        "outside",
+        "runs",
+        "stack",
+        "thread_state",
+    )
 
     def __init__(
-        self, thread_state: int, native_id: int, frame: int, datastack: tuple[int, int]
+        self,
+        thread_state: int,
+        native_id: int,
+        frame: int,
+        datastack: tuple[int, int],
+        interpreter: int = 0,
     ) -> None:
         self.thread_state = thread_state
+        #: The id of the interpreter the thread state belongs to (0: the main one).
+        self.interpreter = interpreter
         #: The kernel's id of the thread (``native_thread_id``).
         self.native_id = native_id
         #: ``cframe`` (3.11, 3.12) or ``current_frame`` (3.13+).

@@ -90,6 +90,7 @@ class Layout:
         "frame_instr",
         "frame_localsplus",
         "float_value",
+        "interp_id",
         "interp_next",
         "interp_threads_head",
         "long_digits",
@@ -131,6 +132,8 @@ class Layout:
         # Type-checking aids: every int field is set by the tables below.
         self.runtime_interpreters_head: int
         self.interp_next: int
+        #: The interpreter's id (``interp.id``: 0 for the main one).
+        self.interp_id: int
         self.interp_threads_head: int
         self.tstate_next: int
         self.tstate_interp: int
@@ -249,6 +252,7 @@ LAYOUT_3_11 = Layout(
     (3, 11),
     "built in",
     **_common(
+        interp_id=48,
         interp_threads_head=16,
         tstate_native_thread_id=160,
         tstate_datastack=296,
@@ -274,6 +278,7 @@ LAYOUT_3_12 = Layout(
     (3, 12),
     "built in",
     **_common(
+        interp_id=8,
         interp_threads_head=72,
         tstate_native_thread_id=144,
         tstate_datastack=232,
@@ -468,7 +473,7 @@ def layout_from_debug_offsets(data: bytes, hex_version: int) -> Layout:
     checked: dict[str, int] = {}
     for group, names in (
         ("runtime_state", "interpreters_head"),
-        ("interpreter_state", "next threads_head"),
+        ("interpreter_state", "id next threads_head"),
         ("thread_state", "next interp current_frame native_thread_id datastack_chunk"),
         ("interpreter_frame", "previous executable instr_ptr owner"),
         (
@@ -507,6 +512,7 @@ def layout_from_debug_offsets(data: bytes, hex_version: int) -> Layout:
         minor,
         "_Py_DebugOffsets",
         runtime_interpreters_head=checked["runtime_state.interpreters_head"],
+        interp_id=checked["interpreter_state.id"],
         interp_next=checked["interpreter_state.next"],
         interp_threads_head=checked["interpreter_state.threads_head"],
         tstate_next=checked["thread_state.next"],

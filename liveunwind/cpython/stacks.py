@@ -41,6 +41,20 @@ class PythonThread:
         self.thread_state = thread_state
         self.runs = runs
 
+    def join(self, runs: list[PythonRun]) -> None:
+        """Adds the runs of the thread's state in another interpreter.
+
+        A thread that entered a subinterpreter (``Interpreter.exec``) has a
+        thread state in each: its runs are put in native order by their
+        anchors where every run has one, else after the ones already here
+        (the interpreters are walked newest first, and the newest one entered
+        is the innermost).
+        """
+        joined = [*self.runs, *runs]
+        if all(run.anchor is not None for run in joined):
+            joined.sort(key=lambda run: run.anchor or 0)
+        self.runs = joined
+
     @property
     def frames(self) -> list[PythonFrame]:
         """Every Python frame of the thread, innermost first."""
@@ -53,12 +67,15 @@ class PythonThread:
 def describe(collected: Collected) -> list[PythonThread]:
     """The collected stacks as Python frames; reads nothing, so the target may run meanwhile.
 
+    A thread with a thread state in several interpreters (one that entered a
+    subinterpreter) is one thread, its runs in native order (see
+    :meth:`PythonThread.join`), each frame saying which interpreter runs it.
     Frames CPython itself does not show are left out as it leaves them out:
     a frame not yet started (before its first traceable instruction; 3.11
     and 3.12 only, the versions whose layout says where that is) and one
     whose code object could not be read.
     """
-    threads = []
+    threads: dict[int, PythonThread] = {}
     local_values = collected.locals
     for raw in collected.threads:
         runs = []
@@ -70,8 +87,14 @@ def describe(collected: Collected) -> list[PythonThread]:
                     continue
                 shown = None if local_values is None else local_values.get(frame)
                 described.append(
-                    PythonFrame(code.function, code.filename, code.line_at(instr), shown)
+                    PythonFrame(
+                        code.function, code.filename, code.line_at(instr), shown, raw.interpreter
+                    )
                 )
             runs.append(PythonRun(anchor, described))
-        threads.append(PythonThread(raw.native_id, raw.thread_state, runs))
-    return threads
+        thread = threads.get(raw.native_id)
+        if thread is None:
+            threads[raw.native_id] = PythonThread(raw.native_id, raw.thread_state, runs)
+        else:
+            thread.join(runs)
+    return list(threads.values())

@@ -152,6 +152,7 @@ def walk_thread(
 
 def _collect_thread_states(memory: Memory, collected: Collected, interp: int) -> None:
     layout = collected.interpreter.layout
+    identity = objects.word(memory.read(interp + layout.interp_id, 8), 0)
     tstate = objects.word(memory.read(interp + layout.interp_threads_head, 8), 0)
     size, unpack = layout.tstate_read_size, collected.interpreter.tstate_record.unpack
     seen: set[int] = set()
@@ -167,7 +168,7 @@ def _collect_thread_states(memory: Memory, collected: Collected, interp: int) ->
                 f"thread state {tstate:#x} does not point back at its interpreter: "
                 f"the {collected.interpreter.version_text} layout does not match this binary"
             )
-        collected.threads.append(RawThread(tstate, native_id, frame, (start, end)))
+        collected.threads.append(RawThread(tstate, native_id, frame, (start, end), identity))
         tstate = following
 
 

@@ -818,6 +818,7 @@ int main(void) {
 #if PY_VERSION_HEX < 0x030D0000
     P("runtime_interpreters_head", offsetof(_PyRuntimeState, interpreters.head));
     P("interp_next", offsetof(PyInterpreterState, next));
+    P("interp_id", offsetof(PyInterpreterState, id));
     P("interp_threads_head", offsetof(PyInterpreterState, threads.head));
     P("tstate_next", offsetof(PyThreadState, next));
     P("tstate_interp", offsetof(PyThreadState, interp));
@@ -865,7 +866,7 @@ int main(void) {
 #else
 #define D(f) printf("%s %zu\n", #f, offsetof(_Py_DebugOffsets, f))
     D(version); D(free_threaded); D(runtime_state.interpreters_head);
-    D(interpreter_state.next); D(interpreter_state.threads_head);
+    D(interpreter_state.next); D(interpreter_state.threads_head); D(interpreter_state.id);
     D(thread_state.next); D(thread_state.interp); D(thread_state.current_frame);
     D(thread_state.native_thread_id); D(thread_state.datastack_chunk);
     D(interpreter_frame.previous); D(interpreter_frame.executable);
