@@ -7,11 +7,10 @@ it (``concurrent.interpreters`` on 3.14+, ``_interpreters`` on 3.13,
 ``_xxsubinterpreters`` before); that code writes the frames of its own
 chain of functions to TRUTH_FILE.sub and parks on the line it wrote them
 from (before 3.14 ``sys._current_frames()`` inside a subinterpreter shows
-other interpreters' threads, so it cannot be the truth there).  The main interpreter's reporter then writes its own
-threads' frames to TRUTH_FILE — ``sys._current_frames()`` shows only the
-calling interpreter's threads — as native thread id → [[qualified name,
-file, line], ...] innermost first, each with the interpreter's id
-(``{"id": N, "threads": ...}``), and prints "ready".  Runs on CPython 3.11+.
+other interpreters' threads, so it cannot be the truth there).  The main
+interpreter then writes its threads' frames to TRUTH_FILE as native thread
+id → [[qualified name, file, line], ...] innermost first, each file with
+the interpreter's id (``{"id": N, "threads": ...}``), and prints "ready".  Runs on CPython 3.11+.
 """
 
 import json
