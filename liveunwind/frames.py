@@ -186,6 +186,38 @@ class PythonFrame:
         return fields
 
 
+class PythonTask:
+    """An asyncio task (``--python --tasks``): its name, the thread running it, its await chain.
+
+    ``frames`` are the coroutines it is suspended in, innermost first, as
+    following ``cr_await`` from the task's coroutine gives them; a task that
+    runs now (``thread`` is the id of the thread running it) has only its
+    outermost coroutine here, the rest being on that thread's stack.
+    """
+
+    __slots__ = ("address", "frames", "name", "thread")
+
+    def __init__(
+        self, name: str, thread: int | None, frames: list[PythonFrame], address: int
+    ) -> None:
+        self.name = name
+        self.thread = thread
+        self.frames = frames
+        #: Where the task object is.
+        self.address = address
+
+    def __repr__(self) -> str:
+        return f"<PythonTask {self.name!r} thread={self.thread} {len(self.frames)} frames>"
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "thread": self.thread,
+            "address": self.address,
+            "frames": [frame.as_dict() for frame in self.frames],
+        }
+
+
 class Frame:
     """One physical frame of a backtrace.
 
@@ -354,7 +386,7 @@ class CrashInfo(
 class Backtrace:
     """Every requested thread of one target at one moment."""
 
-    __slots__ = ("arch", "crash", "pid", "problems", "threads", "timings")
+    __slots__ = ("arch", "crash", "pid", "problems", "tasks", "threads", "timings")
 
     def __init__(
         self,
@@ -365,6 +397,8 @@ class Backtrace:
         timings: dict[str, float] | None = None,
         crash: CrashInfo | None = None,
     ) -> None:
+        #: With ``--tasks``: every asyncio task of the process (None without it).
+        self.tasks: list[PythonTask] | None = None
         self.pid = pid
         self.threads = threads
         self.arch = arch

@@ -40,6 +40,7 @@ class BacktraceOptions:
         "lines",
         "python",
         "python_locals",
+        "python_tasks",
     )
 
     def __init__(
@@ -53,6 +54,7 @@ class BacktraceOptions:
         lines: bool = False,
         python: bool = False,
         python_locals: bool = False,
+        python_tasks: bool = False,
     ) -> None:
         #: Each walk stops after this many frames; 0 is no limit.
         self.max_frames = max_frames
@@ -70,6 +72,8 @@ class BacktraceOptions:
         self.python = python
         #: With ``python``: give each Python frame its arguments and local variables.
         self.python_locals = python_locals
+        #: With ``python``: list the asyncio tasks, each with its await chain (3.14+).
+        self.python_tasks = python_tasks
 
     def __setattr__(self, name: str, value: object) -> None:
         """Each option is set once, by ``__init__``: a changed option would change a hash."""

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
         CrashInfo,
         Frame,
         PythonFrame,
+        PythonTask,
         SourceLocation,
         ThreadBacktrace,
     )
@@ -37,9 +38,21 @@ def format_text(backtrace: Backtrace, *, symbols: bool = True, verbose: bool = F
     ]
     if backtrace.crash is not None:
         blocks.insert(0, _crash_text(backtrace.crash))
+    if backtrace.tasks is not None:
+        blocks.append(_tasks_text(backtrace.tasks))
     if backtrace.problems:
         blocks.append("\n".join(f"note: {problem}" for problem in backtrace.problems))
     return "\n\n".join(blocks) + "\n"
+
+
+def _tasks_text(tasks: list[PythonTask]) -> str:
+    """``asyncio tasks:``, then each task, the thread running it, and its await chain."""
+    lines = [f"asyncio tasks ({len(tasks)}):"]
+    for task in tasks:
+        running = f" (running on thread {task.thread})" if task.thread is not None else ""
+        lines.append(f"  Task {task.name!r} at {task.address:#x}{running}:")
+        lines.extend(f"    {line}" for frame in task.frames for line in _python_lines(frame))
+    return "\n".join(lines)
 
 
 def _crash_text(crash: CrashInfo) -> str:
@@ -148,6 +161,11 @@ def to_json_document(backtrace: Backtrace) -> dict[str, Any]:
         "complete": backtrace.complete,
         "crash": None if backtrace.crash is None else _crash_json(backtrace.crash),
         "problems": backtrace.problems,
+        **(
+            {}
+            if backtrace.tasks is None
+            else {"tasks": [task.as_dict() for task in backtrace.tasks]}
+        ),
         "threads": [
             {
                 "tid": thread.tid,

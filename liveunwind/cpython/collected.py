@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from liveunwind.cpython.codecache import RawCode
     from liveunwind.cpython.interpreter import Interpreter
     from liveunwind.cpython.memory import Data
+    from liveunwind.cpython.tasks import RawTask
     from liveunwind.frames import PythonValue
 
     #: One frame as read in the stop: its code object's address, where it is in the
@@ -89,7 +90,7 @@ class RawThread:
 class Collected:
     """Everything a walk read: threads, the code objects they run, and what went wrong."""
 
-    __slots__ = ("codes", "interpreter", "interpreters", "locals", "problems", "threads")
+    __slots__ = ("codes", "interpreter", "interpreters", "locals", "problems", "tasks", "threads")
 
     def __init__(self, interpreter: Interpreter) -> None:
         self.interpreter = interpreter
@@ -101,3 +102,5 @@ class Collected:
         self.problems: list[str] = []
         #: With ``--locals``: each frame's variables, by the frame's address.
         self.locals: dict[int, dict[str, PythonValue]] | None = None
+        #: With ``--tasks``: the asyncio tasks found, as read.
+        self.tasks: list[RawTask] | None = None

@@ -22,7 +22,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from liveunwind.cpython.layouts import Layout
+    from liveunwind.cpython.layouts import AsyncioLayout, Layout
     from liveunwind.formats.elf import ElfImage
     from liveunwind.modules.module import Module
     from liveunwind.targets.base import AddressSpace
@@ -57,6 +57,8 @@ class Interpreter:
         #: symbols of :data:`~liveunwind.cpython.values.VALUE_SYMBOLS`, where found.
         self.types = types
         self.codes = CodeCache()
+        #: Where asyncio keeps its tasks (3.14+), found by the reader when ``--tasks`` asks.
+        self.asyncio: AsyncioLayout | None = None
         #: What the last walk read (``_PyRuntime``'s head, interpreters, thread states,
         #: the used parts of the frame stacks with room to grow, frames outside them and
         #: the code objects' headers), sorted and coalesced: the next walk fetches it

@@ -89,7 +89,11 @@ class Layout:
         "frame_previous",
         "frame_instr",
         "frame_localsplus",
+        "frame_stackpointer",
+        "awaited_depth",
         "float_value",
+        "gen_frame_state",
+        "gen_iframe",
         "interp_id",
         "interp_next",
         "interp_threads_head",
@@ -109,9 +113,12 @@ class Layout:
         "tuple_items",
         "tuple_size",
         "type_name",
+        "yield_from_states",
     )
 
-    def __init__(self, minor: tuple[int, int], source: str, **offsets: int | None) -> None:
+    def __init__(
+        self, minor: tuple[int, int], source: str, **offsets: int | tuple[int, ...] | None
+    ) -> None:
         #: The (major, minor) version the layout is for.
         self.minor = minor
         #: Where it came from: "built in" or "_Py_DebugOffsets".
@@ -127,6 +134,15 @@ class Layout:
         self.entry_owner: int | None = None
         #: Low bits of ``f_executable`` that tag the reference (3.14's _PyStackRef).
         self.executable_tag_bits = 0
+        #: What ``--tasks`` reads of a coroutine (3.14+, else None): the frame it embeds
+        #: (``gi_iframe``), its state (``gi_frame_state``, an int8), the values of that
+        #: state in which it awaits another object (the top of its frame's stack, at
+        #: ``stackpointer``).
+        self.gen_iframe: int | None = None
+        self.gen_frame_state: int | None = None
+        self.frame_stackpointer: int | None = None
+        self.yield_from_states: tuple[int, ...] = ()
+        self.awaited_depth = 1
         for name, value in offsets.items():
             setattr(self, name, value)
         # Type-checking aids: every int field is set by the tables below.
@@ -338,7 +354,8 @@ _DEBUG_RECORD_3_13 = (
 )
 
 # 3.14 added fields to interpreter_state, interpreter_frame and code_object,
-# and a set_object group; the groups after unicode_object are not read.
+# and a set_object group; of the groups after unicode_object, gen_object is read
+# (asyncio tasks' coroutines).
 _DEBUG_RECORD_3_14 = (
     ("", "version free_threaded"),
     ("runtime_state", "size finalizing interpreters_head"),
@@ -371,6 +388,9 @@ _DEBUG_RECORD_3_14 = (
     ("long_object", "size lv_tag ob_digit"),
     ("bytes_object", "size ob_size ob_sval"),
     ("unicode_object", "size state length asciiobject_size"),
+    ("gc", "size collecting"),
+    ("gen_object", "size gi_name gi_iframe gi_frame_state"),
+    ("llist_node", "next prev"),
 )
 
 # 3.15 added fields to thread_state (base_frame and the profiler's last frame after
@@ -401,6 +421,9 @@ _DEBUG_RECORD_3_15 = (
     ("long_object", "size lv_tag ob_digit"),
     ("bytes_object", "size ob_size ob_sval"),
     ("unicode_object", "size state length asciiobject_size compactunicodeobject_size"),
+    ("gc", "size collecting frame generation_stats_size generation_stats"),
+    ("gen_object", "size gi_name gi_iframe gi_frame_state"),
+    ("llist_node", "next prev"),
 )
 
 #: Per minor version: the record's layout, the owner value of an eval call's entry frame
@@ -411,6 +434,13 @@ _DEBUG_RECORDS = {
     (3, 14): (_DEBUG_RECORD_3_14, 3, 1),
     (3, 15): (_DEBUG_RECORD_3_15, 3, 1),
 }
+
+
+#: Per minor version with coroutine offsets: the ``gi_frame_state`` values of a coroutine
+#: suspended in ``await`` of another object (FRAME_SUSPENDED_YIELD_FROM, and 3.15's
+#: FRAME_SUSPENDED_YIELD_FROM_LOCKED, from pycore_frame.h), and how deep in its frame's
+#: stack that object lies (3.15 keeps a NULL above it: ``_PyFrame_StackPeek(frame, 2)``).
+_YIELD_FROM = {(3, 14): ((-1,), 1), (3, 15): ((2, 3), 2)}
 
 
 def debug_record_positions(minor: tuple[int, int]) -> dict[str, int]:
@@ -499,6 +529,19 @@ def layout_from_debug_offsets(data: bytes, hex_version: int) -> Layout:
                     f"_Py_DebugOffsets: {group}.{name} = {value} lies outside its {size} bytes"
                 )
             checked[f"{group}.{name}"] = value
+    coroutines: dict[str, int | tuple[int, ...]] = {}
+    if "gen_object.gi_iframe" in positions:
+        size = field("gen_object.size")
+        frame_size = field("interpreter_frame.size")
+        for name, value, within in (
+            ("gen_iframe", field("gen_object.gi_iframe"), size),
+            ("gen_frame_state", field("gen_object.gi_frame_state"), size),
+            ("frame_stackpointer", field("interpreter_frame.stackpointer"), frame_size),
+        ):
+            if value >= within:
+                raise FormatError(f"_Py_DebugOffsets: {name} = {value} lies outside its object")
+            coroutines[name] = value
+        coroutines["yield_from_states"], coroutines["awaited_depth"] = _YIELD_FROM[minor]
     if checked["code_object.argcount"] < 4:
         raise FormatError("_Py_DebugOffsets: code_object.argcount leaves no room for co_flags")
     # The local variables follow the frame: their offset is the frame's size.
@@ -553,4 +596,72 @@ def layout_from_debug_offsets(data: bytes, hex_version: int) -> Layout:
         long_size=checked["long_object.lv_tag"],
         long_tagged=True,
         long_digits=checked["long_object.ob_digit"],
+        **coroutines,
     )
+
+
+# -- asyncio (3.14+) ------------------------------------------------------------------
+
+#: The ``_AsyncioDebug`` record (the ``.AsyncioDebug`` section of the module that holds
+#: ``_asyncio``: lib-dynload's _asyncio.so in 3.14, the interpreter itself in 3.15): one
+#: uint64 per name, groups in order.
+_ASYNCIO_RECORD = (
+    (
+        "asyncio_task_object",
+        "size task_name task_awaited_by task_is_task task_awaited_by_is_set task_coro task_node",
+    ),
+    ("asyncio_interpreter_state", "size asyncio_tasks_head"),
+    ("asyncio_thread_state", "size asyncio_running_loop asyncio_running_task asyncio_tasks_head"),
+)
+#: The section that holds it.
+ASYNCIO_SECTION = ".AsyncioDebug"
+
+
+class AsyncioLayout:
+    """Where ``--tasks`` finds asyncio's tasks: per thread state and interpreter, and in a task.
+
+    A C ``asyncio.Task`` is linked (``task_node``, a ``llist_node``) into its
+    thread's list of tasks, or, once that thread ended, its interpreter's;
+    the thread state names the task it runs now.
+    """
+
+    __slots__ = (
+        "interp_tasks_head",
+        "task_coro",
+        "task_name",
+        "task_node",
+        "tstate_running_task",
+        "tstate_tasks_head",
+    )
+
+    def __init__(self, fields: dict[str, int]) -> None:
+        self.task_name = fields["asyncio_task_object.task_name"]
+        self.task_coro = fields["asyncio_task_object.task_coro"]
+        self.task_node = fields["asyncio_task_object.task_node"]
+        self.interp_tasks_head = fields["asyncio_interpreter_state.asyncio_tasks_head"]
+        self.tstate_running_task = fields["asyncio_thread_state.asyncio_running_task"]
+        self.tstate_tasks_head = fields["asyncio_thread_state.asyncio_tasks_head"]
+
+
+def asyncio_record_size() -> int:
+    return 8 * sum(len(names.split()) for _, names in _ASYNCIO_RECORD)
+
+
+def asyncio_layout(data: bytes) -> AsyncioLayout:
+    """The layout an ``_AsyncioDebug`` record gives; every offset must lie inside its size."""
+    if len(data) < asyncio_record_size():
+        raise FormatError("_AsyncioDebug: record cut short")
+    fields: dict[str, int] = {}
+    at = 0
+    for group, names in _ASYNCIO_RECORD:
+        size = int(_U64.unpack_from(data, at)[0])
+        if not 0 < size <= MAX_STRUCT_SIZE:
+            raise FormatError(f"_AsyncioDebug: {group} claims {size} bytes")
+        at += 8
+        for name in names.split()[1:]:
+            value = int(_U64.unpack_from(data, at)[0])
+            at += 8
+            if value >= size:
+                raise FormatError(f"_AsyncioDebug: {group}.{name} = {value} lies outside it")
+            fields[f"{group}.{name}"] = value
+    return AsyncioLayout(fields)

@@ -175,7 +175,7 @@ def _read_slot_names(
     for code, names_at, kind_bytes in wanted:
         slots = []
         for index, name in enumerate(names_at):
-            text = _string(memory, interpreter, name, None)
+            text = string_at(memory, interpreter, name, None)
             if text is None:
                 problems.append(f"python: variable {index} of {code.function}: not a str")
                 break
@@ -184,7 +184,7 @@ def _read_slot_names(
             code.local_slots = tuple(slots)
 
 
-def _string(
+def string_at(
     memory: Memory, interpreter: Interpreter, address: int, keep: int | None
 ) -> tuple[str, bool] | None:
     """The text of the str at ``address`` (and whether it was cut at ``keep``), or None."""
@@ -312,7 +312,7 @@ class _ValueReader:
             data = memory.read(pointer, layout.float_value + 8)
             return PythonValue("float", values.float_value(layout, data))
         if kind == types.get("PyUnicode_Type"):
-            text = _string(memory, self._interpreter, pointer, values.MAX_TEXT)
+            text = string_at(memory, self._interpreter, pointer, values.MAX_TEXT)
             if text is None:
                 raise FormatError("a str that cannot be read")
             return PythonValue("str", text[0], truncated=text[1])

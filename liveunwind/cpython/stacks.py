@@ -8,7 +8,7 @@ CPU-bound part of ``--python``.
 
 from __future__ import annotations
 
-from liveunwind.frames import PythonFrame
+from liveunwind.frames import PythonFrame, PythonTask
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -98,3 +98,16 @@ def describe(collected: Collected) -> list[PythonThread]:
         else:
             thread.join(runs)
     return list(threads.values())
+
+
+def describe_tasks(collected: Collected) -> list[PythonTask]:
+    """The asyncio tasks read, each with its coroutines' frames innermost first."""
+    tasks = []
+    for raw in collected.tasks or ():
+        frames = []
+        for address, instr in reversed(raw.chain):
+            code = collected.codes.get(address)
+            if code is not None:
+                frames.append(PythonFrame(code.function, code.filename, code.line_at(instr)))
+        tasks.append(PythonTask(raw.name, raw.thread, frames, raw.address))
+    return tasks

@@ -15,7 +15,7 @@ from __future__ import annotations
 from liveunwind.cpython.codereader import read_codes
 from liveunwind.cpython.localvars import read_local_names, read_locals
 from liveunwind.cpython.memory import Memory
-from liveunwind.cpython.walk import collect, conclude, read_threads, walk_thread
+from liveunwind.cpython.walk import collect, collect_tasks, conclude, read_threads, walk_thread
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -77,6 +77,7 @@ def capture(
     planned: Fetched | None = None,
     *,
     with_locals: bool = False,
+    with_tasks: bool = False,
 ) -> Captured:
     """While a live target is stopped: the part of the walk that must happen in the stop.
 
@@ -92,7 +93,8 @@ def capture(
     the plan as the caller already read it in the stop (ranges, results),
     with a system call it made ready before the stop.  ``with_locals``, every
     thread is walked in the stop and its frames' variables read there, so
-    that each value is of the stop's instant.
+    that each value is of the stop's instant; ``with_tasks``, the asyncio
+    tasks and their await chains are read there too.
     """
     memory = Memory(space.read_frozen, read_many)
     collected = read_threads(memory, interpreter, planned)
@@ -105,6 +107,8 @@ def capture(
             deferred.append(thread)
         else:
             walk_thread(memory, collected, thread, record, codes)
+    if with_tasks:
+        collect_tasks(memory, collected)
     if with_locals:
         read_codes(memory, collected, list(codes))
         read_locals(memory, collected)

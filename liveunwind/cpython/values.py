@@ -29,8 +29,17 @@ DIGIT_BITS = 30
 #: Characters of a type's name (``tp_name``) read.
 MAX_TYPE_NAME = 128
 
-#: The symbols ``--locals`` compares objects with: the types it reads by value, and None.
-VALUE_SYMBOLS = ("PyLong_Type", "PyBool_Type", "PyFloat_Type", "PyCell_Type", "_Py_NoneStruct")
+#: The symbols ``--locals`` and ``--tasks`` compare objects with: the types read by value,
+#: None, and the coroutines a task's await chain is made of.
+VALUE_SYMBOLS = (
+    "PyLong_Type",
+    "PyBool_Type",
+    "PyFloat_Type",
+    "PyCell_Type",
+    "_Py_NoneStruct",
+    "PyCoro_Type",
+    "PyGen_Type",
+)
 NONE_OBJECT = "_Py_NoneStruct"
 
 _I64 = struct.Struct("<q")

@@ -23,6 +23,7 @@ from liveunwind.cpython.codereader import read_codes
 from liveunwind.cpython.collected import Collected, RawThread
 from liveunwind.cpython.localvars import read_locals
 from liveunwind.cpython.plan import leave_plan
+from liveunwind.cpython.tasks import read_tasks
 from liveunwind.errors import FormatError, MemoryReadError
 
 TYPE_CHECKING = False
@@ -44,7 +45,13 @@ MAX_EVAL_CALLS = MAX_FRAMES
 MAX_PLANNED_OUTSIDE = 1024
 
 
-def collect(memory: Memory, interpreter: Interpreter, *, with_locals: bool = False) -> Collected:
+def collect(
+    memory: Memory,
+    interpreter: Interpreter,
+    *,
+    with_locals: bool = False,
+    with_tasks: bool = False,
+) -> Collected:
     """Follows the interpreter's pointers: thread states, frame chains, code objects.
 
     Level by level, so that each level can be fetched in one batch: the
@@ -52,7 +59,8 @@ def collect(memory: Memory, interpreter: Interpreter, *, with_locals: bool = Fal
     chunk, the frames (mostly inside those chunks), the code objects they
     run, then the names and line tables of code objects not seen before —
     and, ``with_locals``, each frame's variables
-    (:mod:`~liveunwind.cpython.localvars`).
+    (:mod:`~liveunwind.cpython.localvars`), ``with_tasks``, the asyncio tasks
+    (:mod:`~liveunwind.cpython.tasks`).
     """
     collected = read_threads(memory, interpreter)
     codes: dict[int, None] = {}  # ordered set: each code object once
@@ -62,7 +70,20 @@ def collect(memory: Memory, interpreter: Interpreter, *, with_locals: bool = Fal
     read_codes(memory, collected, list(codes))
     if with_locals:
         read_locals(memory, collected)
+    if with_tasks:
+        collect_tasks(memory, collected)
     return conclude(collected, list(codes))
+
+
+def collect_tasks(memory: Memory, collected: Collected) -> None:
+    """The asyncio tasks, and the code objects their coroutines run (see :mod:`tasks`)."""
+    asyncio = collected.interpreter.asyncio
+    if asyncio is None:
+        collected.tasks = []
+        return
+    read_tasks(memory, collected, asyncio)
+    codes = {code: None for task in collected.tasks or () for code, _ in task.chain}
+    read_codes(memory, collected, [code for code in codes if code not in collected.codes])
 
 
 def read_threads(
