@@ -162,3 +162,57 @@ class Parked:
         self.process.wait()
         if self.process.stdout is not None:
             self.process.stdout.close()
+
+
+# -- other programs that write their own truth ----------------------------------------
+
+
+class Started:
+    """A program of tests/data run under ``python`` with a truth path; ready once it says so.
+
+    Copied into ``folder`` as the interpreter sees it (inside its root), run
+    as ``PROGRAM TRUTH_FILE [abort]``; ``truth_file(suffix)`` is where a file
+    it wrote is on the host.  With ``abort`` the program ends in os.abort()
+    and ``core`` is the core the kernel wrote beside it.
+    """
+
+    def __init__(self, python: Python, program: Path, folder: Path, *, abort: bool = False) -> None:
+        self.python = python
+        self.host = python.host_path(folder)
+        shutil.rmtree(self.host, ignore_errors=True)
+        self.host.mkdir(parents=True)
+        shutil.copy(program, self.host / program.name)
+        self.process = subprocess.Popen(
+            python.argv(str(folder / program.name), str(folder / "truth"), *(["abort"] * abort)),
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            cwd=self.host,
+            preexec_fn=unlimited_core if abort else None,
+        )
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if line != b"ready\n":
+            self.stop()
+            raise RuntimeError(f"{python}: {program.name} printed {line!r}")
+        if abort:
+            self.process.wait(timeout=START_TIMEOUT)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def truth_file(self, suffix: str = "") -> Path:
+        return self.host / f"truth{suffix}"
+
+    @property
+    def core(self) -> Path:
+        (core,) = [path for path in self.host.glob("core*") if path.is_file()]
+        return core
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        shutil.rmtree(self.host, ignore_errors=True)

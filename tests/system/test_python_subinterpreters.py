@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.paths import DATA, ROOT
-from tests.support.pythons import INSIDE, PYTHONS, Python, available
+from tests.support.pythons import INSIDE, PYTHONS, Python, Started, available
 from tests.support.schema import VALIDATOR
 from tests.support.waits import wait_until
 
@@ -29,37 +28,20 @@ PROGRAM = DATA / "python_subinterpreters.py"
 Frames = list[tuple[str, str, int, int]]
 
 
-class Running:
+class Running(Started):
     """python_subinterpreters.py, ready, and what each interpreter wrote of its threads."""
 
     def __init__(self, python: Python, folder: Path) -> None:
-        host = python.host_path(folder)
-        shutil.rmtree(host, ignore_errors=True)
-        host.mkdir(parents=True)
-        shutil.copy(PROGRAM, host / PROGRAM.name)
-        self.process = subprocess.Popen(
-            python.argv(str(folder / PROGRAM.name), str(folder / "truth")),
-            stdout=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-        )
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        assert line == b"ready\n", f"{python}: {line!r}"
+        super().__init__(python, PROGRAM, folder)
         #: Native thread id → its frames, innermost first, each with its interpreter's id.
         self.truth: dict[int, Frames] = {}
-        for name in ("truth.sub", "truth"):  # the subinterpreter's frames are the innermost
-            written = json.loads((host / name).read_text())
+        for suffix in (".sub", ""):  # the subinterpreter's frames are the innermost
+            written = json.loads(self.truth_file(suffix).read_text())
             for tid, frames in written["threads"].items():
                 self.truth.setdefault(int(tid), []).extend(
                     (function, file, line, written["id"]) for function, file, line in frames
                 )
-        self.subinterpreter = json.loads((host / "truth.sub").read_text())["id"]
-
-    def stop(self) -> None:
-        self.process.kill()
-        self.process.wait()
-        assert self.process.stdout is not None
-        self.process.stdout.close()
+        self.subinterpreter = json.loads(self.truth_file(".sub").read_text())["id"]
 
 
 @pytest.fixture(scope="module", params=PYTHONS, ids=repr)
@@ -77,12 +59,11 @@ def running(request: pytest.FixtureRequest) -> Iterator[Running]:
     )
     yield program
     program.stop()
-    shutil.rmtree(python.host_path(folder), ignore_errors=True)
 
 
 def test_a_thread_in_a_subinterpreter_shows_both_interpreters_frames(running: Running) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "liveunwind", "pid", str(running.process.pid), "--python", "--json"],
+        [sys.executable, "-m", "liveunwind", "pid", str(running.pid), "--python", "--json"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -110,7 +91,7 @@ def test_a_thread_in_a_subinterpreter_shows_both_interpreters_frames(running: Ru
 
 def test_the_text_report_names_the_subinterpreter(running: Running) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "liveunwind", "pid", str(running.process.pid), "--python"],
+        [sys.executable, "-m", "liveunwind", "pid", str(running.pid), "--python"],
         capture_output=True,
         text=True,
         timeout=120,
