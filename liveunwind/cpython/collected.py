@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from liveunwind.cpython.codecache import RawCode
     from liveunwind.cpython.interpreter import Interpreter
     from liveunwind.cpython.memory import Data
-    from liveunwind.cpython.tasks import RawTask
     from liveunwind.frames import PythonValue
 
     #: One frame as read in the stop: its code object's address, where it is in the
@@ -85,6 +84,21 @@ class RawThread:
         """Whether the used part of the frame stack is fetched whole (not absurdly large)."""
         start, end = self.datastack
         return bool(start) and 0 < end - start <= MAX_CHUNK_PREFETCH
+
+
+class RawTask:
+    """One task as read: where it is, its name, the thread running it, its coroutines' frames.
+
+    ``chain`` holds (code object, instruction pointer) per coroutine, outermost first.
+    """
+
+    __slots__ = ("address", "chain", "name", "thread")
+
+    def __init__(self, address: int, name: str, thread: int | None) -> None:
+        self.address = address
+        self.name = name
+        self.thread = thread
+        self.chain: list[tuple[int, int]] = []
 
 
 class Collected:

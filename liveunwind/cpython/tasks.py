@@ -19,6 +19,7 @@ a guess.
 from __future__ import annotations
 
 from liveunwind.cpython import layouts, objects, values
+from liveunwind.cpython.collected import RawTask
 from liveunwind.cpython.localvars import string_at
 from liveunwind.errors import FormatError, LiveUnwindError, MemoryReadError
 
@@ -37,21 +38,6 @@ MAX_TASKS = 100_000
 MAX_AWAIT_DEPTH = 1024
 #: Characters of a task's name read.
 MAX_NAME = 200
-
-
-class RawTask:
-    """One task as read: where it is, its name, the thread running it, its coroutines' frames.
-
-    ``chain`` holds (code object, instruction pointer) per coroutine, outermost first.
-    """
-
-    __slots__ = ("address", "chain", "name", "thread")
-
-    def __init__(self, address: int, name: str, thread: int | None) -> None:
-        self.address = address
-        self.name = name
-        self.thread = thread
-        self.chain: list[tuple[int, int]] = []
 
 
 def find_asyncio(
