@@ -150,7 +150,18 @@ def _walk_options() -> list[Option]:
         ),
         Option(
             "--python",
-            "show the Python frames each frame of CPython's eval loop runs (CPython 3.11-3.14)",
+            "show the Python frames each frame of CPython's eval loop runs (CPython 3.11-3.15)",
+            value=False,
+        ),
+        Option(
+            "--locals",
+            "show each Python frame's arguments and local variables (implies --python)",
+            value=False,
+        ),
+        Option(
+            "--tasks",
+            "list the asyncio tasks with the coroutines each awaits in, CPython 3.14+ "
+            "(implies --python)",
             value=False,
         ),
         Option("--stats", "print time spent per phase (and the freeze) to stderr", value=False),
@@ -325,7 +336,11 @@ def commands() -> list[Command]:
                 value=False,
             ),
             # Per-frame notes have no place in a sum of samples: every walk option but --verbose.
-            *(option for option in _walk_options() if option.name != "--verbose"),
+            *(
+                option
+                for option in _walk_options()
+                if option.name not in ("--verbose", "--locals", "--tasks")
+            ),
         ],
     )
     return [pid, core, remote, info, profile]
@@ -494,7 +509,8 @@ def _backtrace_options(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -
     """What the flags of :func:`_walk_options` ask for, as every walking command passes it on.
 
     ``profile`` takes ``--python`` too (its folded stacks then have a level
-    per Python frame), but not ``--verbose``.
+    per Python frame), but not ``--verbose``, ``--locals`` or ``--tasks``;
+    those two imply ``--python``.
     """
     from liveunwind.backtrace.options import BacktraceOptions
 
@@ -505,7 +521,11 @@ def _backtrace_options(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -
         verbose=getattr(arguments, "verbose", False),  # profile has no --verbose
         debug_dirs=tuple(arguments.debug_dir),
         lines=arguments.lines,
-        python=arguments.python,
+        python=arguments.python
+        or getattr(arguments, "locals", False)
+        or getattr(arguments, "tasks", False),
+        python_locals=getattr(arguments, "locals", False),
+        python_tasks=getattr(arguments, "tasks", False),
     )
 
 

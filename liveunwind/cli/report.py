@@ -17,6 +17,7 @@ if TYPE_CHECKING:
         CrashInfo,
         Frame,
         PythonFrame,
+        PythonTask,
         SourceLocation,
         ThreadBacktrace,
     )
@@ -37,9 +38,21 @@ def format_text(backtrace: Backtrace, *, symbols: bool = True, verbose: bool = F
     ]
     if backtrace.crash is not None:
         blocks.insert(0, _crash_text(backtrace.crash))
+    if backtrace.tasks is not None:
+        blocks.append(_tasks_text(backtrace.tasks))
     if backtrace.problems:
         blocks.append("\n".join(f"note: {problem}" for problem in backtrace.problems))
     return "\n\n".join(blocks) + "\n"
+
+
+def _tasks_text(tasks: list[PythonTask]) -> str:
+    """``asyncio tasks:``, then each task, the thread running it, and its await chain."""
+    lines = [f"asyncio tasks ({len(tasks)}):"]
+    for task in tasks:
+        running = f" (running on thread {task.thread})" if task.thread is not None else ""
+        lines.append(f"  Task {task.name!r} at {task.address:#x}{running}:")
+        lines.extend(f"    {line}" for frame in task.frames for line in _python_lines(frame))
+    return "\n".join(lines)
 
 
 def _crash_text(crash: CrashInfo) -> str:
@@ -96,14 +109,20 @@ def _frame_text(frame: Frame, width: int, symbols: bool) -> list[str]:
     lines.append("  " + "  ".join(parts) + _source(frame))
     if frame.python:
         blank = f"  {' ' * (width + 1)}  {' ' * 18}  "
-        lines.extend(f"{blank}{_python_text(place)}" for place in frame.python)
+        for python in frame.python:
+            lines.extend(f"{blank}{line}" for line in _python_lines(python))
     return lines
 
 
-def _python_text(place: PythonFrame) -> str:
-    """``[py] function (file:line)``."""
+def _python_lines(place: PythonFrame) -> list[str]:
+    """``[py] function (file:line)`` (``[py interp N]`` in a subinterpreter); with
+    ``--locals``, a ``name = value`` line per variable."""
     where = place.file if place.line is None else f"{place.file}:{place.line}"
-    return f"[py] {place.function} ({where})"
+    interpreter = f" interp {place.interpreter}" if place.interpreter else ""
+    lines = [f"[py{interpreter}] {place.function} ({where})"]
+    if place.locals:
+        lines.extend(f"       {name} = {value.text()}" for name, value in place.locals.items())
+    return lines
 
 
 def _unplaced_text(thread: ThreadBacktrace) -> str:
@@ -111,7 +130,8 @@ def _unplaced_text(thread: ThreadBacktrace) -> str:
     if not thread.python_unplaced:
         return ""
     lines = ["", "  note: Python frames not placed on a native frame (innermost first):"]
-    lines.extend(f"    {_python_text(place)}" for place in thread.python_unplaced)
+    for place in thread.python_unplaced:
+        lines.extend(f"    {line}" for line in _python_lines(place))
     return "\n".join(lines)
 
 
@@ -141,6 +161,11 @@ def to_json_document(backtrace: Backtrace) -> dict[str, Any]:
         "complete": backtrace.complete,
         "crash": None if backtrace.crash is None else _crash_json(backtrace.crash),
         "problems": backtrace.problems,
+        **(
+            {}
+            if backtrace.tasks is None
+            else {"tasks": [task.as_dict() for task in backtrace.tasks]}
+        ),
         "threads": [
             {
                 "tid": thread.tid,
