@@ -13,7 +13,7 @@ SYSTEM_PACKAGES := gcc g++ make binutils gdb elfutils sqlite3 python3 debootstra
 	libc6-dbg zstd lz4 debuginfod gdbserver golang-go rustc python3-dbg python3-dev \
 	chromium
 
-.PHONY: all system-deps venv testprogs sid-rootfs demo test unit lint fuzz bench integration clean
+.PHONY: all system-deps venv testprogs sid-rootfs freethreaded-python demo test unit lint fuzz bench integration clean
 
 all: venv testprogs
 
@@ -51,6 +51,11 @@ testprogs:
 sid-rootfs:
 	@tools/sid-rootfs.sh
 
+# Free-threaded CPython (--disable-gil) built once from Debian's source package in
+# that root file system (about 4 minutes of two cores); --python tests skip without it.
+freethreaded-python: sid-rootfs
+	@tools/freethreaded-python.sh
+
 demo: system-deps venv testprogs
 	@$(VPY) tools/demo.py
 
@@ -61,7 +66,7 @@ lint: venv
 
 # tests/unit, tests/system and tests/fuzz (tests/README.md says which is which);
 # tests/integration is `make integration`.
-test: system-deps venv testprogs sid-rootfs lint
+test: system-deps venv testprogs sid-rootfs freethreaded-python lint
 	$(VPY) -m pytest -q -p no:cacheprovider tests
 
 # The unit tests alone: no process, no compiler, no oracle; well under a minute.

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Builds (once) free-threaded CPython (--disable-gil) from Debian's own source
 # package, inside the sid root file system (tools/sid-rootfs.sh), installed
-# there under /opt/python$VERSION-t: Debian ships no free-threaded interpreter.
+# there under /opt/python${VERSION}t: Debian ships no free-threaded interpreter.
 # The --python tests run it in a chroot as they run sid's python3, and skip,
-# saying why, without it. About 4 minutes of two cores (no PGO, no tests),
-# once per machine: the result stays in the cached root.
+# saying why, without it. About 4.5 minutes of CPU (no PGO, no tests; 55 minutes
+# of wall time once on a machine shared by ten jobs), once per machine: the result
+# stays in the cached root.
 # LIVEUNWIND_FREETHREADED_VERSIONS: the versions, default "3.13" (the mirror here
 # serves the source of python3.13 only: 3.14's and 3.15's answer 404).
 set -euo pipefail

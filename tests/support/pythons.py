@@ -80,6 +80,8 @@ PYTHONS = [
     *_pyenv_pythons(),
     Python("sid", "/usr/bin/python3", root=SID_ROOT),
     Python("sid-3.15", "/usr/bin/python3.15", root=SID_ROOT),
+    # Free-threaded (--disable-gil), built from Debian's source by make freethreaded-python.
+    Python("sid-3.13t", "/opt/python3.13t/bin/python3.13t", root=SID_ROOT),
 ]
 
 
