@@ -280,10 +280,21 @@ class FileContents:
             raise FileChangedError(self.path, self.changed)
         start = first * self.CHUNK
         size = min(end * self.CHUNK, len(self.data)) - start
-        data = self._file.pread(size, start)
-        self._check(len(data) < size)
         assert isinstance(self.data, mmap.mmap)  # an empty file has no chunks to read
-        self.data[start : start + size] = data
+        # Straight into place: os.pread would copy twice, through a bytes object of its own.
+        # A loop, as one read returns at most 2 GiB; a read of 0 bytes is the file's end.
+        done = 0
+        with memoryview(self.data) as view:
+            while done < size:
+                try:
+                    got = os.preadv(self._file.fd, [view[start + done : start + size]], start + done)
+                except OSError as error:
+                    reason = f"cannot read: {error.strerror}"
+                    raise FileError(self.path, reason, error.errno) from None
+                if got == 0:
+                    break
+                done += got
+        self._check(done < size)
         self._chunks[first:end] = b"\1" * (end - first)
 
     def _check(self, short: bool) -> None:
