@@ -5,10 +5,11 @@ backtrace needs only program headers, a few sections by name and the
 build-id, so this reader slices them straight out of the buffer with
 ``struct``.  All offsets come from untrusted files and are bounds-checked.
 
-A file's buffer is filled as it is sliced: the image is given ``fill``,
-which makes a range of the buffer hold the file's bytes before it is looked
-at (``targets.files.FileContents``, where the reading is), so that the
-reader does no I/O of its own and reads no more of a file than it decodes.
+A file's buffer is filled as it is sliced: the image is given
+:class:`LazyBytes`, whose ``fill`` makes a range of the buffer hold the
+file's bytes before it is looked at (``targets.files.FileContents``, where
+the reading is), so that the reader does no I/O of its own and reads no more
+of a file than it decodes.
 """
 
 from __future__ import annotations
@@ -89,22 +90,41 @@ class ElfSymbol:
         self.shndx = shndx
 
 
+class LazyBytes:
+    """A buffer of a file's size that holds the file's bytes only where :meth:`fill` put them.
+
+    The contract between this reader and the one who reads the file
+    (``targets.files.FileContents``): ``data`` is the buffer, ``fill`` is
+    called before a range of it is looked at (and raises FormatError when
+    the file is no longer what it was), ``changed`` says whether it still is.
+    """
+
+    data: bytes | mmap.mmap
+
+    def fill(self, offset: int, size: int) -> None:
+        raise NotImplementedError
+
+    def changed(self) -> str | None:
+        """Why the file is no longer what was first read of it, or None if it still is."""
+        raise NotImplementedError
+
+
 class ElfImage:
-    """Headers and sections of one ELF64 image held in ``data``."""
+    """Headers and sections of one ELF64 image held in ``data``: bytes, or a file's LazyBytes."""
 
     def __init__(
-        self,
-        data: bytes | memoryview | mmap.mmap,
-        *,
-        origin: str = "",
-        fill: Callable[[int, int], None] | None = None,
+        self, data: bytes | memoryview | mmap.mmap | LazyBytes, *, origin: str = ""
     ) -> None:
-        self.data = data
         self.origin = origin or "ELF image"
-        #: Makes a range of ``data`` hold the file's bytes (None: all of them are there).
-        self._fill = fill
-        if fill is not None:
-            fill(0, 64)
+        #: The file's bytes as read, when they are (None: all of ``data`` is there).
+        self.contents: LazyBytes | None = None
+        self._fill: Callable[[int, int], None] | None = None
+        if isinstance(data, LazyBytes):
+            self.contents = data
+            self._fill = data.fill
+            data.fill(0, 64)
+            data = data.data
+        self.data = data
         if len(data) < 64 or bytes(data[:4]) != ELF_MAGIC:
             raise FormatError(f"{self.origin}: not an ELF file")
         if data[4] != 2:

@@ -46,7 +46,7 @@ import os
 import stat
 
 from liveunwind.errors import FormatError, TargetError
-from liveunwind.formats.elf import ElfImage
+from liveunwind.formats.elf import ElfImage, LazyBytes
 
 #: Flags of every read-open of a file named by path.
 READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -114,13 +114,15 @@ def kind_of(mode: int) -> str:
 class RegularFile:
     """A regular file opened for reading, with what ``fstat`` said when it was opened."""
 
-    __slots__ = ("fd", "path", "status")
+    __slots__ = ("fd", "note", "path", "status")
 
     def __init__(self, fd: int, path: str, status: os.stat_result) -> None:
         self.fd = fd
         #: The path it was opened by (for messages).
         self.path = path
         self.status = status
+        #: What the user should know about how it was found (e.g. not by its path), if anything.
+        self.note = ""
 
     @property
     def size(self) -> int:
@@ -219,7 +221,7 @@ ABSENT = (errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.ELOOP, errno.ENAMETOO
 _MAP_NORESERVE = 0x4000
 
 
-class FileContents:
+class FileContents(LazyBytes):
     """A regular file's bytes, copied into memory of our own as far as they are asked for.
 
     ``data`` is an anonymous private mapping of the file's size, zero pages
@@ -238,7 +240,7 @@ class FileContents:
     #: Bytes read at once: a section's worth, so that small reads around it cost no pread.
     CHUNK = 1 << 16
 
-    __slots__ = ("_chunks", "_file", "changed", "data")
+    __slots__ = ("_chunks", "_file", "data", "why")
 
     def __init__(self, file: RegularFile) -> None:
         self._file = file
@@ -251,7 +253,7 @@ class FileContents:
         #: One byte per chunk, set once the chunk is read.
         self._chunks = bytearray(-(-size // self.CHUNK))
         #: Why the file can no longer be read (it changed), once it is known.
-        self.changed: str | None = None
+        self.why: str | None = None
 
     @property
     def path(self) -> str:
@@ -276,8 +278,8 @@ class FileContents:
 
     def _read_chunks(self, first: int, end: int) -> None:
         """Reads chunks ``first``..``end - 1`` in one ``pread``, then checks the file is unchanged."""
-        if self.changed is not None:
-            raise FileChangedError(self.path, self.changed)
+        if self.why is not None:
+            raise FileChangedError(self.path, self.why)
         start = first * self.CHUNK
         size = min(end * self.CHUNK, len(self.data)) - start
         assert isinstance(self.data, mmap.mmap)  # an empty file has no chunks to read
@@ -299,23 +301,35 @@ class FileContents:
 
     def _check(self, short: bool) -> None:
         """Raises FileChangedError if the file is not as it was opened (or a read came up short)."""
+        if self.changed() is None and short:
+            self.why = "came up short of the size it had when it was opened"
+        if self.why is not None:
+            raise FileChangedError(self.path, self.why)
+
+    def changed(self) -> str | None:
+        """Why the file is not as it was opened (shorter, or written: size or mtime), or None.
+
+        One ``fstat``; once it has changed it stays changed.
+        """
+        if self.why is not None:
+            return self.why
         was = self._file.status
         try:
             now = os.fstat(self._file.fd)
         except OSError as error:
-            raise FileError(self.path, f"cannot read: {error.strerror}", error.errno) from None
-        if now.st_size < was.st_size or short:
-            self.changed = f"was truncated to {now.st_size} bytes since it was opened ({was.st_size})"
+            self.why = f"cannot be checked: {error.strerror}"
+            return self.why
+        if now.st_size < was.st_size:
+            self.why = f"was truncated to {now.st_size} bytes since it was opened ({was.st_size})"
         elif now.st_size != was.st_size or now.st_mtime_ns != was.st_mtime_ns:
-            self.changed = "was written to since it was opened (its size or mtime changed)"
-        if self.changed is not None:
-            raise FileChangedError(self.path, self.changed)
+            self.why = "was written to since it was opened (its size or mtime changed)"
+        return self.why
 
     def close(self) -> None:
         """Closes the file: what was read stays readable, the rest can no longer be."""
         self._file.close()
-        if self.changed is None:
-            self.changed = "was closed"
+        if self.why is None:
+            self.why = "was closed"
 
     def __del__(self) -> None:
         self._file.close()
@@ -328,8 +342,7 @@ def map_elf(file: RegularFile) -> ElfImage:
     to the image.  Raises FileError (the file cannot be read) or
     FormatError (it is not ELF, or it changed).
     """
-    contents = FileContents(file)
-    return ElfImage(contents.data, origin=file.path, fill=contents.fill)
+    return ElfImage(FileContents(file), origin=file.path)
 
 
 def open_elf(path: str) -> ElfImage:
