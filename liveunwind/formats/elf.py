@@ -117,10 +117,10 @@ class ElfImage:
     ) -> None:
         self.origin = origin or "ELF image"
         #: The file's bytes as read, when they are (None: all of ``data`` is there).
-        self.contents: LazyBytes | None = None
+        self.source: LazyBytes | None = None
         self._fill: Callable[[int, int], None] | None = None
         if isinstance(data, LazyBytes):
-            self.contents = data
+            self.source = data
             self._fill = data.fill
             data.fill(0, 64)
             data = data.data

@@ -99,9 +99,9 @@ class ElfModule(Module):
         then opens the file again rather than taking this module over.
         """
         image = self.__dict__.get("image")  # only if opened: asking would open it
-        if image is None or image.contents is None:
+        if image is None or image.source is None:
             return True
-        why = image.contents.changed()
+        why = image.source.changed()
         if why is not None:
             self.problems.append(f"{image.origin}: {why}; read again")
         return why is None
