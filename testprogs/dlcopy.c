@@ -11,8 +11,10 @@
  * library's first thread never ran, whose unwind entry and symbol a reader
  * that had opened the library before looks up only then.
  * The tests change the copy under the running program (truncate it after
- * its code, rewrite it in place, replace it by a FIFO or a symlink); the
- * pages it runs stay (its code, and the data the loader wrote).
+ * its code, rewrite it in place, replace it by a FIFO or a symlink) once
+ * every thread is blocked: a truncation takes away the pages past the new
+ * end, even those the loader wrote (the GOT), which a thread that ran on in
+ * the library would need.
  */
 #include "tp.h"
 
