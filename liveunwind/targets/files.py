@@ -277,7 +277,7 @@ class FileContents(LazyBytes):
             index = chunks.find(0, end, last) if end < last else -1
 
     def _read_chunks(self, first: int, end: int) -> None:
-        """Reads chunks ``first``..``end - 1`` in one ``pread``, then checks the file is unchanged."""
+        """Reads chunks ``first``..``end - 1`` in one read, then checks the file is unchanged."""
         if self.why is not None:
             raise FileChangedError(self.path, self.why)
         start = first * self.CHUNK
@@ -289,7 +289,9 @@ class FileContents(LazyBytes):
         with memoryview(self.data) as view:
             while done < size:
                 try:
-                    got = os.preadv(self._file.fd, [view[start + done : start + size]], start + done)
+                    got = os.preadv(
+                        self._file.fd, [view[start + done : start + size]], start + done
+                    )
                 except OSError as error:
                     reason = f"cannot read: {error.strerror}"
                     raise FileError(self.path, reason, error.errno) from None

@@ -48,7 +48,9 @@ sys.stdin.readline()
 backtrace = session.backtrace()
 print(json.dumps({
     "problems": backtrace.problems,
-    "threads": {t.name: [[f.function, f.method.value] for f in t.frames] for t in backtrace.threads},
+    "threads": {
+        t.name: [[f.function, f.method.value] for f in t.frames] for t in backtrace.threads
+    },
 }))
 """
 
@@ -67,7 +69,7 @@ def _functions(frames: list[list[str]]) -> list[str]:
 
 
 def _start_later(program: RunningProgram) -> None:
-    """Sends SIGUSR1: the program starts "later", which enters the library; waits until it sleeps."""
+    """Sends SIGUSR1: the program starts "later", which enters the library; waits till it sleeps."""
     os.kill(program.pid, signal.SIGUSR1)
     wait_until(
         lambda: ("later", "S") in program.thread_states().values(),
@@ -87,7 +89,9 @@ def _session_across(program: RunningProgram, change: object) -> dict:
     )
     try:
         assert session.stdout is not None and session.stdin is not None
-        assert session.stdout.readline() == "first\n", session.stderr.read() if session.stderr else ""
+        assert session.stdout.readline() == "first\n", (
+            session.stderr.read() if session.stderr else ""
+        )
         _start_later(program)
         change()  # type: ignore[operator]
         out, err = session.communicate("go\n", timeout=60)
@@ -155,7 +159,9 @@ def test_a_library_replaced_is_read_through_the_kernels_handle(
     if replacement == "fifo":
         result = _session_across(program, lambda: _replace_by_fifo(library_copy))
     else:
-        result = _session_across(program, lambda: _replace_by_symlink(library_copy, testprogs_build))
+        result = _session_across(
+            program, lambda: _replace_by_symlink(library_copy, testprogs_build)
+        )
     assert _functions(result["threads"]["later"])[2:4] == ["dlc_block", "dlc_later"]
     # A fresh run opens the path again: it names something else now, which is said.
     run = run_cli("pid", str(program.pid), "--json", timeout=60)
@@ -165,7 +171,9 @@ def test_a_library_replaced_is_read_through_the_kernels_handle(
     assert any(
         f"is {what} now" in problem and "map_files" in problem for problem in document["problems"]
     ), document["problems"]
-    frames = {thread["name"]: [f["function"] for f in thread["frames"]] for thread in document["threads"]}
+    frames = {
+        thread["name"]: [f["function"] for f in thread["frames"]] for thread in document["threads"]
+    }
     assert frames["inlib"][2:5] == ["dlc_block", "dlc_middle", "dlc_enter"]
     assert frames["plain"][: len(PLAIN)] == PLAIN
     assert {state for state, _tracer in states(program.pid).values()} == {"S"}
@@ -184,7 +192,9 @@ def test_a_fresh_run_on_a_library_cut_short_says_so_and_prints_the_rest(
     plain = run.stdout.split('"plain"')[1].split("end of stack")[0]
     assert all(function in plain for function in PLAIN), run.stdout
     # Exit 1 exactly when a walk ended early (docs/cli.md).
-    assert (run.returncode == 1) == ("(complete)" not in run.stdout.split('"inlib"')[1].split("\n\n")[0])
+    assert (run.returncode == 1) == (
+        "(complete)" not in run.stdout.split('"inlib"')[1].split("\n\n")[0]
+    )
     assert_untraced(program.pid)
 
 
@@ -230,4 +240,4 @@ def test_a_core_whose_library_changed_since_says_so(
     # A kernel core names no thread but the process: the rest are told by their frames.
     walks = [[f["function"] for f in thread["frames"]] for thread in document["threads"]]
     assert [walk for walk in walks if "plain_inner" in walk] == [[*PLAIN, "__clone3"]], walks
-    assert [walk for walk in walks if "main" in walk][0][:2] == ["pause", "main"], walks
+    assert next(walk for walk in walks if "main" in walk)[:2] == ["pause", "main"], walks

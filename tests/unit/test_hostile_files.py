@@ -144,11 +144,13 @@ def test_an_elf_image_of_a_file_truncated_under_it_raises_format_error(tmp_path:
     from liveunwind.errors import FormatError
 
     shoff = 4 * files.FileContents.CHUNK
-    header = struct.pack(
-        "<4sBBBB8xHHIQQQIHHHHHH", b"\x7fELF", 2, 1, 1, 0, 3, 62, 1, 0, 0, shoff, 0, 64, 0, 0, 64, 2, 1
-    )
+    # ident; type, machine, version, entry, phoff, shoff, flags, sizes and counts.
+    ident = struct.pack("<4sBBBB8x", b"\x7fELF", 2, 1, 1, 0)
+    header = ident + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, shoff, 0, 64, 0, 0, 64, 2, 1)
     names = b"\0.text\0"
-    sections = bytes(64) + struct.pack("<IIQQQQIIQQ", 1, 3, 0, 0, shoff - 64, len(names), 0, 0, 1, 0)
+    sections = bytes(64) + struct.pack(
+        "<IIQQQQIIQQ", 1, 3, 0, 0, shoff - 64, len(names), 0, 0, 1, 0
+    )
     path = tmp_path / "lib.so"
     path.write_bytes(header.ljust(shoff - 64, b"\0") + names.ljust(64, b"\0") + sections)
     assert list(files.open_elf(str(path)).sections) == [".text"]

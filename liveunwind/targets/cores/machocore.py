@@ -156,7 +156,7 @@ class MachOCore(AddressSpace):
             self.segments.append(CoreSegment(vmaddr, vmsize, fileoff, filesize, initprot))
 
     def _filled(self, offset: int, size: int) -> None:
-        """Makes ``_data[offset:offset + size]`` hold the file's bytes; CoreFileError if it changed."""
+        """Makes ``_data[offset:offset + size]`` hold the file's bytes; CoreFileError if changed."""
         try:
             self._contents.fill(offset, size)
         except (FileError, FormatError) as error:
