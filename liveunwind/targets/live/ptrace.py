@@ -300,6 +300,10 @@ class PtraceProcess(AddressSpace):
                 if now < spin_until:
                     os.sched_yield()
                 else:
+                    if self._exited(tid):
+                        raise NoSuchProcessError(
+                            f"process {self.pid} exited while it was being stopped"
+                        )
                     time.sleep(min(pause, deadline - now))
                     pause = min(pause * 2, _LONGEST_POLL)
                 continue
@@ -309,6 +313,23 @@ class PtraceProcess(AddressSpace):
             if os.WIFSTOPPED(status):
                 break
         self._record_stop(tid, status)
+
+    def _exited(self, tid: int) -> bool:
+        """Whether the whole process has exited (killed, say) while ``tid`` was waited for.
+
+        Asked between the looks at a thread slow to stop (one /proc read):
+        a main thread that dies is reported to its tracer only once every
+        other thread is reaped, which the waits for the others here never
+        do, so without it a killed process would be waited for until the
+        stop timeout, and reported as a thread that did not stop.
+        """
+        if _task_state(self.pid, tid) not in ("Z", "X", ""):
+            return False
+        try:
+            tids = procfs.list_tids(self.pid)
+        except NoSuchProcessError:
+            return True
+        return all(_task_state(self.pid, other) in ("Z", "X", "") for other in tids)
 
     def _record_stop(self, tid: int, status: int) -> None:
         pending = 0

@@ -110,11 +110,12 @@ class Snapshot(AddressSpace):
             if size < live_size
         ]
         ranges = _merge([(start, size) for (_, start, _), size in zip(wanted, sizes) if size > 0])
-        stacks: list[tuple[int, Block]] = [
-            (start, data)
-            for (start, _), data in zip(ranges, syscalls.copy_remote(live.pid, ranges))
-            if data is not None
-        ]
+        stacks: list[tuple[int, Block]] = []
+        for (start, size), data in zip(ranges, syscalls.copy_remote(live.pid, ranges)):
+            if data is None or len(data) < size:
+                problems.append(_unreadable(wanted, start, size, 0 if data is None else len(data)))
+            if data:
+                stacks.append((start, data))
         return cls(live, threads, mappings, stacks, problems)
 
     def threads(self) -> list[ThreadState]:
@@ -341,6 +342,17 @@ def _join(run: list[tuple[int, Block]]) -> tuple[int, Block]:
     for start, data in run:
         block[start - first : start - first + len(data)] = data
     return first, bytes(block)
+
+
+def _unreadable(wanted: list[tuple[int, int, int]], start: int, size: int, copied: int) -> str:
+    """The note of a stack range the kernel gave only ``copied`` bytes of (and whose it was)."""
+    tids = [str(tid) for tid, at, _ in wanted if start <= at < start + size]
+    whose = f"thread {tids[0]}" if len(tids) == 1 else f"threads {', '.join(tids)}"
+    end = start + size
+    return (
+        f"{whose}: stack memory {start + copied:#x}-{end:#x} cannot be read (the copy "
+        f"from {start:#x} stops there, after {copied} of {size} bytes)"
+    )
 
 
 def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:

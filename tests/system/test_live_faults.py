@@ -1,0 +1,90 @@
+"""Faults while a live target is held: it dies mid-freeze, or its stack is readable only in part.
+
+- ``testprogs/vforker``'s main thread cannot be stopped (it waits inside
+  vfork()), so liveunwind holds the other thread stopped for up to
+  ``--stop-timeout`` while it waits: the window in which the test kills the
+  target, deterministically mid-freeze.  liveunwind must end at once (not at
+  the stop timeout) with one line and exit 2.
+- ``testprogs/filestack`` runs a thread on a stack whose mapping the kernel
+  can read only in part (its upper half lies past the end of a memfd):
+  process_vm_readv stops half way through the copy of that stack, which is
+  kept as far as it went and noted, not dropped whole.
+
+The attach torture (threads that fork and exec in a loop, threads that
+come and go, liveunwind killed at random) is tests/system/test_attach_torture.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.support.cli import run_cli
+from tests.support.hostile import assert_untraced, states
+from tests.support.paths import ROOT
+from tests.support.programs import RunProgram, start_command
+from tests.support.waits import wait_until
+
+#: What liveunwind is given to wait for the vfork()ing thread: far longer than the test takes.
+STOP_TIMEOUT = 20
+
+
+def test_a_target_killed_mid_freeze_ends_the_run_at_once(testprogs_build: Path) -> None:
+    program = start_command([str(testprogs_build / "vforker"), "60"])
+    try:
+        wait_until(lambda: states(program.pid).get(program.pid, ("",))[0] == "D", what="vfork")
+        runner = subprocess.Popen(
+            [sys.executable, "-m", "liveunwind", "pid", str(program.pid)]
+            + ["--stop-timeout", str(STOP_TIMEOUT)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd="/",
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        )
+        # The other thread stopped by liveunwind, which now waits for the main thread.
+        wait_until(
+            lambda: any(
+                state == "t" and tracer
+                for tid, (state, tracer) in states(program.pid).items()
+                if tid != program.pid
+            ),
+            what="the sleeper held in a ptrace stop",
+        )
+        killed = time.monotonic()
+        os.kill(program.pid, signal.SIGKILL)
+        _, stderr = runner.communicate(timeout=60)
+        took = time.monotonic() - killed
+    finally:
+        program.stop()
+    assert runner.returncode == 2, stderr
+    assert stderr.strip() == (
+        f"liveunwind: process {program.pid} exited while it was being stopped"
+    ), stderr
+    assert took < STOP_TIMEOUT / 4, f"ended {took:.1f} s after the kill"
+
+
+def test_a_stack_readable_only_in_part_is_copied_as_far_as_it_goes(
+    run_program: RunProgram,
+) -> None:
+    program = run_program("filestack")
+    (tid,) = (tid for tid in program.threads() if tid != program.pid)  # "filestack", as main
+    run = run_cli("pid", str(program.pid), timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert "Traceback" not in run.stderr
+    walk = run.stdout.split(f"Thread {tid} ")[1].split("end of stack")[0]
+    for function in ("__nanosleep", "filestack_inner", "filestack_outer", "start_thread"):
+        assert function in walk, run.stdout
+    notes = [line for line in run.stdout.splitlines() if line.startswith("note: ")]
+    assert len(notes) == 1 and notes[0].startswith(f"note: thread {tid}: stack memory "), notes
+    assert "cannot be read (the copy from" in notes[0], notes
+    # The copy went as far as the end of the memfd: 1 MiB above the mapping's start.
+    mapping = next(line for line in open(f"/proc/{program.pid}/maps") if "memfd:filestack" in line)
+    start = int(mapping.split("-")[0], 16)
+    assert f"stack memory {start + (1 << 20):#x}-{start + (2 << 20):#x} " in notes[0], notes
+    assert {state for state, _ in states(program.pid).values()} == {"S"}
+    assert_untraced(program.pid)
