@@ -29,7 +29,7 @@ from tests.support.paths import ROOT
 from tests.support.programs import RunProgram, start_command
 from tests.support.waits import wait_until
 
-#: What liveunwind is given to wait for the vfork()ing thread: far longer than the test takes.
+#: What liveunwind is given to wait for the vfork()ing thread (``--stop-timeout 20``).
 STOP_TIMEOUT = 20
 
 
@@ -38,8 +38,7 @@ def test_a_target_killed_mid_freeze_ends_the_run_at_once(testprogs_build: Path) 
     try:
         wait_until(lambda: states(program.pid).get(program.pid, ("",))[0] == "D", what="vfork")
         runner = subprocess.Popen(
-            [sys.executable, "-m", "liveunwind", "pid", str(program.pid)]
-            + ["--stop-timeout", str(STOP_TIMEOUT)],
+            [sys.executable, "-m", "liveunwind", "pid", str(program.pid), "--stop-timeout", "20"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -83,7 +82,8 @@ def test_a_stack_readable_only_in_part_is_copied_as_far_as_it_goes(
     assert len(notes) == 1 and notes[0].startswith(f"note: thread {tid}: stack memory "), notes
     assert "cannot be read (the copy from" in notes[0], notes
     # The copy went as far as the end of the memfd: 1 MiB above the mapping's start.
-    mapping = next(line for line in open(f"/proc/{program.pid}/maps") if "memfd:filestack" in line)
+    maps = Path(f"/proc/{program.pid}/maps").read_text().splitlines()
+    mapping = next(line for line in maps if "memfd:filestack" in line)
     start = int(mapping.split("-")[0], 16)
     assert f"stack memory {start + (1 << 20):#x}-{start + (2 << 20):#x} " in notes[0], notes
     assert {state for state, _ in states(program.pid).values()} == {"S"}
