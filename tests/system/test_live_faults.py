@@ -88,3 +88,53 @@ def test_a_stack_readable_only_in_part_is_copied_as_far_as_it_goes(
     assert f"stack memory {start + (1 << 20):#x}-{start + (2 << 20):#x} " in notes[0], notes
     assert {state for state, _ in states(program.pid).values()} == {"S"}
     assert_untraced(program.pid)
+
+
+def test_a_target_that_execs_while_being_stopped_is_not_walked_with_its_new_maps(
+    testprogs_build: Path,
+) -> None:
+    """An execve while threads are held is one line and exit 2, never a walk of the new program.
+
+    liveunwind is told to stop "sleeper" and "vforker" alone, and holds the
+    first while it waits for the second (inside vfork()); "execer", left
+    running, then execs: the execve kills the held thread, and the process
+    goes on under its pid as /bin/sleep, with other maps than the registers
+    recorded before.
+    """
+    program = start_command([str(testprogs_build / "execer")])
+    children = ""
+    try:
+        names = {name: tid for tid, name in program.threads().items()}
+        wait_until(lambda: states(program.pid)[names["vforker"]][0] == "D", what="vfork")
+        children = Path(f"/proc/{program.pid}/task/{names['vforker']}/children").read_text()
+        held = f"{names['sleeper']},{names['vforker']}"
+        command = ["pid", str(program.pid), "--stop-timeout", "20", "--threads", held]
+        runner = subprocess.Popen(
+            [sys.executable, "-m", "liveunwind", *command],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd="/",
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        )
+        wait_until(
+            lambda: states(program.pid).get(names["sleeper"], ("", 0))[0] == "t",
+            what="the sleeper held in a ptrace stop",
+        )
+        sent = time.monotonic()
+        os.kill(program.pid, signal.SIGUSR1)
+        _, stderr = runner.communicate(timeout=60)
+        took = time.monotonic() - sent
+        assert runner.returncode == 2, stderr
+        assert stderr.strip() == (
+            f"liveunwind: process {program.pid} replaced its program (execve) while it was "
+            "being stopped; run liveunwind again"
+        ), stderr
+        assert took < STOP_TIMEOUT / 4, f"ended {took:.1f} s after the signal"
+        # The process runs /bin/sleep now, traced by nobody, not stopped.
+        assert Path(f"/proc/{program.pid}/exe").resolve().name == "sleep"
+        wait_until(lambda: set(states(program.pid).values()) == {("S", 0)}, what="sleep let go")
+    finally:
+        program.stop()
+        for child in children.split():  # the vfork child, asleep for an hour
+            os.kill(int(child), signal.SIGKILL)

@@ -223,6 +223,8 @@ class PtraceProcess(AddressSpace):
         """
         seen: set[int] = set()
         for _ in range(_MAX_ATTACH_ROUNDS):
+            if seen:
+                self._check_still_held()
             fresh = [tid for tid in self._candidate_tids() if tid not in seen]
             if not fresh:
                 return
@@ -313,6 +315,32 @@ class PtraceProcess(AddressSpace):
             if os.WIFSTOPPED(status):
                 break
         self._record_stop(tid, status)
+
+    def _check_still_held(self) -> None:
+        """Raises NoSuchProcessError if a thread stopped earlier is gone: the process exited,
+        or replaced its program (execve) while the others were being stopped.
+
+        An execve by a thread not yet stopped kills every other thread, the
+        stopped ones too, and the process runs on under the same pid with
+        another program: its maps and memory are no longer those of the
+        registers recorded, and a walk of the one with the other would
+        give wrong frames.  One ``waitpid`` per stopped thread, which says
+        nothing for a thread still in its stop.
+        """
+        for tid in list(self._stopped):
+            try:
+                waited, _ = os.waitpid(tid, syscalls.WALL | os.WNOHANG)
+            except ChildProcessError:
+                waited = tid  # not ours any more: the pid of a program an execve put there
+            if waited == 0:
+                continue
+            self._attached.discard(tid)
+            if _task_state(self.pid, self.pid) in ("Z", "X", ""):
+                raise NoSuchProcessError(f"process {self.pid} exited while it was being stopped")
+            raise NoSuchProcessError(
+                f"process {self.pid} replaced its program (execve) while it was being stopped; "
+                "run liveunwind again"
+            )
 
     def _exited(self, tid: int) -> bool:
         """Whether the whole process has exited (killed, say) while ``tid`` was waited for.
