@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.support.cli import run_cli
 from tests.support.hostile import assert_untraced, states
 from tests.support.paths import ROOT
@@ -72,7 +74,7 @@ def test_a_stack_readable_only_in_part_is_copied_as_far_as_it_goes(
 ) -> None:
     program = run_program("filestack")
     (tid,) = (tid for tid in program.threads() if tid != program.pid)  # "filestack", as main
-    run = run_cli("pid", str(program.pid), timeout=60)
+    run = run_cli("pid", str(program.pid), "--stop-timeout", "5", timeout=60)
     assert run.returncode == 0, run.stderr
     assert "Traceback" not in run.stderr
     walk = run.stdout.split(f"Thread {tid} ")[1].split("end of stack")[0]
@@ -132,9 +134,35 @@ def test_a_target_that_execs_while_being_stopped_is_not_walked_with_its_new_maps
         ), stderr
         assert took < STOP_TIMEOUT / 4, f"ended {took:.1f} s after the signal"
         # The process runs /bin/sleep now, traced by nobody, not stopped.
-        assert Path(f"/proc/{program.pid}/exe").resolve().name == "sleep"
+        wait_until(
+            lambda: Path(f"/proc/{program.pid}/exe").resolve().name == "sleep",
+            what="the execve done",
+        )
         wait_until(lambda: set(states(program.pid).values()) == {("S", 0)}, what="sleep let go")
     finally:
         program.stop()
         for child in children.split():  # the vfork child, asleep for an hour
             os.kill(int(child), signal.SIGKILL)
+
+
+def test_a_target_killed_between_the_stop_and_the_copy_is_said_so(
+    run_program: RunProgram,
+) -> None:
+    """Killed once every thread is held, before the copy: no maps, no memory, one clear error.
+
+    The order of a backtrace (stop, then copy), with the kill put between
+    the two by the test: a process killed while held leaves zombies whose
+    registers can still be read, which would otherwise be walked through
+    no maps at all.
+    """
+    from liveunwind.errors import NoSuchProcessError
+    from liveunwind.targets.live.ptrace import PtraceProcess
+    from liveunwind.targets.live.snapshot import Snapshot
+
+    program = run_program("threads-O2")
+    with PtraceProcess(program.pid) as live:
+        os.kill(program.pid, signal.SIGKILL)
+        wait_until(lambda: states(program.pid).get(program.pid, ("Z",))[0] == "Z", what="dead")
+        with pytest.raises(NoSuchProcessError, match="exited while it was being stopped"):
+            Snapshot.capture(live)
+    assert NoSuchProcessError.exit_code == 2

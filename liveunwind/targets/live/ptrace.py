@@ -224,7 +224,7 @@ class PtraceProcess(AddressSpace):
         seen: set[int] = set()
         for _ in range(_MAX_ATTACH_ROUNDS):
             if seen:
-                self._check_still_held()
+                self.check_still_held()
             fresh = [tid for tid in self._candidate_tids() if tid not in seen]
             if not fresh:
                 return
@@ -316,7 +316,7 @@ class PtraceProcess(AddressSpace):
                 break
         self._record_stop(tid, status)
 
-    def _check_still_held(self) -> None:
+    def check_still_held(self) -> None:
         """Raises NoSuchProcessError if a thread stopped earlier is gone: the process exited,
         or replaced its program (execve) while the others were being stopped.
 
@@ -335,7 +335,9 @@ class PtraceProcess(AddressSpace):
             if waited == 0:
                 continue
             self._attached.discard(tid)
-            if _task_state(self.pid, self.pid) in ("Z", "X", ""):
+            # A held thread dies with its whole process, or of another thread's execve,
+            # which leaves that one alive (midway, under its own tid; then under the pid).
+            if self._all_exited():
                 raise NoSuchProcessError(f"process {self.pid} exited while it was being stopped")
             raise NoSuchProcessError(
                 f"process {self.pid} replaced its program (execve) while it was being stopped; "
@@ -351,8 +353,10 @@ class PtraceProcess(AddressSpace):
         do, so without it a killed process would be waited for until the
         stop timeout, and reported as a thread that did not stop.
         """
-        if _task_state(self.pid, tid) not in ("Z", "X", ""):
-            return False
+        return _task_state(self.pid, tid) in ("Z", "X", "") and self._all_exited()
+
+    def _all_exited(self) -> bool:
+        """Whether no thread of the process is alive (each gone or a zombie)."""
         try:
             tids = procfs.list_tids(self.pid)
         except NoSuchProcessError:

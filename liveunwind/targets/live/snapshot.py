@@ -110,12 +110,20 @@ class Snapshot(AddressSpace):
             if size < live_size
         ]
         ranges = _merge([(start, size) for (_, start, _), size in zip(wanted, sizes) if size > 0])
+        try:
+            copies = syscalls.copy_remote(live.pid, ranges)
+        except OSError:  # ESRCH: the process is gone, which the check below says
+            copies = [None] * len(ranges)
         stacks: list[tuple[int, Block]] = []
-        for (start, size), data in zip(ranges, syscalls.copy_remote(live.pid, ranges)):
+        for (start, size), data in zip(ranges, copies):
             if data is None or len(data) < size:
                 problems.append(_unreadable(wanted, start, size, 0 if data is None else len(data)))
             if data:
                 stacks.append((start, data))
+        if not mappings or len(stacks) < len(ranges):
+            # A process killed while held has no maps and no memory left: say so, rather
+            # than walk registers through nothing.  (Rare: costs a waitpid per thread.)
+            live.check_still_held()
         return cls(live, threads, mappings, stacks, problems)
 
     def threads(self) -> list[ThreadState]:
