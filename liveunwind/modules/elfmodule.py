@@ -74,7 +74,7 @@ class ElfModule(Module):
         except (FormatError, OSError, LiveUnwindError) as error:
             self.problems.append(str(error))
             return None
-        return None if image is None or self.is_vdso else self._checked(image)
+        return image if image is None or self.is_vdso else self._checked(image)
 
     def _checked(self, image: ElfImage) -> ElfImage | None:
         """``image``, unless its file is shorter than what the target maps of it (a problem).
