@@ -228,9 +228,13 @@ class FileContents(LazyBytes):
     until :meth:`fill` reads a range into it with ``pread`` (in chunks of
     :data:`CHUNK`, each read once).  Reading it can never raise SIGBUS, as a
     mapping of the file would once the file shrinks; an image asks only for
-    the headers and sections it decodes, so what is copied is what a mapping
-    would have faulted in (``bench``: the cold backtrace of the 9-thread
-    program is unchanged within noise).  The file stays open (its descriptor
+    the headers and sections it decodes, so what is copied is about what a
+    mapping would have faulted in.  Measured on bench's 9-thread C target
+    (``liveunwind pid``, 30 runs each, the two builds interleaved): 41.2 ms
+    of CPU cold against 40.5 with mmap (median), 2.05 ms against 2.00 per
+    warm backtrace; Debian's libc and its debug file cost 0.45 ms more to
+    open, decode the tables and symbols of (fresh pages of our own fault in
+    one by one, a file's sixteen at a time).  The file stays open (its descriptor
     closed with this object), and every read is checked against what
     ``fstat`` said when it was opened: a file that shrank or was written
     since raises :class:`FileChangedError`, then and on every later read,

@@ -216,7 +216,8 @@ def copy_remote(
     the bytes made of it).  Ranges (of at least one byte) of
     :data:`MAP_AT` or more go into an anonymous mapping of their own, which
     costs a system call but is not zero-filled first and is handed back to
-    the system as a whole; smaller ones into a bytearray.
+    the system as a whole (anonymous: no file behind it, so no SIGBUS); smaller ones
+    into a bytearray.
 
     Not all or nothing: a range readable only in part (it runs into a page
     that cannot be read, a file's page past its end) gives what was read of
