@@ -166,3 +166,56 @@ def test_a_target_killed_between_the_stop_and_the_copy_is_said_so(
         with pytest.raises(NoSuchProcessError, match="exited while it was being stopped"):
             Snapshot.capture(live)
     assert NoSuchProcessError.exit_code == 2
+
+
+def test_a_target_that_forks_while_being_stopped_is_let_go_and_its_child_untouched(
+    testprogs_build: Path,
+) -> None:
+    """A fork by a thread left running while others are held: a normal run; the child untraced.
+
+    As above, but "forker" forks instead: liveunwind waits out its stop
+    timeout for "vforker", reports it not stopped (exit 1) with the held
+    thread's backtrace, and neither the process nor the child the fork made
+    while it held a thread is left traced or stopped.
+    """
+    program = start_command([str(testprogs_build / "execer")])
+    children = ""
+    try:
+        names = {name: tid for tid, name in program.threads().items()}
+        wait_until(lambda: states(program.pid)[names["vforker"]][0] == "D", what="vfork")
+        children = Path(f"/proc/{program.pid}/task/{names['vforker']}/children").read_text()
+        held = f"{names['sleeper']},{names['vforker']}"
+        command = ["pid", str(program.pid), "--stop-timeout", "3", "--threads", held]
+        runner = subprocess.Popen(
+            [sys.executable, "-m", "liveunwind", *command],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd="/",
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        )
+        wait_until(
+            lambda: states(program.pid).get(names["sleeper"], ("", 0))[0] == "t",
+            what="the sleeper held in a ptrace stop",
+        )
+        os.kill(program.pid, signal.SIGUSR2)
+        forked = Path(f"/proc/{program.pid}/task/{names['forker']}/children")
+        wait_until(lambda: forked.read_text().split(), what="the fork")
+        child = int(forked.read_text().split()[0])
+        children += f" {child}"
+        assert states(program.pid)[names["sleeper"]][0] == "t"  # the fork came mid-freeze
+        stdout, stderr = runner.communicate(timeout=60)
+        assert runner.returncode == 1, stderr
+        assert "Traceback" not in stderr and stderr == "", stderr
+        assert f'Thread {names["vforker"]} "vforker" (not stopped after 3000 ms' in stdout
+        assert "nanosleep" in stdout.split(f'Thread {names["sleeper"]} "sleeper"')[1]
+        wait_until(lambda: states(child) == {child: ("S", 0)}, what="the child asleep, untraced")
+        assert_untraced(program.pid)
+        wait_until(
+            lambda: {state for state, _ in states(program.pid).values()} <= {"S", "D"},
+            what="no thread of the target stopped",
+        )
+    finally:
+        program.stop()
+        for pid in children.split():  # the vfork child and the forked one, asleep for an hour
+            os.kill(int(pid), signal.SIGKILL)
