@@ -74,6 +74,8 @@ DEFAULT_STOP_TIMEOUT = 0.5
 _SPIN = 1e-3
 _FIRST_POLL = 50e-6
 _LONGEST_POLL = 2e-3
+#: How long a process whose held thread died is watched to tell an exit from an execve.
+_SETTLE = 0.5
 #: Seconds to wait for the kernel to let go of a thread that never stopped.
 _RELEASE_TIMEOUT = 2.0
 #: ``PF_EXITING`` in the flags field of /proc/PID/task/TID/stat.
@@ -335,14 +337,30 @@ class PtraceProcess(AddressSpace):
             if waited == 0:
                 continue
             self._attached.discard(tid)
-            # A held thread dies with its whole process, or of another thread's execve,
-            # which leaves that one alive (midway, under its own tid; then under the pid).
+            raise self._lost()
+
+    def _lost(self) -> NoSuchProcessError:
+        """The error for a held thread that died: its process exited, or another thread execve'd.
+
+        Both take a moment to be seen whole (every thread dead; the execve'd
+        thread under the pid, after the old main thread died), so the
+        process is looked at for up to :data:`_SETTLE` before saying which.
+        """
+        deadline = time.perf_counter() + _SETTLE
+        while True:
             if self._all_exited():
-                raise NoSuchProcessError(f"process {self.pid} exited while it was being stopped")
-            raise NoSuchProcessError(
-                f"process {self.pid} replaced its program (execve) while it was being stopped; "
-                "run liveunwind again"
-            )
+                return NoSuchProcessError(f"process {self.pid} exited while it was being stopped")
+            if _task_state(self.pid, self.pid) not in ("Z", "X", ""):
+                return NoSuchProcessError(
+                    f"process {self.pid} replaced its program (execve) while it was being "
+                    "stopped; run liveunwind again"
+                )
+            if time.perf_counter() > deadline:
+                return NoSuchProcessError(
+                    f"process {self.pid} lost its threads while it was being stopped "
+                    "(it exited or called execve)"
+                )
+            time.sleep(0.001)
 
     def _exited(self, tid: int) -> bool:
         """Whether the whole process has exited (killed, say) while ``tid`` was waited for.
