@@ -38,8 +38,10 @@ STOP_TIMEOUT = 20
 
 def test_a_target_killed_mid_freeze_ends_the_run_at_once(testprogs_build: Path) -> None:
     program = start_command([str(testprogs_build / "vforker"), "60"])
+    children = ""
     try:
         wait_until(lambda: states(program.pid).get(program.pid, ("",))[0] == "D", what="vfork")
+        children = Path(f"/proc/{program.pid}/task/{program.pid}/children").read_text()
         runner = subprocess.Popen(
             [sys.executable, "-m", "liveunwind", "pid", str(program.pid), "--stop-timeout", "20"],
             stdout=subprocess.PIPE,
@@ -63,6 +65,8 @@ def test_a_target_killed_mid_freeze_ends_the_run_at_once(testprogs_build: Path) 
         took = time.monotonic() - killed
     finally:
         program.stop()
+        for child in children.split():  # the vfork child, asleep for a minute
+            os.kill(int(child), signal.SIGKILL)
     assert runner.returncode == 2, stderr
     assert stderr.strip() == (
         f"liveunwind: process {program.pid} exited while it was being stopped"
