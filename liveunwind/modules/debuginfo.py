@@ -162,7 +162,11 @@ def by_debuglink(
         debug = _open_image(candidate, problems)
         if debug is None:
             continue
-        actual = _crc32(debug.data)
+        try:
+            actual = _crc32(debug.slice(0, len(debug.data)))
+        except FormatError as error:  # the file changed while it was read
+            problems.append(str(error))
+            continue
         if actual != crc:
             problems.append(
                 f"{candidate}: CRC {actual:#010x} differs from the debuglink's {crc:#010x}"

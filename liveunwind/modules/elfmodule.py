@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 
 #: Largest in-memory image (the vDSO) read from target memory.
 _MAX_MEMORY_IMAGE = 64 << 20
+#: The largest page size of the architectures liveunwind reads: a mapping's last page may
+#: run this far past the end of its file without the file having been cut short.
+_LARGEST_PAGE = 64 << 10
 
 
 class ElfModule(Module):
@@ -67,12 +70,43 @@ class ElfModule(Module):
         if not self.is_vdso:
             image = self.space.mapped_image(self._first_mapping)
             if image is not None:
-                return image
+                return self._checked(image)
         try:
-            return self._open_image()
+            image = self._open_image()
         except (FormatError, OSError, LiveUnwindError) as error:
             self.problems.append(str(error))
             return None
+        return image if image is None or self.is_vdso else self._checked(image)
+
+    def _checked(self, image: ElfImage) -> ElfImage | None:
+        """``image``, unless its file is shorter than what the target maps of it (a problem).
+
+        A file cut short since the target mapped it no longer holds the
+        code, tables and symbols the target runs with; what is left of it
+        is not used (a wrong frame is worse than a missing one).
+        """
+        mapped = max(mapping.offset + mapping.end - mapping.start for mapping in self.mappings)
+        if len(image.data) + _LARGEST_PAGE < mapped:
+            self.problems.append(
+                f"{image.origin}: is {len(image.data)} bytes, shorter than the {mapped} the "
+                "process maps of it: cut short since it was mapped, not used"
+            )
+            return None
+        return image
+
+    def unchanged(self) -> bool:
+        """False when the file read for the module changed since (size, mtime): read it anew.
+
+        Noted as a problem of the module; a later map of the same process
+        then opens the file again rather than taking this module over.
+        """
+        image = self.__dict__.get("image")  # only if opened: asking would open it
+        if image is None or image.source is None:
+            return True
+        why = image.source.changed()
+        if why is not None:
+            self.problems.append(f"{image.origin}: {why}; read again")
+        return why is None
 
     @property
     def _first_mapping(self) -> Mapping:
@@ -85,7 +119,11 @@ class ElfModule(Module):
             size = min(self.end - self.start, _MAX_MEMORY_IMAGE)
             return ElfImage(self.space.read(self.start, size), origin=self.path)
         file = self.space.open_mapped_file(self._first_mapping)
-        return None if file is None else map_elf(file)
+        if file is None:
+            return None
+        if file.note:
+            self.problems.append(file.note)
+        return map_elf(file)
 
     @cached_property
     def load_bias(self) -> int:

@@ -349,6 +349,7 @@ class GrowingSection:
         # mmap's default, a shared mapping, is memory of a file system, whose pages
         # are slower to fault in (Debian's libc's .debug_info inflated 72% in a fresh
         # process: 11.2-12.5 ms private, 11.9-17 ms shared, medians 1.5 ms apart).
+        # Anonymous, so no SIGBUS: no file behind it can shrink (targets.files reads files).
         flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
         self.data: mmap.mmap | bytearray = mmap.mmap(-1, size, flags) if size else bytearray()
         self.filled = 0

@@ -97,7 +97,7 @@ class FileFinder:
                 continue
             if image is None:
                 continue
-            reason = check(image)
+            reason = check(image) or cut_short(image)
             if reason is None and not has_code(image):
                 reason = "it has no code (a separate debug file)"
             if reason is not None:
@@ -122,6 +122,17 @@ def open_image(path: str, *, strict: bool = False) -> ElfImage | None:
         return None
     except (FileError, FormatError):
         return None
+
+
+def cut_short(image: ElfImage) -> str | None:
+    """Why ``image`` is not whole: its file ends before a PT_LOAD's bytes do; else None."""
+    try:
+        end = max((h.offset + h.filesz for h in image.segments_of_type(PT_LOAD)), default=0)
+    except FormatError as error:
+        return str(error)
+    if end > len(image.data):
+        return f"is {len(image.data)} bytes, shorter than its segments ({end}): cut short"
+    return None
 
 
 def has_code(image: ElfImage) -> bool:

@@ -540,7 +540,10 @@ class ElfCore(AddressSpace):
         if found is None:
             return b""
         offset = mapping.offset + (address - mapping.start)
-        return bytes(found.image.data[offset : offset + min(end, mapping.end) - address])
+        try:
+            return found.image.read(offset, min(end, mapping.end) - address)
+        except FormatError:  # the file changed since it was opened: not there, as if missing
+            return b""
 
     def _read_core_only(self, address: int, size: int) -> bytes:
         """Core bytes only, never from files (build-ids and strings must be the process's own)."""

@@ -18,6 +18,7 @@ from liveunwind.targets.base import Mapping
 from liveunwind.targets.cores.notes import AT_ENTRY, parse_auxv
 from liveunwind.targets.files import (
     FileError,
+    NotRegularFileError,
     RegularFile,
     open_file,
     open_in_root,
@@ -212,14 +213,17 @@ def open_mapped_file(owner: str, mapping: Mapping) -> RegularFile | None:
     path = mapping.path.removesuffix(" (deleted)")
     kernels_handle = f"/proc/{owner}/map_files/{mapping.start:x}-{mapping.end:x}"
     found: RegularFile | None
+    replaced = ""  # what the path names now, when it is not the mapped file
     try:
         found = open_in_root(f"/proc/{owner}/root", path)
+    except NotRegularFileError as error:
+        found, replaced = None, error.kind
     except FileError:
         found = None
     if found is not None and found.identity != _identity(mapping):
         if found.status.st_ino != mapping.inode:
             found.close()
-            found = None
+            found, replaced = None, "another file"
         else:
             try:
                 kernels = open_file(kernels_handle)
@@ -238,6 +242,11 @@ def open_mapped_file(owner: str, mapping: Mapping) -> RegularFile | None:
         if found.status.st_ino != mapping.inode:
             found.close()
             return None
+        if replaced:
+            found.note = (
+                f"{path}: is {replaced} now, not the file the process maps; "
+                f"that one was read through {kernels_handle}"
+            )
     if found.size == 0:
         found.close()
         raise FileError(path, "is empty (cut short since it was mapped)")

@@ -748,7 +748,10 @@ class GdbRemote(AddressSpace):
         if found is None:
             return None
         offset = mapping.offset + (address - mapping.start)
-        data = bytes(found.image.data[offset : offset + size])
+        try:
+            data = found.image.read(offset, size)
+        except FormatError:  # the file changed since it was opened: the stub is asked instead
+            return None
         return data if len(data) == size else None
 
 
