@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.sources import Source
     from liveunwind.targets.base import AddressSpace, ThreadState
+    from liveunwind.unwinder.goswitch import GoSwitch, Resumed
     from liveunwind.unwinder.plan import Plan
 
     #: A strategy: ``step(walk)`` of a module in liveunwind/unwinder/strategies/.
@@ -102,6 +103,8 @@ class Stepper:
             function_at=self._function_at,
             module_at=modules.find,
         )
+        #: Go's switches from g0 into goroutines, made the first time a walk ends at one.
+        self._go_switch: GoSwitch | None = None
 
     # -- the walk -------------------------------------------------------------
 
@@ -166,12 +169,23 @@ class Stepper:
                 method, interrupted = step.method, step.caller_interrupted
             frame.cfa = cfa
             caller_pc = caller.get(arch.pc)
+            switched = False
             if caller_pc is None or caller_pc == 0:
-                break  # end of stack: the return address is undefined or zero
+                # The end of the stack: the return address is undefined or zero; unless
+                # the frame is Go's switch to its scheduler stack, which leads on into
+                # the goroutine that switched (unwinder/goswitch.py).
+                resumed = self._go_resume(frame, module, thread.tid, frames)
+                if resumed is None or isinstance(resumed, str):
+                    detail = resumed or ""
+                    break
+                _note(walk, resumed.note)
+                caller, interrupted = resumed.registers, resumed.exact_pc
+                method, caller_pc, switched = Method.GOROUTINE, caller[arch.pc], True
             caller_sp = caller.get(arch.sp, 0)
-            if frame.signal_frame:
+            if frame.signal_frame or switched:
                 # The interrupted code may run on another stack (Go's signal handlers
-                # run on a signal stack of their own): its CFA may lie anywhere.
+                # run on a signal stack of their own), and so does a goroutine: its
+                # CFA may lie anywhere.
                 previous_cfa = None
             elif (previous_cfa is not None and cfa <= previous_cfa) or caller_sp < sp:
                 reason, detail = StopReason.CFA_NOT_GROWING, f"cfa {cfa:#x} at pc {pc:#x}"
@@ -193,6 +207,18 @@ class Stepper:
             state=thread.state,
             stop_notes=walk.notes or [],
         )
+
+    def _go_resume(
+        self, frame: Frame, module: Module | None, tid: int, frames: list[Frame]
+    ) -> Resumed | str | None:
+        """Where a walk ending at ``frame`` goes on: a goroutine, why not (Go), or None."""
+        if module is None:
+            return None
+        if self._go_switch is None:
+            from liveunwind.unwinder.goswitch import GoSwitch
+
+            self._go_switch = GoSwitch(self.space, self.modules)
+        return self._go_switch.resume(frame, module, tid, frames)
 
     def step(
         self, registers: dict[int, int], frame: Frame, module: Module | None, walk: Walk
