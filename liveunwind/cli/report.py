@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 #: describes it (``schemas/backtrace.schema.json``, shipped in the package).  Any
 #: change to the document's shape raises the version: the schema is closed, so
 #: even a new field would fail validation against the old one.
-SCHEMA_VERSION = 3
-SCHEMA_ID = "urn:liveunwind:backtrace:3"
+SCHEMA_VERSION = 4
+SCHEMA_ID = "urn:liveunwind:backtrace:4"
 
 
 def format_text(backtrace: Backtrace, *, symbols: bool = True, verbose: bool = False) -> str:

@@ -26,10 +26,11 @@ where it is (still complete: g0's frames are all there) with a reason:
   so a thread stopped in ``systemstack`` before it switched, or a switch
   function running on g0 without switching, is not taken for a switch;
 - the goroutine is ``m.curg``, and its ``g.m`` is this M.  After ``mcall``
-  the M has usually dropped it (``m.curg`` nil: the thread is idle, the
-  goroutine parked and free to run elsewhere): then only a goroutine locked
-  to the M (``m.lockedg`` whose ``lockedm`` is this M) is followed, as no
-  other M can run it.  Once the M has picked the next goroutine
+  (or ``morestack`` into a preemption) the M has usually dropped it
+  (``m.curg`` nil: the thread is idle, the goroutine parked or queued and
+  free to run elsewhere): then only a goroutine locked to the M
+  (``m.lockedg`` whose ``lockedm`` is this M) is followed, as no other M
+  can run it.  Once the M has picked the next goroutine
   (``runtime.execute`` among the walk's frames) ``m.curg`` is no longer the
   one that switched, and nothing is followed;
 - the saved sp lies in the goroutine's stack and in mapped memory, and the
@@ -171,9 +172,9 @@ class GoSwitch:
         table = source.go
         bias = module.load_bias
         g, how = m.curg, "m.curg"
-        if switch == "runtime.mcall" and _names(table, bias, frames) & _NEXT_GOROUTINE:
+        if _names(table, bias, frames) & _NEXT_GOROUTINE:
             return f"{switch}: the M is starting its next goroutine: the one that switched is gone"
-        if not g and switch == "runtime.mcall" and m.lockedg:
+        if not g and m.lockedg:
             g, how = m.lockedg, "m.lockedg"
         if not g:
             return f"{switch}: the M runs no goroutine (m.curg is nil): it was descheduled"
