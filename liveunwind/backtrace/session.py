@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from liveunwind.backtrace.options import BacktraceOptions
     from liveunwind.cpython.reader import PythonReader
     from liveunwind.frames import Backtrace
-    from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.modules.module import Module
+    from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.targets.base import AddressSpace
     from liveunwind.targets.live.ptrace import PtraceProcess
 

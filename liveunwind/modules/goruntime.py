@@ -20,9 +20,9 @@ from liveunwind.errors import FormatError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from liveunwind.formats.dwarf.structs import Structure
     from collections.abc import Callable
 
+    from liveunwind.formats.dwarf.structs import Structure
     from liveunwind.formats.elf import ElfImage
     from liveunwind.modules.lines import ModuleLines
 

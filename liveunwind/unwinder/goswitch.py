@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from liveunwind.arch import Arch
+    from liveunwind.formats.unwind.gopclntab import GoPclnTab
     from liveunwind.frames import Frame
     from liveunwind.modules.goruntime import GoRuntime
     from liveunwind.modules.module import Module
@@ -298,11 +299,8 @@ def _the_m(ms: list[_M], tid: int, sp: int) -> _M | None:
     return holding[0] if len(holding) == 1 else None
 
 
-def _names(table: object, bias: int, frames: Sequence[Frame]) -> set[str]:
+def _names(table: GoPclnTab, bias: int, frames: Sequence[Frame]) -> set[str]:
     """The Go functions of ``frames``, by the table."""
-    from liveunwind.formats.unwind.gopclntab import GoPclnTab
-
-    assert isinstance(table, GoPclnTab)
     names = set()
     for frame in frames:
         try:

@@ -65,9 +65,7 @@ def go_goroutines(text: str) -> dict[int, list[tuple[str, int, int]]]:
                 break
             place = _WHERE.search(where)
             if place is not None:
-                frames.append(
-                    (match["function"], int(place["pc"], 16), int(place["sp"], 16))
-                )
+                frames.append((match["function"], int(place["pc"], 16), int(place["sp"], 16)))
         if frames:
             found[int(header["goid"])] = frames
     return found

@@ -15,7 +15,7 @@ left out rather than believed.
 from __future__ import annotations
 
 from liveunwind.formats.dwarf.forms import DwarfError
-from liveunwind.formats.dwarf.info import DW_AT_name, DebugInfo, Die
+from liveunwind.formats.dwarf.info import DebugInfo, Die, DW_AT_name, Unit
 from liveunwind.formats.leb128 import decode as _leb128
 
 TYPE_CHECKING = False
@@ -78,15 +78,17 @@ def structures(
 
 def _search_unit(
     info: DebugInfo,
-    unit: object,
+    unit: Unit,
     wanted: set[str],
     found: dict[str, Structure],
     budget: list[int],
 ) -> None:
-    """Adds to ``found`` the wanted structures among ``unit``'s top-level DIEs."""
-    from liveunwind.formats.dwarf.info import Unit
+    """Adds to ``found`` the wanted structures among ``unit``'s top-level DIEs.
 
-    assert isinstance(unit, Unit)
+    DIEs are stepped over and decoded with the unit walker's own helpers
+    (``DebugInfo._after_die``, ``_attributes``, ``_skip_children``): one
+    decoder of abbreviations and forms for the package.
+    """
     if not unit.children:
         return
     data, end, abbrevs = info.info, unit.end, unit.abbrevs
@@ -116,12 +118,9 @@ def _search_unit(
 
 
 def _members(
-    info: DebugInfo, unit: object, pos: int, budget: list[int]
+    info: DebugInfo, unit: Unit, pos: int, budget: list[int]
 ) -> tuple[dict[str, tuple[int, str | None]], int]:
     """The members among the children starting at ``pos``, and where the children end."""
-    from liveunwind.formats.dwarf.info import Unit
-
-    assert isinstance(unit, Unit)
     data, end, abbrevs = info.info, unit.end, unit.abbrevs
     members: dict[str, tuple[int, str | None]] = {}
     while pos < end and budget[0] > 0:
