@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from liveunwind.formats.elf import ElfImage
     from liveunwind.modules.lines import ModuleLines
 
-#: The fields read, as (structure, path of members, type the last one must have).
-_FIELDS = {
+#: The fields read, as (structure, path of members, the type(s) the last one may have).
+_FIELDS: dict[str, tuple[str, tuple[str, ...], str | tuple[str, ...]]] = {
     "m_g0": ("runtime.m", ("g0",), "*runtime.g"),
     "m_curg": ("runtime.m", ("curg",), "*runtime.g"),
     "m_lockedg": ("runtime.m", ("lockedg",), "runtime.guintptr"),
@@ -37,12 +37,14 @@ _FIELDS = {
     "g_stack_hi": ("runtime.g", ("stack", "hi"), "uintptr"),
     "g_m": ("runtime.g", ("m",), "*runtime.m"),
     "g_lockedm": ("runtime.g", ("lockedm",), "runtime.muintptr"),
-    "g_goid": ("runtime.g", ("goid",), "int64"),
+    "g_goid": ("runtime.g", ("goid",), ("int64", "uint64")),  # uint64 from Go 1.20
     "g_sched_sp": ("runtime.g", ("sched", "sp"), "uintptr"),
     "g_sched_pc": ("runtime.g", ("sched", "pc"), "uintptr"),
     "g_sched_bp": ("runtime.g", ("sched", "bp"), "uintptr"),
     "g_sched_lr": ("runtime.g", ("sched", "lr"), "uintptr"),
 }
+#: Largest runtime.m or runtime.g believed (Go's are 0.4–2 KiB): each is read whole.
+MAX_RECORD = 1 << 16
 #: The type of each structure member that leads into another structure.
 _NESTED = {"stack": "runtime.stack", "sched": "runtime.gobuf"}
 _STRUCTURES = ("runtime.m", "runtime.g", "runtime.stack", "runtime.gobuf")
@@ -95,11 +97,17 @@ def read_runtime(image: ElfImage, lines_of: Callable[[], ModuleLines | None]) ->
         return f"its DWARF is unreadable: {error}"
     offsets: dict[str, int] = {}
     for field, (structure, path, kind) in _FIELDS.items():
-        offset = _offset(found, structure, path, kind)
+        kinds = (kind,) if isinstance(kind, str) else kind
+        offset = next(
+            (o for o in (_offset(found, structure, path, k) for k in kinds) if o is not None), None
+        )
         if offset is None:
-            return f"its DWARF does not give {structure}.{'.'.join(path)} as {kind}"
+            return f"its DWARF does not give {structure}.{'.'.join(path)} as {' or '.join(kinds)}"
         offsets[field] = offset
     sizes = {name: found[name].size for name in ("runtime.m", "runtime.g")}
+    for name, size in sizes.items():
+        if not 0 < size <= MAX_RECORD:
+            return f"its DWARF gives {name} {size} bytes"
     return GoRuntime(allm.value, sizes, offsets)
 
 
