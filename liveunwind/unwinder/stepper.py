@@ -211,8 +211,14 @@ class Stepper:
     def _go_resume(
         self, frame: Frame, module: Module | None, tid: int, frames: list[Frame]
     ) -> Resumed | str | None:
-        """Where a walk ending at ``frame`` goes on: a goroutine, why not (Go), or None."""
-        if module is None:
+        """Where a walk ending at ``frame`` goes on: a goroutine, why not (Go), or None.
+
+        Only a Go program's walks are asked (a module with ``.gopclntab``):
+        no other backtrace imports the crossing.
+        """
+        if module is None or not any(
+            source.label == ".gopclntab" for source in module.unwind_sources.get("cfi", ())
+        ):
             return None
         if self._go_switch is None:
             from liveunwind.unwinder.goswitch import GoSwitch

@@ -29,9 +29,11 @@ from pathlib import Path
 import pytest
 
 from liveunwind.backtrace.api import attach, open_core
+from liveunwind.cli.report import to_json_document
 from liveunwind.frames import Backtrace, Method, ThreadBacktrace
 from tests.support.cores import unlimited_core
 from tests.support.programs import RunningProgram
+from tests.support.schema import VALIDATOR
 from tests.support.waits import wait_until
 
 NAME = "goswitch"
@@ -176,6 +178,11 @@ def test_live_goroutines_equal_gos_own_traceback(run: _Run) -> None:
     go = go_goroutines(run.crash_text)
     for backtrace in run.live:
         check_against_go(backtrace, go)
+    # The JSON document marks the crossing with its method, as the schema allows.
+    document = to_json_document(run.live[0])
+    VALIDATOR.validate(document)
+    methods = [frame["method"] for thread in document["threads"] for frame in thread["frames"]]
+    assert methods.count("goroutine") >= 2
 
 
 def test_kernel_core_goroutines_equal_gos_own_traceback(run: _Run, go_build: Path) -> None:
