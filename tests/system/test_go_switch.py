@@ -37,6 +37,8 @@ from tests.support.schema import VALIDATOR
 from tests.support.waits import wait_until
 
 NAME = "goswitch"
+#: Seconds a thread may take to stop (the default's half second is short for a busy machine).
+STOP_TIMEOUT = 10.0
 #: A frame line of Go's traceback: the function, then its arguments.
 _FRAME = re.compile(r"^(?P<function>\S+)\((?P<args>.*)\)$")
 _WHERE = re.compile(r"\bsp=(?P<sp>0x[0-9a-f]+) pc=(?P<pc>0x[0-9a-f]+)")
@@ -133,7 +135,7 @@ class _Run:
 
 def _world_stopping(pid: int) -> bool:
     """Whether some thread of ``pid`` is in the stop of the world (its goroutine switched)."""
-    backtrace = attach(pid, snapshot=False)
+    backtrace = attach(pid, snapshot=False, stop_timeout=STOP_TIMEOUT)
     return any(
         f.function == "runtime.stopTheWorldWithSema" for t in backtrace.threads for f in t.frames
     )
@@ -157,9 +159,10 @@ def run(go_build: Path, tmp_path_factory: pytest.TempPathFactory) -> _Run:
     try:
         program.wait_ready({NAME}, timeout=30)
         wait_until(lambda: _world_stopping(program.pid), 30, "the stop of the world")
+        # The spinning thread may take long to stop on a loaded machine.
         live = [
-            attach(program.pid, verbose=True),
-            attach(program.pid, snapshot=False, verbose=True),
+            attach(program.pid, verbose=True, stop_timeout=STOP_TIMEOUT),
+            attach(program.pid, snapshot=False, verbose=True, stop_timeout=STOP_TIMEOUT),
         ]
         os.kill(program.pid, signal.SIGQUIT)
         program.popen.wait(timeout=60)
