@@ -144,7 +144,7 @@ class GoSwitch:
             return f"{switch}: goroutine not followed: {layout}"
         try:
             return self._resume(frame, module, source, layout, tid, frames, switch)
-        except MemoryReadError as error:
+        except (MemoryReadError, FormatError) as error:
             return f"{switch}: goroutine not followed: {error}"
 
     def _resume(
