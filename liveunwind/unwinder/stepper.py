@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.sources import Source
     from liveunwind.targets.base import AddressSpace, ThreadState
+    from liveunwind.unwinder.goswitch import GoSwitch, Resumed
     from liveunwind.unwinder.plan import Plan
 
     #: A strategy: ``step(walk)`` of a module in liveunwind/unwinder/strategies/.
@@ -120,6 +121,8 @@ class Stepper:
         )
         #: The function holding the program's entry point: the outermost frame.
         self._entry = space.entry_point()
+        #: Go's switches from g0 into goroutines, made the first time a walk ends at one.
+        self._go_switch: GoSwitch | None = None
 
     # -- the walk -------------------------------------------------------------
 
@@ -190,19 +193,28 @@ class Stepper:
                 guessed = guessed or method in _GUESSES
             frame.cfa = cfa
             caller_pc = caller.get(arch.pc)
-            if caller_pc is None:
-                break  # end of stack: the table says the return address is undefined
-            if caller_pc == 0:
-                if guessed:
-                    # Read off a stack a guess placed: a zero there proves nothing.
-                    reason = StopReason.NO_OUTERMOST_FRAME
-                    detail = f"return address 0 at pc {pc:#x}, after a guessed frame"
-                break  # end of stack: a zero return address ends the chain
+            switched = False
+            if caller_pc is None or caller_pc == 0:
+                # The end of the stack: the return address is undefined or zero; unless
+                # the frame is Go's switch to its scheduler stack, which leads on into
+                # the goroutine that switched (unwinder/goswitch.py).
+                resumed = self._go_resume(frame, module, thread.tid, frames)
+                if resumed is None or isinstance(resumed, str):
+                    detail = resumed or ""
+                    if resumed is None and caller_pc == 0 and guessed:
+                        # Read off a stack a guess placed: a zero there proves nothing.
+                        reason = StopReason.NO_OUTERMOST_FRAME
+                        detail = f"return address 0 at pc {pc:#x}, after a guessed frame"
+                    break
+                _note(walk, resumed.note)
+                caller, interrupted = resumed.registers, resumed.exact_pc
+                method, caller_pc, switched = Method.GOROUTINE, caller[arch.pc], True
             caller_sp = caller.get(arch.sp, 0)
-            if method in _GUESSES and not _on(walk.stack_range, caller_sp):
-                # A checked guess moved to another stack (a runtime's own): walk on it.
+            if switched or (method in _GUESSES and not _on(walk.stack_range, caller_sp)):
+                # A goroutine's own stack, or a checked guess that moved to another stack
+                # (a runtime's own): walk on it; a guess may scan only a goroutine's.
                 walk.stack_range = self._stack_at(caller_sp)
-                walk.foreign_stack = walk.stack_range != own_stack
+                walk.foreign_stack = not switched and walk.stack_range != own_stack
                 previous_cfa = None
             elif frame.signal_frame:
                 # The interrupted code may run on another stack (Go's signal handlers
@@ -228,6 +240,24 @@ class Stepper:
             state=thread.state,
             stop_notes=walk.notes or [],
         )
+
+    def _go_resume(
+        self, frame: Frame, module: Module | None, tid: int, frames: list[Frame]
+    ) -> Resumed | str | None:
+        """Where a walk ending at ``frame`` goes on: a goroutine, why not (Go), or None.
+
+        Only a Go program's walks are asked (a module with ``.gopclntab``):
+        no other backtrace imports the crossing.
+        """
+        if module is None or not any(
+            source.label == ".gopclntab" for source in module.unwind_sources.get("cfi", ())
+        ):
+            return None
+        if self._go_switch is None:
+            from liveunwind.unwinder.goswitch import GoSwitch
+
+            self._go_switch = GoSwitch(self.space, self.modules)
+        return self._go_switch.resume(frame, module, tid, frames)
 
     def step(
         self, registers: dict[int, int], frame: Frame, module: Module | None, walk: Walk

@@ -5,8 +5,8 @@ Each target (see ``tests/support/fuzzing.py``) runs for ``FUZZ_SECONDS`` seconds
 several minutes) from real inputs the other tests make: kernel cores and a
 gcore core, Mach-O files and the cores ``tools/macho_core.py`` writes of
 them, ELF files with ``.eh_frame``/``.sframe``/symbols, DWARF 2–5 and
-compressed debug info, a Go program's ``.gopclntab``, the SFrame vectors,
-compact unwind tables, DWARF expressions and GDB remote replies.  Only
+compressed debug info, a Go program's ``.gopclntab`` and scheduler layout
+(DWARF), the SFrame vectors, compact unwind tables, DWARF expressions and GDB remote replies.  Only
 typed errors may come out, each input within its CPU and wall time bounds
 and its memory bound.  ``FUZZ_SEED`` picks the inputs: a fixed one by
 default, so that ``make test`` (and CI) replays the same edits every run and
@@ -97,6 +97,11 @@ def go_files() -> list[str]:
     return [str(build("go") / "goroutines")]
 
 
+def go_switch_files() -> list[str]:
+    folder = build("go")
+    return [str(folder / "goswitch"), str(folder / "goswitch-dwarf")]
+
+
 def sframe_vectors() -> list[str]:
     return sorted(str(path) for path in SFRAME_VECTORS.glob("*.json"))
 
@@ -109,6 +114,7 @@ TARGETS = {
     "elf-unwind": lambda folder, build: elf_files(build),
     "dwarf-lines": lambda folder, build: dwarf_files(),
     "gopclntab": lambda folder, build: go_files(),
+    "go-runtime": lambda folder, build: go_switch_files(),
     "sframe": lambda folder, build: sframe_vectors(),
     "compact": lambda folder, build: macho_files(),
     "dwarf-expr": lambda folder, build: [],

@@ -395,6 +395,22 @@ def _gopclntab_target(paths: list[str]) -> Target:
     return Target("gopclntab", [data], [[(0, min(len(data), 1 << 16)), (0, len(data))]], run)
 
 
+def _go_runtime_target(paths: list[str]) -> Target:
+    """A Go program's scheduler layout: runtime.allm and its structures' members from DWARF."""
+    from liveunwind.formats.elf import ElfImage
+    from liveunwind.modules.goruntime import read_runtime
+    from liveunwind.modules.lines import ModuleLines
+
+    bases = [Path(path).read_bytes() for path in paths]
+    hot = [elf_regions(base, (".debug_info", ".debug_abbrev", ".symtab")) for base in bases]
+
+    def run(data: bytes, which: int) -> None:
+        image = ElfImage(data, origin="fuzzed")
+        read_runtime(image, lambda: ModuleLines(image))
+
+    return Target("go-runtime", bases, hot, run)
+
+
 def _sframe_target(paths: list[str]) -> Target:
     from liveunwind.formats.unwind.sframe import SFrameSection
 
@@ -521,6 +537,7 @@ BUILDERS: dict[str, Callable[[list[str]], Target]] = {
     "elf-unwind": _elf_file_target,
     "dwarf-lines": _dwarf_lines_target,
     "gopclntab": _gopclntab_target,
+    "go-runtime": _go_runtime_target,
     "sframe": _sframe_target,
     "compact": _compact_target,
     "dwarf-expr": _dwarf_expression_target,
