@@ -1,0 +1,94 @@
+"""Where the command's output goes: files written whole or not at all, and stdout.
+
+A file the user names (``profile --svg``, ``--collapsed-out``) is written to
+a temporary file beside it, created before any sampling (so a folder that
+cannot be written fails at once) and renamed over the name only once all of
+it is on disk.  Interrupted, killed or out of space, the name holds either
+what it held before or the whole new output, never half of it; the
+temporary file is removed on every way out but SIGKILL.
+
+A write that fails (a full disk, a quota, an I/O error), to a file or to
+stdout, is one line and exit code 74 (:class:`OutputError`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from liveunwind.errors import LiveUnwindError, UsageError
+
+
+class OutputError(LiveUnwindError):
+    """An output could not be written (sysexits.h's EX_IOERR)."""
+
+    exit_code = 74
+
+
+class AtomicFile:
+    """A file written under a temporary name in its folder, renamed to ``path`` when complete."""
+
+    def __init__(self, path: str) -> None:
+        """Creates the temporary file; a folder that cannot take it is a UsageError."""
+        self.path = path
+        folder, name = os.path.split(os.path.abspath(path))
+        self._temporary: str | None = None
+        import tempfile  # only the commands that write files pay for it
+
+        try:
+            descriptor, self._temporary = tempfile.mkstemp(
+                prefix=f".{name}.", suffix=".part", dir=folder
+            )
+        except OSError as error:
+            raise UsageError(f"cannot write {path}: {error.strerror}") from None
+        os.close(descriptor)
+
+    def commit(self, text: str) -> None:
+        """Writes ``text`` to the temporary file, flushes it to disk and renames it to ``path``."""
+        temporary = self._temporary
+        if temporary is None:
+            raise ValueError(f"{self.path} was already written or discarded")
+        try:
+            with open(temporary, "w", encoding="utf-8") as stream:
+                stream.write(text)
+                stream.flush()
+                os.fsync(stream.fileno())
+            os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes it 0600
+            os.replace(temporary, self.path)
+        except OSError as error:
+            self.discard()
+            raise OutputError(
+                f"cannot write {self.path}: {error.strerror} (nothing was written there)"
+            ) from None
+        self._temporary = None
+
+    def discard(self) -> None:
+        """Removes the temporary file (interrupted, or another output failed)."""
+        temporary, self._temporary = self._temporary, None
+        if temporary is not None:
+            try:  # noqa: SIM105 (contextlib.suppress would import contextlib for this alone)
+                os.unlink(temporary)
+            except OSError:
+                pass  # already gone: nothing to clean
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it: the only way POSIX offers)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def emit(text: str) -> None:
+    """Writes ``text`` to stdout; a stdout that cannot take it (a full disk) is an OutputError.
+
+    A reader that went away (BrokenPipeError) is left to the caller, which
+    ends quietly.
+    """
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as error:
+        raise OutputError(f"cannot write the output: {error.strerror}") from None
