@@ -203,6 +203,8 @@ class Profile:
         #: not counted), and the samples counted under OVERFLOW instead of their own.
         self.distinct = 0
         self.overflowed = 0
+        #: Walks that ended before the end of their stack, by why (StopReason's words).
+        self.incomplete_reasons: Counter[str] = Counter()
 
     @property
     def rate(self) -> float:
@@ -244,6 +246,7 @@ class Profile:
                 thread.running_stacks[stack] += 1
             if not walked.complete:
                 thread.incomplete += 1
+                self.incomplete_reasons[walked.stop_reason.value] += 1
         self._problems.update(dict.fromkeys(backtrace.problems))
         timings = self.timings
         for phase, seconds in backtrace.timings.items():
@@ -372,7 +375,7 @@ def record(
                 profile.end, profile.end_detail = END_TARGET_LOST, str(error)
                 break
             profile.add(backtrace)
-            slot = _next_slot(profile, slot + 1, started, period)
+            slot = _next_slot(profile, slot + 1, started, period, slots)
             if on_sample is not None:
                 on_sample(profile, time.perf_counter() - started)
     except KeyboardInterrupt:
@@ -388,20 +391,23 @@ def record(
     return profile
 
 
-def _next_slot(profile: Profile, slot: int, started: float, period: float) -> int:
+def _next_slot(profile: Profile, slot: int, started: float, period: float, slots: float) -> int:
     """The slot of the next sample: ``slot``, unless sampling fell too far behind.
 
     A sample that ran late is followed at once by the next, until the
     schedule is kept again — a short stall (liveunwind itself waiting for a
     CPU) is made up.  More than CATCH_UP behind, the whole periods missed
-    are given up instead (counted in ``missed``): a burst of back-to-back
+    are given up instead (counted in ``missed``, so that the samples and
+    the missed slots of a run that ends by the clock add up to its slots,
+    ``duration * rate``): a burst of back-to-back
     samples would stop the process again and again and crowd the samples
     into one moment.
     """
     late = time.perf_counter() - (started + slot * period)
     if late <= CATCH_UP:
         return slot
-    skipped = int(late / period)
+    # Slots past the last one (``slots``) were never due: not missed.
+    skipped = int(min(late / period, max(slots - slot, 0)))
     profile.missed += skipped
     return slot + skipped
 

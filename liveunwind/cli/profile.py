@@ -266,6 +266,10 @@ def _notes(profile: Profile) -> list[str]:
             if thread.incomplete
         )
         notes.append(f"note: {profile.incomplete} of {walks} walks ended early ({ended})")
+        why = "; ".join(
+            f"{reason}: {count}" for reason, count in profile.incomplete_reasons.most_common()
+        )
+        notes.append(f"note: why they ended early: {why}")
     notes += folding_notes(profile)
     if profile.missed:
         notes.append(
@@ -315,6 +319,7 @@ def to_json_document(profile: Profile) -> dict[str, Any]:
         "end_detail": profile.end_detail,
         "cpu_percent": profile.cpu_percent,
         "incomplete": profile.incomplete,
+        "incomplete_reasons": dict(profile.incomplete_reasons.most_common()),
         "problems": profile.problems,
         "per_thread": profile.per_thread,
         "threads_seen": profile.threads_seen,
