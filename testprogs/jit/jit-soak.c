@@ -6,8 +6,8 @@
  *               "worker" (a thread-per-request server): it spins a little,
  *               then exits — joined, or detached;
  *   loader      dlopens libsoak-a.so and libsoak-b.so (next to the program)
- *               in turn, calls soak_work() in each and dlcloses it: the
- *               module map moves every few milliseconds;
+ *               in turn, calls soak_work() in each, keeps it 2 ms and
+ *               dlcloses it: the module map moves every few milliseconds;
  *   jitter      every JIT_EVERY_MS a fresh executable mapping holding
  *               jit_outer and jit_inner (jitcode.h), described through the
  *               GDB JIT interface (jitgdb.h) and appended to
@@ -99,8 +99,8 @@ static void *loader(void *unused)
         if (!work)
             tp_die("dlsym soak_work");
         work();
+        sleep_ms(2); /* loaded for a while: a sample sees one library or the other */
         dlclose(library);
-        sleep_ms(2);
     }
     return NULL;
 }
