@@ -403,8 +403,9 @@ def run() -> None:
         except (BrokenPipeError, ValueError):
             pass  # the reader went away (or the stream is closed): nothing left to say
         except OSError as error:  # stdout on a full disk
-            print(f"liveunwind: cannot write the output: {error.strerror}", file=sys.stderr)
-            status = max(status, OutputError.exit_code)
+            if status != OutputError.exit_code:  # else main() said so already
+                print(f"liveunwind: cannot write the output: {error.strerror}", file=sys.stderr)
+                status = OutputError.exit_code
     os._exit(status)
 
 
