@@ -19,7 +19,15 @@ import signal
 import sys
 import time
 
-from liveunwind.backtrace.profile import END_DURATION, MAX_RATE, MAX_STACKS, record
+from liveunwind.backtrace.profile import (
+    END_DURATION,
+    MAX_FRAMES,
+    MAX_NAMES,
+    MAX_RATE,
+    MAX_STACKS,
+    OVERFLOW,
+    record,
+)
 from liveunwind.cli.output import AtomicFile, emit
 
 TYPE_CHECKING = False
@@ -284,8 +292,9 @@ def folding_notes(profile: Profile) -> list[str]:
     notes = []
     if profile.overflowed:
         notes.append(
-            f"note: {profile.overflowed} samples had a stack beyond the {MAX_STACKS:,} "
-            "distinct ones kept; they are counted under one name"
+            f"note: {profile.overflowed} samples had a stack beyond those kept (at most "
+            f"{MAX_STACKS:,} stacks, {MAX_FRAMES:,} frames, {MAX_NAMES:,} names); they are "
+            f"counted under {OVERFLOW[0]}"
         )
     if profile.threads_folded:
         how = (
