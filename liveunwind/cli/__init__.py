@@ -339,7 +339,8 @@ def commands() -> list[Command]:
             _per_thread_option(),
             Option(
                 "--merge",
-                "one tower for all threads in --svg and --collapsed-out (default: one per thread)",
+                "one tower for all threads in --svg and --collapsed-out "
+                "(default: one per thread name)",
                 value=False,
             ),
             # Per-frame notes have no place in a sum of samples: every walk option but --verbose.
