@@ -70,8 +70,8 @@ def profile_command(arguments: SimpleNamespace, options: BacktraceOptions) -> in
     from liveunwind.backtrace.session import Session
 
     session = Session(arguments.pid, threads=arguments.threads, options=options)
-    outputs = _open_outputs(arguments.svg, arguments.collapsed_out)
     progress = _Progress(arguments.pid, arguments.duration) if sys.stderr.isatty() else None
+    outputs = _open_outputs(arguments.svg, arguments.collapsed_out)
     try:
         try:
             with _StopRequest() as stop:
