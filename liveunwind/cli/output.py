@@ -16,6 +16,7 @@ stdout, is one line and exit code 74 (:class:`OutputError`).
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 from liveunwind.errors import LiveUnwindError, UsageError
@@ -60,9 +61,15 @@ class AtomicFile:
                 return
             self._target = os.path.realpath(path)
             folder, name = os.path.split(self._target)
-            descriptor, self._temporary = tempfile.mkstemp(
-                prefix=f".{name}.", suffix=".part", dir=folder
-            )
+            # Held until the name is kept here, where discard() finds it: a
+            # signal in between would leave the file behind.
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+            try:
+                descriptor, self._temporary = tempfile.mkstemp(
+                    prefix=f".{name}.", suffix=".part", dir=folder
+                )
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
         except OSError as error:
             raise UsageError(f"cannot write {path}: {error.strerror}") from None
         os.close(descriptor)
