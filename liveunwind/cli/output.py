@@ -70,9 +70,12 @@ class AtomicFile:
                 )
             finally:
                 signal.pthread_sigmask(signal.SIG_SETMASK, held)
+            os.close(descriptor)  # a signal held above is raised by here, inside the try
         except OSError as error:
             raise UsageError(f"cannot write {path}: {error.strerror}") from None
-        os.close(descriptor)
+        except BaseException:
+            self.discard()
+            raise
 
     def commit(self, text: str) -> None:
         """Writes ``text``, flushed to disk, and renames the temporary file to ``path``."""
