@@ -49,7 +49,11 @@ REPEAT = 2000 if LONG else 200
 #: The bounds liveunwind keeps against this target (measured: see docs/profiling.md).
 RSS_BOUND = 120 << 20
 RSS_GROWTH = 6 << 20
-FD_BOUND = 24
+#: Descriptors: stdin/out/err, a few of liveunwind's own (/proc files, the pipe to the
+#: tracer thread, an output), and per file-backed module of the map — jit-soak, libc,
+#: ld.so, libsoak-a or -b — its file and its debug file, for the current map and the
+#: one it takes over from: 3 + 5 + 2 × 2 × 5 = 28, rounded up.
+FD_BOUND = 32
 #: Longest the target may be seen held (stopped or traced) without a break.
 HELD_LONGEST = 1.0
 EVERY = 0.02
