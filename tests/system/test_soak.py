@@ -148,7 +148,7 @@ def watched_run(
     )
     watch = Watch(process.pid, target)
     try:
-        out, err = process.communicate(timeout=600)
+        out, err = process.communicate(timeout=3600 if LONG else 600)
     finally:
         process.kill()
         watch.stop()
