@@ -4,7 +4,9 @@ The real command runs against a real target and gets SIGINT or SIGTERM at
 random instants spread over its whole run — while Python imports it,
 attaches, copies, walks, samples and writes.  After each: no traceback
 (but what Python itself prints while it starts, before liveunwind's code
-runs: ``tests.support.interrupts.python_start_up``), the exit code the
+runs: ``tests.support.interrupts.python_start_up`` — allowed only when the
+process had no SIGTERM handler yet, which liveunwind installs from its first
+line), the exit code the
 signal calls for (or the run's own, when it ended first), every thread of
 the target neither stopped nor traced, and each output file either absent
 or complete — valid JSON, an SVG that parses, folded stacks whole — with
@@ -51,44 +53,58 @@ def target(testprogs_build: Path) -> RunningProgram:
         yield program
 
 
-def signalled(arguments: list[str], rng: random.Random, spread: float) -> tuple[int, int, str, str]:
-    """Runs ``liveunwind ARGS`` and signals it at a random instant: (signal, status, out, err)."""
-    sent = rng.choice((signal.SIGINT, signal.SIGTERM))
-    runner = subprocess.Popen(
-        [sys.executable, "-m", "liveunwind", *arguments],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd="/",
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
-    )
-    time.sleep(rng.uniform(0, spread))
-    runner.send_signal(sent)
-    out, err = runner.communicate(timeout=60)
-    return sent, runner.returncode, out, err
+class Ending:
+    """One run signalled at a random instant: what was sent, when, and how it ended."""
+
+    def __init__(self, arguments: list[str], rng: random.Random, spread: float) -> None:
+        self.sent = rng.choice((signal.SIGINT, signal.SIGTERM))
+        runner = subprocess.Popen(
+            [sys.executable, "-m", "liveunwind", *arguments],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd="/",
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        )
+        time.sleep(rng.uniform(0, spread))
+        #: Whether liveunwind's code had run when the signal was sent: the package
+        #: catches SIGTERM from its first line on, Python does not (its SigCgt mask).
+        self.ours = catches_sigterm(runner.pid)
+        runner.send_signal(self.sent)
+        self.out, self.err = runner.communicate(timeout=60)
+        self.status = runner.returncode
+
+    def check(self, finished: set[int]) -> str:
+        """The exit status and stderr fit the signal; how the run ended."""
+        sent, status, err = self.sent, self.status, self.err
+        if not self.ours and (python_start_up(err) or status == -sent):
+            # Before liveunwind's code ran: Python's own way out, nothing was touched.
+            assert status in (-sent, 1), (status, err)
+            return "python start-up"
+        assert "Traceback" not in err, err
+        if status == EXIT_CODES[sent]:
+            # Silent while Python was still importing liveunwind, else one line.
+            assert err.strip() in ("", MESSAGES[sent]), err
+            return f"exit {status}"
+        assert status in finished, (sent, status, self.ours, err)  # it ended before the signal
+        return "finished"
 
 
-def check_ending(sent: int, status: int, err: str, finished: set[int]) -> str:
-    """The exit status and stderr fit the signal; how the run ended."""
-    if python_start_up(err) or status == -sent:
-        # Before liveunwind's code ran: Python's own way out, nothing was touched.
-        assert status in (-sent, 1), (status, err)
-        return "python start-up"
-    assert "Traceback" not in err, err
-    if status == EXIT_CODES[sent]:
-        # Silent while Python was still importing liveunwind, else one line.
-        assert err.strip() in ("", MESSAGES[sent]), err
-        return f"exit {status}"
-    assert status in finished, (sent, status, err)  # it ended before the signal came
-    return "finished"
+def catches_sigterm(pid: int) -> bool:
+    """Whether process ``pid`` has a handler for SIGTERM (/proc/PID/status SigCgt)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True  # it ended already: it ran to its end
+    caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
 
 
 def check_endings(endings: Counter[str], runs: int) -> None:
-    """The signals landed mid-run, and liveunwind ended more runs (130 or 143) than Python's
-    start-up did: a SIGTERM that killed the process outright would count as start-up."""
-    handled = endings["exit 130"] + endings["exit 143"]
-    assert handled >= runs // 4 and endings["exit 143"], endings
-    assert handled > endings["python start-up"], endings
+    """Signals landed while liveunwind ran and ended it with 130 and 143 (a SIGTERM that
+    killed the process outright, as before it was handled, never gives 143)."""
+    assert endings["exit 130"] + endings["exit 143"] >= runs // 10, endings
+    assert endings["exit 143"], endings
 
 
 def test_pid_signalled_at_random_instants(target: RunningProgram) -> None:
@@ -96,11 +112,11 @@ def test_pid_signalled_at_random_instants(target: RunningProgram) -> None:
     endings: Counter[str] = Counter()
     for _ in range(PID_RUNS):
         arguments = ["pid", str(target.pid), "--json", *rng.choice(((), ("--no-snapshot",)))]
-        sent, status, out, err = signalled(arguments, rng, PID_SPREAD)
-        ending = check_ending(sent, status, err, {0, 1})
+        run = Ending(arguments, rng, PID_SPREAD)
+        ending = run.check({0, 1})
         endings[ending] += 1
         if ending == "finished":
-            assert json.loads(out)["pid"] == target.pid
+            assert json.loads(run.out)["pid"] == target.pid
         assert_let_go(target.pid)
     check_endings(endings, PID_RUNS)
 
@@ -116,12 +132,12 @@ def test_profile_signalled_at_random_instants(target: RunningProgram, tmp_path: 
         svg, folded = folder / "flame.svg", folder / "stacks.folded"
         arguments = ["profile", str(target.pid), "--duration", "0.3", "--rate", "200"]
         arguments += ["--json", "--svg", str(svg), "--collapsed-out", str(folded)]
-        sent, status, out, err = signalled(arguments, rng, PROFILE_SPREAD)
-        ending = check_ending(sent, status, err, {0})
+        run = Ending(arguments, rng, PROFILE_SPREAD)
+        ending = run.check({0})
         endings[ending] += 1
         if ending == "finished":  # or sampling was asked to end, which is the same
-            assert json.loads(out)["samples"] > 0
-            assert svg.exists() and folded.exists(), err
+            assert json.loads(run.out)["samples"] > 0
+            assert svg.exists() and folded.exists(), run.err
         if svg.exists():
             assert ElementTree.parse(svg).getroot().tag.endswith("svg")
         if folded.exists():
@@ -133,5 +149,5 @@ def test_profile_signalled_at_random_instants(target: RunningProgram, tmp_path: 
             ["flame.svg", "stacks.folded"],
         )  # folded stacks are written first, and no temporary file is left
         assert_let_go(target.pid)
-    assert endings["finished"] >= PROFILE_RUNS // 5, endings  # signals while sampling
+    assert endings["finished"], endings  # signals while sampling
     check_endings(endings, PROFILE_RUNS)
