@@ -54,22 +54,24 @@ def _end_quietly_while_starting() -> None:
 
     This package is the first of liveunwind's code the command runs (``python
     -m liveunwind`` imports it first; the ``liveunwind`` script imports
-    ``liveunwind.cli`` through it).  Until the
-    command installs its own handlers (``cli.run``) nothing is held and
-    nothing written, so exiting on the spot, 128 + the signal's number as
-    shells report it, is all there is to do — where a KeyboardInterrupt in
-    the middle of an import would print a traceback.  Imported as a library,
-    nothing changes.
+    ``liveunwind.cli`` through it).  Until the command installs its own
+    handlers (``cli.run``) nothing is held and nothing written, so exiting
+    on the spot, 128 + the signal's number as shells report it, is all there
+    is to do — where a KeyboardInterrupt in the middle of an import would
+    print a traceback.  Imported as a library, nothing changes.
     """
     if not _run_as_the_command():
         return
-    import signal
+    # Python loaded _signal (the C module under signal.py) before any of this:
+    # taking it is a lookup, where importing signal.py would be half a
+    # millisecond of import machinery a Ctrl-C could still land in.
+    signals = sys.modules.get("_signal") or __import__("signal")
 
     def end(signum: int, _frame: object) -> None:
         os._exit(128 + signum)
 
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, end)
+    for signum in (signals.SIGINT, signals.SIGTERM):
+        signals.signal(signum, end)
 
 
 def _run_as_the_command() -> bool:
