@@ -1,6 +1,7 @@
 """SIGINT and SIGTERM at any instant (issue 29 item 3): 130/143, no traceback, the target as found.
 
-The real command runs against a real target and gets SIGINT or SIGTERM at
+The real command (``python -m liveunwind``, or the console script pip wrote)
+runs against a real target and gets SIGINT or SIGTERM at
 random instants spread over its whole run — while Python imports it,
 attaches, copies, walks, samples and writes.  After each: no traceback
 (but what Python itself prints while it starts, before liveunwind's code
@@ -44,6 +45,10 @@ PID_SPREAD = 0.3
 PROFILE_SPREAD = 0.8
 FOLDED_LINE = re.compile(r"^[^;\n]+(;[^;\n]+)* \d+$")
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+#: ``python -m liveunwind``, and the console script pip wrote (it imports
+#: ``liveunwind.cli``; PYTHONPATH makes it this checkout's) where there is one.
+SCRIPT = Path(sys.executable).with_name("liveunwind")
+LAUNCHERS = [[sys.executable, "-m", "liveunwind"], *([[str(SCRIPT)]] if SCRIPT.exists() else [])]
 MESSAGES = {signal.SIGINT: "liveunwind: interrupted", signal.SIGTERM: "liveunwind: terminated"}
 
 
@@ -59,7 +64,7 @@ class Ending:
     def __init__(self, arguments: list[str], rng: random.Random, spread: float) -> None:
         self.sent = rng.choice((signal.SIGINT, signal.SIGTERM))
         runner = subprocess.Popen(
-            [sys.executable, "-m", "liveunwind", *arguments],
+            [*rng.choice(LAUNCHERS), *arguments],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
