@@ -13,7 +13,8 @@ SYSTEM_PACKAGES := gcc g++ make binutils gdb elfutils sqlite3 python3 debootstra
 	libc6-dbg zstd lz4 debuginfod gdbserver golang-go rustc python3-dbg python3-dev \
 	chromium
 
-.PHONY: all system-deps venv testprogs sid-rootfs freethreaded-python demo test unit lint fuzz bench integration clean
+.PHONY: all system-deps venv testprogs sid-rootfs freethreaded-python demo test unit lint fuzz soak \
+	bench integration clean
 
 all: venv testprogs
 
@@ -82,6 +83,14 @@ FUZZ_SEED ?= $(shell date +%s%N)
 fuzz: system-deps venv testprogs
 	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_FINDINGS=$(FUZZ_FINDINGS) FUZZ_SEED=$(FUZZ_SEED) \
 		$(VPY) -m pytest -q -p no:cacheprovider tests/fuzz
+
+# The long soak (tests/system/test_soak.py and test_interrupts.py with SOAK=long):
+# testprogs/jit/jit-soak profiled for 20,000 slots at 1000 Hz and backtraced with
+# --repeat 2000 while liveunwind's RSS and descriptors are watched, and 100 signals
+# at random instants; `make test` runs the short form.  Figures: docs/profiling.md.
+soak: system-deps venv testprogs
+	SOAK=long $(VPY) -m pytest -q -s -p no:cacheprovider tests/system/test_soak.py \
+		tests/system/test_interrupts.py
 
 # Not part of `make test`: times liveunwind against its peers (see bench/run.py)
 # and writes bench/results.json; bench/profile.py: `profile` against py-spy and perf.

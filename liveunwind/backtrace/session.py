@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.targets.base import AddressSpace
     from liveunwind.targets.live.ptrace import PtraceProcess
+    from liveunwind.unwinder.cache import UnwindCache
 
 
 class Session:
@@ -53,6 +54,16 @@ class Session:
         self.total_cap = total_cap
         self.stop_timeout = stop_timeout
         self._backtracer = Backtracer(chosen(options, keywords), live_pid=pid)
+
+    @property
+    def cache(self) -> UnwindCache:
+        """What the session learned per pc; its ``generation`` counts the module map's moves."""
+        return self._backtracer.cache
+
+    @property
+    def modules(self) -> ModuleMap | None:
+        """The module map of the last backtrace (what the session keeps of the process's files)."""
+        return self._backtracer.modules
 
     def backtrace(self) -> Backtrace:
         """Stops the process, takes what unwinding needs, lets it go, and unwinds.

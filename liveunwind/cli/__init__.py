@@ -2,16 +2,20 @@
 
 Exit codes: 0 every thread's walk reached the end of its stack, 1 some
 thread's walk ended early, 2 the target could not be used, 64 usage error,
-69 an optional package the target needs is not installed, 130 interrupted.
-Every failure is one line on stderr, never a traceback.
+69 an optional package the target needs is not installed, 74 an output
+could not be written (a full disk), 130 interrupted (SIGINT), 143
+terminated (SIGTERM).  Every failure is one line on stderr, never a
+traceback, and the target is left as it was found.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 
+from liveunwind.cli.output import OutputError, emit
 from liveunwind.cli.parse import (
     Command,
     HelpRequested,
@@ -35,7 +39,9 @@ EXIT_COMPLETE = 0
 EXIT_INCOMPLETE = 1
 #: sysexits.h's EX_UNAVAILABLE: the target is fine, this installation lacks a part.
 EXIT_MISSING_PACKAGE = 69
-EXIT_INTERRUPTED = 130
+#: 128 + the signal's number, as shells report a command a signal ended.
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+EXIT_TERMINATED = 128 + signal.SIGTERM
 
 #: Packages liveunwind imports only for some targets: what needs each, and the
 #: extra that installs it (pyproject.toml's optional-dependencies).
@@ -168,6 +174,16 @@ def _walk_options() -> list[Option]:
     ]
 
 
+def _per_thread_option() -> Option:
+    """``--per-thread``: folded stacks, flame graph and thread table by tid, not by name."""
+    return Option(
+        "--per-thread",
+        "count each thread apart (name-tid) instead of every thread of a name together "
+        "(the default, which keeps a run over short-lived threads bounded)",
+        value=False,
+    )
+
+
 def _file_tables() -> tuple[str, ...]:
     """``unwind-info --format``: the registry's tables a file can carry."""
     from liveunwind.sources import SOURCES, TABLE
@@ -207,6 +223,7 @@ def commands() -> list[Command]:
                 "print folded stacks (thread;outer;...;inner count) over all backtraces",
                 value=False,
             ),
+            _per_thread_option(),
             Option(
                 "--stack-cap",
                 "bytes of each thread stack to copy, from the stack pointer up "
@@ -330,9 +347,11 @@ def commands() -> list[Command]:
                 "write folded stacks (thread;outer;...;inner count) to FILE",
                 metavar="FILE",
             ),
+            _per_thread_option(),
             Option(
                 "--merge",
-                "one tower for all threads in --svg and --collapsed-out (default: one per thread)",
+                "one tower for all threads in --svg and --collapsed-out "
+                "(default: one per thread name)",
                 value=False,
             ),
             # Per-frame notes have no place in a sum of samples: every walk option but --verbose.
@@ -346,20 +365,63 @@ def commands() -> list[Command]:
     return [pid, core, remote, info, profile]
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM, raised where the command is, so that what it holds is let go.
+
+    A KeyboardInterrupt, so that whatever ends early on Ctrl-C ends on
+    SIGTERM too; ``exit_code`` says which it was.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.exit_code = 128 + signum
+
+
+def _raise_interrupted(signum: int, _frame: object) -> None:
+    """The first SIGINT or SIGTERM: ignore the next ones, unwind from here.
+
+    The way out (letting go of the target, removing a half-written
+    temporary file, one line on stderr) is short and must not itself be cut
+    short by a second Ctrl-C; SIGKILL still ends everything.
+    """
+    for each in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(each, signal.SIG_IGN)
+    raise Interrupted(signum)
+
+
+def _exit_at_once(signum: int, _frame: object) -> None:
+    """Once everything is written: a signal ends the process, 128 + its number."""
+    os._exit(128 + signum)
+
+
 def run() -> None:
     """The command's entry point: :func:`main`, then exit without tearing Python down.
 
-    Tearing down the interpreter (freeing every module, mapping and cached
-    table) takes 5–10 ms after a cold backtrace, a quarter of the whole run,
-    and nothing needs it: the target is already let go and every file was
-    only read.  So the output is flushed and the process ends at once.
+    SIGINT and SIGTERM raise :class:`Interrupted` wherever the command is
+    (a live target holds them back until it is let go), and end it with
+    130 or 143.  Tearing down the interpreter (freeing every module,
+    mapping and cached table) takes 5–10 ms after a cold backtrace, a
+    quarter of the whole run, and nothing needs it: the target is already
+    let go and every file was only read.  So the output is flushed and the
+    process ends at once.
     """
-    status = main()
+    try:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, _raise_interrupted)
+        status = main()
+    except KeyboardInterrupt as interrupt:  # it came while main() was saying something else
+        status = getattr(interrupt, "exit_code", EXIT_INTERRUPTED)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _exit_at_once)
     for stream in (sys.stdout, sys.stderr):
-        try:  # noqa: SIM105 (contextlib.suppress would import contextlib for this alone)
+        try:
             stream.flush()
         except (BrokenPipeError, ValueError):
             pass  # the reader went away (or the stream is closed): nothing left to say
+        except OSError as error:  # stdout on a full disk
+            if status != OutputError.exit_code:  # else main() said so already
+                print(f"liveunwind: cannot write the output: {error.strerror}", file=sys.stderr)
+                status = OutputError.exit_code
     os._exit(status)
 
 
@@ -379,18 +441,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_MISSING_PACKAGE
-    except KeyboardInterrupt:
-        print("liveunwind: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as interrupt:
+        return _interrupted(interrupt)
     except RuntimeError as error:
         # Python 3.11 wraps a Ctrl-C that lands while a class body binds a
         # descriptor (a lazy import defining a class) in a RuntimeError.
         if not isinstance(error.__cause__, KeyboardInterrupt):
             raise
-        print("liveunwind: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return _interrupted(error.__cause__)
     except BrokenPipeError:
         return EXIT_COMPLETE
+
+
+def _interrupted(interrupt: KeyboardInterrupt) -> int:
+    """One line for a SIGINT (or a KeyboardInterrupt of the API) or a SIGTERM; its exit code."""
+    status = getattr(interrupt, "exit_code", EXIT_INTERRUPTED)
+    print(
+        f"liveunwind: {'terminated' if status == EXIT_TERMINATED else 'interrupted'}",
+        file=sys.stderr,
+    )
+    return status
 
 
 def _run(argv: Sequence[str] | None) -> int:
@@ -402,16 +472,16 @@ def _run(argv: Sequence[str] | None) -> int:
             sys.argv[1:] if argv is None else argv,
         )
     except HelpRequested as help:
-        sys.stdout.write(help.text)
+        emit(help.text)
         return EXIT_COMPLETE
     except VersionRequested:
-        sys.stdout.write(f"liveunwind {_version()}\n")
+        emit(f"liveunwind {_version()}\n")
         return EXIT_COMPLETE
     if arguments.command == "unwind-info":
         from liveunwind.cli.unwindinfo import describe_file
 
         text, found = describe_file(arguments.file, arguments.format, arguments.pc)
-        sys.stdout.write(text)
+        emit(text)
         return EXIT_COMPLETE if found else EXIT_INCOMPLETE
     from liveunwind.sources import parse_unwinders
 
@@ -476,9 +546,13 @@ def _remote_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> i
 
 
 def _pid_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> int:
-    """``liveunwind pid``: one backtrace, or ``--repeat`` of them printed as they come."""
+    """``liveunwind pid``: one backtrace, or ``--repeat`` of them printed as they come.
+
+    ``--collapsed`` counts each backtrace's stacks as it comes (by thread
+    name, or by tid with ``--per-thread``), bounded as ``profile`` is; what
+    was counted together is said on stderr.
+    """
     from liveunwind.backtrace.session import Session
-    from liveunwind.cli.report import format_collapsed
 
     session = Session(
         arguments.pid,
@@ -489,19 +563,27 @@ def _pid_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> int:
         total_cap=arguments.total_stack_cap,
         stop_timeout=arguments.stop_timeout,
     )
-    samples = []
+    folded = None
+    if arguments.collapsed:
+        from liveunwind.backtrace.profile import Profile
+
+        folded = Profile(arguments.pid, 1.0, per_thread=arguments.per_thread)
     status = EXIT_COMPLETE
     for index in range(max(arguments.repeat, 1)):
         if index and arguments.interval:
             time.sleep(arguments.interval)
         backtrace = session.backtrace()
-        if arguments.collapsed:
-            samples.append(backtrace)
+        if folded is not None:
+            folded.add(backtrace)
             status = _stats(arguments, backtrace, status)
         else:
             status = max(status, _print(arguments, backtrace))
-    if arguments.collapsed:
-        sys.stdout.write(format_collapsed(samples))
+    if folded is not None:
+        from liveunwind.cli.profile import folding_notes, format_folded
+
+        emit(format_folded(folded))
+        for note in folding_notes(folded):
+            print(f"liveunwind: {note}", file=sys.stderr)
     return status
 
 
@@ -539,12 +621,9 @@ def _print(arguments: SimpleNamespace, backtrace: Backtrace) -> int:
     from liveunwind.cli.report import format_json, format_text
 
     if arguments.json:
-        sys.stdout.write(format_json(backtrace))
+        emit(format_json(backtrace))
     else:
-        sys.stdout.write(
-            format_text(backtrace, symbols=not arguments.no_symbols, verbose=arguments.verbose)
-        )
-    sys.stdout.flush()
+        emit(format_text(backtrace, symbols=not arguments.no_symbols, verbose=arguments.verbose))
     return _stats(arguments, backtrace, EXIT_COMPLETE)
 
 

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import os
-from collections import Counter
 
 from liveunwind.frames import StopReason
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable
     from typing import Any
 
     from liveunwind.frames import (
@@ -212,20 +210,3 @@ def format_json(backtrace: Backtrace) -> str:
     import json  # only --json needs it; it costs several ms at start-up
 
     return json.dumps(to_json_document(backtrace), indent=2) + "\n"
-
-
-def format_collapsed(backtraces: Iterable[Backtrace]) -> str:
-    """Folded stacks, as flame-graph tools read them: ``thread;outer;…;inner count``.
-
-    Identical stacks of threads with the same name are counted together,
-    across every backtrace given (one per ``--repeat`` sample).  The levels
-    are the profile's: with ``--python`` a level per Python frame under the
-    eval-loop frame that runs it, with ``--lines`` one per inlined call.
-    """
-    from liveunwind.backtrace.profile import stack_of  # the profile's names, one rule
-
-    counts: Counter[str] = Counter()
-    for backtrace in backtraces:
-        for thread in backtrace.threads:
-            counts[";".join([thread.name or str(thread.tid), *stack_of(thread)])] += 1
-    return "".join(f"{stack} {count}\n" for stack, count in sorted(counts.items()))
