@@ -180,7 +180,7 @@ def markdown(results: list[ProgramResult], header: dict[str, object], per_verdic
         walked_off = Counter(name for record in result.threads for name in record.cut)
         if walked_off:
             counted = ", ".join(f"{name} in {count}" for name, count in sorted(walked_off.items()))
-            parts += [f"Oracle walks that went on into pcs outside code (cut there): {counted}.", ""]
+            parts += [f"Oracle walks cut where their pcs left code: {counted} threads.", ""]
         for look in result.looks:
             trouble = [f"{tool} failed: {error}" for tool, error in look.errors.items()]
             if look.moved is not None:
