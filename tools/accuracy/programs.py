@@ -204,6 +204,8 @@ POSTGRES_QUERY = (
     "SELECT b, count(*), sum(a), avg(length(c)), max(a * 2 + b) FROM t WHERE a % 3 <> 0 GROUP BY b;"
 )
 POSTGRES_ROWS = 1_000_000
+POSTGRES_CLIENTS = 2
+"""Clients sending the query, each served by a backend of its own: two threads per instant."""
 POSTGRES_LOOPS = 20_000
 """Queries the client sends: far more than a run lasts (each takes a good part of a second)."""
 
@@ -213,7 +215,7 @@ def _as_postgres(argv: list[str]) -> list[str]:
 
 
 def _start_postgres(folder: Path) -> Running:
-    """PostgreSQL 15, jit_above_cost=0: one client's aggregate query in a loop (LLVM JIT code)."""
+    """PostgreSQL 15, jit_above_cost=0: clients' aggregate queries in a loop (LLVM JIT code)."""
     user = pwd.getpwnam("postgres")
     folder.chmod(0o755)
     data = folder / "data"
@@ -239,13 +241,16 @@ def _start_postgres(folder: Path) -> Running:
         psql = ["psql", "-X", "-q", "-h", str(data), "-U", "postgres", "-d", "postgres"]
         table = (
             "CREATE TABLE t AS SELECT g AS a, g % 97 AS b, md5(g::text) AS c"
-            f" FROM generate_series(1, {POSTGRES_ROWS}) g; VACUUM ANALYZE t;"
+            f" FROM generate_series(1, {POSTGRES_ROWS}) g"
         )
-        _setup(_as_postgres([*psql, "-v", "ON_ERROR_STOP=1", "-c", table]), folder)
+        # Two -c: VACUUM cannot share the implicit transaction of one -c string.
+        fill = [*psql, "-v", "ON_ERROR_STOP=1", "-c", table, "-c", "VACUUM ANALYZE t"]
+        _setup(_as_postgres(fill), folder)
         script = folder / "loop.sql"
         script.write_text("\\o /dev/null\n" + (POSTGRES_QUERY + "\n") * POSTGRES_LOOPS)
         script.chmod(0o644)
-        running.helpers.append(_popen(_as_postgres([*psql, "-f", str(script)]), folder))
+        for _ in range(POSTGRES_CLIENTS):
+            running.helpers.append(_popen(_as_postgres([*psql, "-f", str(script)]), folder))
     except BaseException:
         put_away(running)
         raise
@@ -305,7 +310,7 @@ PROGRAMS = (
     ),
     Program(
         "postgresql",
-        "PostgreSQL 15, jit_above_cost=0, an aggregate query in a loop (the backend)",
+        "PostgreSQL 15, jit_above_cost=0, an aggregate query in a loop (2 clients' backends)",
         ("postgresql-15",),
         (str(POSTGRES_BIN / "postgres"), "psql", "setpriv"),
         _start_postgres,
