@@ -10,6 +10,7 @@ on into addresses that are not code.
 from __future__ import annotations
 
 from tests.support.paths import ROOT
+from tools.accuracy.calls import return_address_indexes
 from tools.accuracy.classify import (
     EU_STACK,
     GDB,
@@ -76,6 +77,12 @@ def test_oracle_walks_end_at_the_first_pc_outside_code() -> None:
     assert in_code([], code) == 0
 
 
+def test_frame_0_and_the_frames_around_a_signal_trampoline_hold_exact_pcs() -> None:
+    """Only return addresses are checked for a call before them."""
+    assert return_address_indexes([None, None, "signal", None, None]) == [1, 4]
+    assert return_address_indexes([None]) == []
+
+
 def test_equal_to_both_and_to_one() -> None:
     both = classify([1, 2], {GDB: [1, 2], EU_STACK: [1, 2]}, 256)
     assert (both.verdict, both.against) == (Verdict.EQUAL_BOTH, "both")
@@ -123,7 +130,9 @@ def _record(ours: list[int], gdb: list[int], eu_stack: list[int], complete: bool
         tid=11,
         name="worker",
         verdict=classify(ours, {GDB: gdb, EU_STACK: eu_stack}, 256),
-        ours=[Shown(pc, f"f{pc:x}", "scan") for pc in ours],
+        ours=[
+            Shown(pc, f"f{pc:x}", "scan", pc != STALE if i else None) for i, pc in enumerate(ours)
+        ],
         oracles={GDB: shown(gdb), EU_STACK: shown(eu_stack)},
         complete=complete,
         stop="end of stack",
@@ -142,7 +151,7 @@ def test_the_table_counts_verdicts_and_the_wrong_walks_called_complete() -> None
     skipped = ProgramResult("other", "not here", status="skipped", note="install x")
     rows = table([measured, skipped]).splitlines()
     assert rows[0].startswith("| program | instants | processes | threads | equal to both |")
-    assert rows[2] == "| demo | 1 | 1 | 3 | 1 | 0 | 0 | 0 | 1 | 1 | 0 | 0 | 0 | 1 |"
+    assert rows[2] == "| demo | 1 | 1 | 3 | 1 | 0 | 0 | 0 | 1 | 1 | 0 | 0 | 0 | 1 | 1 |"
     assert rows[3].startswith("| other | skipped: install x |")
 
 
@@ -150,7 +159,7 @@ def test_an_example_shows_the_frames_where_the_walks_part() -> None:
     text = example(_record([1, STALE, 2], [1, 2], [1, 2], complete=True), "demo --busy")
     assert "**invented caller**" in text
     assert "gdb: invented caller at #1 (1 frame(s) of ours it does not have)" in text
-    assert "#1   0x4000 f4000 [scan]" in text
+    assert "#1   0x4000 f4000 [scan]  (no call before it)" in text
     assert "#1   0x2 f2" in text
 
 

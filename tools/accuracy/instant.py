@@ -31,6 +31,7 @@ from tests.support.oracles import (
     gdb_backtraces,
 )
 from tests.support.waits import state, wait_until
+from tools.accuracy.calls import follow_calls
 
 STOP_TIMEOUT = 10.0
 """Seconds every thread has to reach the group stop (one in a disk wait may take a while)."""
@@ -49,6 +50,7 @@ class OurFrame:
     pc: int
     function: str | None
     method: str
+    signal_frame: bool
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,8 @@ class Look:
     """Why the instant was thrown away (a thread ran, came or went), or None."""
     code: list[tuple[int, int]] = field(default_factory=list)
     """The executable mappings (start, end) at the instant: an oracle's frames must lie there."""
+    follows_call: dict[int, bool] = field(default_factory=dict)
+    """pc → whether a call instruction ends before it, for every pc but frame 0s (calls.py)."""
 
 
 def threads_of(pid: int) -> dict[int, str | None]:
@@ -140,7 +144,7 @@ def _liveunwind(pid: int, max_frames: int) -> dict[int, OurThread]:
         thread["tid"]: OurThread(
             name=thread["name"],
             frames=[
-                OurFrame(frame["pc"], frame["function"], frame["method"])
+                OurFrame(frame["pc"], frame["function"], frame["method"], frame["signal_frame"])
                 for frame in thread["frames"]
             ],
             complete=thread["complete"],
@@ -188,5 +192,15 @@ def look(pid: int, max_frames: int) -> Look:
     seen.eu_stack = _attempt(
         seen, "eu-stack", lambda: eu_stack_backtraces(pid, max_frames=max_frames)
     )
-    _still(seen, before, "eu-stack")
+    if _still(seen, before, "eu-stack"):
+        checked = _attempt(seen, "call check", lambda: follow_calls(pid, _callers(seen)))
+        seen.follows_call = checked or {}
     return seen
+
+
+def _callers(seen: Look) -> list[int]:
+    """The pcs of every side's frames but frame 0: those that may be return addresses."""
+    pcs = [frame.pc for thread in (seen.ours or {}).values() for frame in thread.frames[1:]]
+    for oracle in (seen.gdb, seen.eu_stack):
+        pcs += [frame.pc for frames in (oracle or {}).values() for frame in frames[1:]]
+    return pcs

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tools.accuracy.classify import EU_STACK, GDB, Kind, Relation, Verdict
-from tools.accuracy.compare import Shown, ThreadRecord
+from tools.accuracy.compare import LIVEUNWIND, Shown, ThreadRecord
 
 COLUMNS = (
     Verdict.EQUAL_BOTH,
@@ -62,6 +62,10 @@ class ProgramResult:
     def counts(self) -> Counter[Verdict]:
         return Counter(record.verdict.verdict for record in self.threads)
 
+    def uncalled(self, side: str) -> int:
+        """Threads where ``side`` has a return address that follows no call (calls.py)."""
+        return sum(1 for record in self.threads if record.uncalled(side))
+
     def called_complete(self) -> int:
         """Threads that differ from the oracles but whose walk we called complete."""
         return sum(
@@ -73,7 +77,8 @@ class ProgramResult:
 
 def table(results: list[ProgramResult]) -> str:
     """The Markdown table: one row per program, one column per verdict."""
-    header = ["program", "instants", "processes", "threads", *COLUMNS, "differ, called complete"]
+    header = ["program", "instants", "processes", "threads", *COLUMNS]
+    header += ["differ, called complete", "ours: a return address after no call"]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     for result in results:
         if result.status != "measured":
@@ -83,7 +88,7 @@ def table(results: list[ProgramResult]) -> str:
             processes = sum(1 for look in result.looks if look.moved is None)
             cells = [result.name, str(result.instants), str(processes), str(len(result.threads))]
             cells += [str(counts.get(column, 0)) for column in COLUMNS]
-            cells.append(str(result.called_complete()))
+            cells += [str(result.called_complete()), str(result.uncalled(LIVEUNWIND))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -181,6 +186,10 @@ def markdown(results: list[ProgramResult], header: dict[str, object], per_verdic
         if walked_off:
             counted = ", ".join(f"{name} in {count}" for name, count in sorted(walked_off.items()))
             parts += [f"Oracle walks cut where their pcs left code: {counted} threads.", ""]
+        uncalled = ", ".join(
+            f"{side} {result.uncalled(side)}" for side in (LIVEUNWIND, GDB, EU_STACK)
+        )
+        parts += [f"Threads with a return address that follows no call: {uncalled}.", ""]
         for look in result.looks:
             trouble = [f"{tool} failed: {error}" for tool, error in look.errors.items()]
             if look.moved is not None:
@@ -220,6 +229,9 @@ def as_json(results: list[ProgramResult], header: dict[str, object]) -> dict[str
                 "instants": result.instants,
                 "counts": {str(column): counts.get(column, 0) for column in COLUMNS},
                 "differ_called_complete": result.called_complete(),
+                "after_no_call": {
+                    side: result.uncalled(side) for side in (LIVEUNWIND, GDB, EU_STACK)
+                },
                 "looks": [asdict(look) for look in result.looks],
                 "threads": [
                     {
@@ -233,6 +245,9 @@ def as_json(results: list[ProgramResult], header: dict[str, object]) -> dict[str
                         "complete": r.complete,
                         "stop": r.stop,
                         "cut": r.cut,
+                        "after_no_call": {
+                            side: r.uncalled(side) for side in (LIVEUNWIND, GDB, EU_STACK)
+                        },
                         "liveunwind": _frames_json(r.ours),
                         GDB: _frames_json(r.oracles.get(GDB)),
                         EU_STACK: _frames_json(r.oracles.get(EU_STACK)),
