@@ -5,9 +5,10 @@ tools look at them one after the other (a thread has one tracer at a time):
 liveunwind leaves a process stopped by SIGSTOP stopped (docs/cli.md: the
 target is left as it was found), and gdb and eu-stack detach from a
 group-stopped process leaving it so. After each tool every thread must still
-be in the group stop and no thread may have come or gone; otherwise the
-instant is thrown away (``Look.moved``), since the three would not have seen
-the same stacks. SIGCONT lets the processes run again, whatever happened.
+be back in the group stop with the sp and pc it had (``fingerprint``), and no
+thread may have come or gone; otherwise the instant is thrown away
+(``Look.moved``), since the three would not have seen the same stacks.
+SIGCONT lets the processes run again, whatever happened.
 """
 
 from __future__ import annotations
@@ -165,14 +166,44 @@ def _attempt(seen: Look, name: str, run: Callable[[], T]) -> T | None:
         return None
 
 
-def _still(seen: Look, before: set[int], tool: str) -> bool:
-    """Whether the process still holds the instant after ``tool`` looked; if not, says why."""
-    after = threads_of(seen.pid)
-    if set(after) != before:
+def fingerprint(pid: int) -> dict[int, str]:
+    """tid → the user sp and pc the kernel shows for each stopped thread (or "running").
+
+    /proc/PID/task/TID/syscall ends in the thread's user sp and pc whenever it
+    is blocked (a group stop included): if neither changed for any thread, no
+    thread ran, and every tool saw the same stacks.
+    """
+    found = {}
+    for tid in threads_of(pid):
+        try:
+            fields = Path(f"/proc/{pid}/task/{tid}/syscall").read_text().split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        found[tid] = " ".join(fields[-2:])
+    return found
+
+
+def _still(seen: Look, before: dict[int, str], tool: str) -> bool:
+    """Whether the process still holds the instant after ``tool`` looked; if not, says why.
+
+    A tracer's detach can leave a thread a moment outside the stop before the
+    SIGSTOP it re-sends takes it back (elfutils does this), running no user
+    code: the stop has ``STOP_TIMEOUT`` to come back before the fingerprint
+    (each thread's sp and pc) is compared.
+    """
+    with suppress(AssertionError):
+        wait_until(partial(_all_stopped, seen.pid), STOP_TIMEOUT, "the stop to come back")
+    after = fingerprint(seen.pid)
+    if set(after) != set(before):
         seen.moved = f"threads came or went while {tool} looked"
     elif not _all_stopped(seen.pid):
-        running = sorted(tid for tid, letter in after.items() if letter not in ("T", "Z", "X"))
-        seen.moved = f"threads {running[:5]} left the stop while {tool} looked"
+        states = threads_of(seen.pid)
+        running = sorted(tid for tid, letter in states.items() if letter not in ("T", "Z", "X"))
+        seen.moved = f"threads {running[:5]} left the stop after {tool} looked"
+    else:
+        moved = sorted(tid for tid in after if after[tid] != before[tid])
+        if moved:
+            seen.moved = f"threads {moved[:5]} have another sp or pc after {tool} looked"
     return seen.moved is None
 
 
@@ -181,7 +212,7 @@ def look(pid: int, max_frames: int) -> Look:
     seen = Look(pid, command_line(pid))
     with suppress(OSError, ValueError):
         seen.code = [(m.start, m.end) for m in read_maps(str(pid)) if m.executable]
-    before = set(threads_of(pid))
+    before = fingerprint(pid)
     seen.ours = _attempt(seen, "liveunwind", lambda: _liveunwind(pid, max_frames))
     if not _still(seen, before, "liveunwind"):
         return seen
