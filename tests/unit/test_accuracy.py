@@ -140,7 +140,7 @@ def _record(ours: list[int], gdb: list[int], eu_stack: list[int], complete: bool
     )
 
 
-def test_the_table_counts_verdicts_and_the_wrong_walks_called_complete() -> None:
+def test_the_table_counts_verdicts_and_the_unbacked_walks_called_complete() -> None:
     measured = ProgramResult("demo", "a demo", instants=1)
     measured.looks.append(Looked(0, 10, "demo", {}, None))
     measured.threads = [
@@ -153,6 +153,7 @@ def test_the_table_counts_verdicts_and_the_wrong_walks_called_complete() -> None
     assert rows[0].startswith("| program | instants | processes | threads | equal to both |")
     assert rows[2] == "| demo | 1 | 1 | 3 | 1 | 0 | 0 | 0 | 1 | 1 | 0 | 0 | 0 | 1 | 1 |"
     assert rows[3].startswith("| other | skipped: install x |")
+    assert measured.parting_methods() == {"scan": 1}  # the invented frame; none for the shorter
 
 
 def test_an_example_shows_the_frames_where_the_walks_part() -> None:

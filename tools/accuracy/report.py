@@ -28,10 +28,10 @@ COLUMNS = (
     Verdict.DIFFER,
     Verdict.UNMATCHED,
 )
-WRONG_IF_COMPLETE = frozenset(
+UNBACKED = frozenset(
     {Verdict.LONGER, Verdict.SHORTER, Verdict.INVENTED, Verdict.SKIPPED, Verdict.DIFFER}
 )
-"""Verdicts where our walk saying "complete" is a claim the oracles do not back."""
+"""Verdicts where our walk saying "complete" is a claim neither oracle backs."""
 CONTEXT = 2
 """Frames shown before and after the first difference in an example."""
 
@@ -66,19 +66,33 @@ class ProgramResult:
         """Threads where ``side`` has a return address that follows no call (calls.py)."""
         return sum(1 for record in self.threads if record.uncalled(side))
 
+    def parting_methods(self) -> Counter[str]:
+        """How our first frame the oracle lacks was found, over the threads equal to neither.
+
+        Which table or guess made the frames where we part from the nearest oracle
+        (invented callers, frames past its end, a different caller).
+        """
+        methods: Counter[str] = Counter()
+        for record in self.threads:
+            verdict = record.verdict
+            if verdict.verdict not in UNBACKED or verdict.against not in verdict.relations:
+                continue
+            at = verdict.relations[verdict.against].at
+            if record.ours is not None and at < len(record.ours):
+                methods[record.ours[at].method or "?"] += 1
+        return methods
+
     def called_complete(self) -> int:
-        """Threads that differ from the oracles but whose walk we called complete."""
+        """Threads equal to neither oracle whose walk we called complete."""
         return sum(
-            1
-            for record in self.threads
-            if record.verdict.verdict in WRONG_IF_COMPLETE and record.complete
+            1 for record in self.threads if record.verdict.verdict in UNBACKED and record.complete
         )
 
 
 def table(results: list[ProgramResult]) -> str:
     """The Markdown table: one row per program, one column per verdict."""
     header = ["program", "instants", "processes", "threads", *COLUMNS]
-    header += ["differ, called complete", "ours: a return address after no call"]
+    header += ["equal to neither, called complete", "ours: a return address after no call"]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     for result in results:
         if result.status != "measured":
@@ -186,6 +200,10 @@ def markdown(results: list[ProgramResult], header: dict[str, object], per_verdic
         if walked_off:
             counted = ", ".join(f"{name} in {count}" for name, count in sorted(walked_off.items()))
             parts += [f"Oracle walks cut where their pcs left code: {counted} threads.", ""]
+        methods = result.parting_methods()
+        if methods:
+            listed = ", ".join(f"{method} {count}" for method, count in methods.most_common())
+            parts += [f"Our first frame past the nearest oracle's, by method: {listed}.", ""]
         uncalled = ", ".join(
             f"{side} {result.uncalled(side)}" for side in (LIVEUNWIND, GDB, EU_STACK)
         )
@@ -228,7 +246,8 @@ def as_json(results: list[ProgramResult], header: dict[str, object]) -> dict[str
                 "note": result.note,
                 "instants": result.instants,
                 "counts": {str(column): counts.get(column, 0) for column in COLUMNS},
-                "differ_called_complete": result.called_complete(),
+                "equal_to_neither_called_complete": result.called_complete(),
+                "parting_methods": dict(result.parting_methods()),
                 "after_no_call": {
                     side: result.uncalled(side) for side in (LIVEUNWIND, GDB, EU_STACK)
                 },
