@@ -363,13 +363,19 @@ def started(program: Program, folder: Path) -> Iterator[Running]:
     running = program.start(folder)
     try:
         start = cpu_seconds(running.subjects())
-        wait_until(
-            lambda: (
-                running.subjects() and cpu_seconds(running.subjects()) - start >= program.busy_cpu
-            ),
-            BUSY_TIMEOUT,
-            f"{program.name} to get busy",
-        )
+        try:
+            wait_until(
+                lambda: (
+                    running.subjects()
+                    and cpu_seconds(running.subjects()) - start >= program.busy_cpu
+                ),
+                BUSY_TIMEOUT,
+                f"{program.name} to get busy",
+            )
+        except AssertionError as exc:
+            used = cpu_seconds(running.subjects()) - start
+            printed = (folder / "output").read_bytes()[-300:].decode(errors="replace").strip()
+            raise RuntimeError(f"{exc} ({used:.1f} CPU s used; it printed: {printed!r})") from None
         yield running
     finally:
         put_away(running)
