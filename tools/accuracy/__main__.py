@@ -33,11 +33,17 @@ PAUSE = (0.5, 3.0)
 
 
 def _arguments() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m tools.accuracy", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.accuracy",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--instants", type=int, default=3, help="instants per program (3)")
     names = ",".join(program.name for program in PROGRAMS)
     parser.add_argument("--programs", default=names, help=f"comma-separated, of: {names}")
-    parser.add_argument("--out", type=Path, default=ROOT / "build" / "accuracy")
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "build" / "accuracy", help="report folder (build/accuracy)"
+    )
     parser.add_argument("--seed", type=int, default=None, help="seed of the pauses (random)")
     parser.add_argument("--max-frames", type=int, default=256, help="frames per thread (256)")
     parser.add_argument("--examples", type=int, default=4, help="examples per verdict (4)")
