@@ -42,7 +42,7 @@ def _arguments() -> argparse.Namespace:
     names = ",".join(program.name for program in PROGRAMS)
     parser.add_argument("--programs", default=names, help=f"comma-separated, of: {names}")
     parser.add_argument(
-        "--out", type=Path, default=ROOT / "build" / "accuracy", help="report folder (build/accuracy)"
+        "--out", type=Path, default=ROOT / "build" / "accuracy", help="report folder"
     )
     parser.add_argument("--seed", type=int, default=None, help="seed of the pauses (random)")
     parser.add_argument("--max-frames", type=int, default=256, help="frames per thread (256)")
