@@ -20,6 +20,7 @@ import liveunwind
 from liveunwind.backtrace.backtracer import Backtracer
 from liveunwind.backtrace.session import Session
 from liveunwind.errors import MemoryReadError
+from liveunwind.formats.unwind.perfmap import PerfMapView
 from liveunwind.frames import Method, ThreadBacktrace
 from liveunwind.modules.modulemap import ModuleMap
 from liveunwind.targets.live import procfs
@@ -210,7 +211,7 @@ def test_roots_found_before_the_stop_are_not_used_for_modules_mapped_elsewhere_a
             session = Session(program.pid)
             map_running = session._map_running
 
-            def map_elsewhere(process: PtraceProcess, perf_map: str) -> ModuleMap | None:
+            def map_elsewhere(process: PtraceProcess, perf_map: PerfMapView) -> ModuleMap | None:
                 return map_running(PtraceProcess(other.pid), perf_map)
 
             monkeypatch.setattr(session, "_map_running", map_elsewhere)
