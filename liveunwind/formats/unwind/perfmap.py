@@ -13,6 +13,7 @@ whole again, and a lookup stays a few binary searches however long it grows.
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections import namedtuple
 
 TYPE_CHECKING = False
@@ -74,15 +75,12 @@ class _Block:
     __slots__ = ("entries", "max_ends", "numbers", "starts")
 
     def __init__(self, numbered: list[tuple[int, JitRange]]) -> None:
-        numbered.sort(key=lambda pair: (pair[1].start, pair[0]))
-        self.numbers = [number for number, _ in numbered]
-        self.entries = [entry for _, entry in numbered]
-        self.starts = [entry.start for entry in self.entries]
-        self.max_ends: list[int] = []
-        highest = 0
-        for entry in self.entries:
-            highest = max(highest, entry.end)
-            self.max_ends.append(highest)
+        # (start, number) is unique, so the sort never compares the entries themselves.
+        ordered = sorted((entry.start, number, entry) for number, entry in numbered)
+        self.starts = [start for start, _, _ in ordered]
+        self.numbers = [number for _, number, _ in ordered]
+        self.entries = [entry for _, _, entry in ordered]
+        self.max_ends = list(itertools.accumulate((entry.end for entry in self.entries), max))
 
     def __len__(self) -> int:
         return len(self.entries)
