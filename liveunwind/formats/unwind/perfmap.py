@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from array import array
 from collections import namedtuple
 
 TYPE_CHECKING = False
@@ -22,7 +23,8 @@ if TYPE_CHECKING:
 
 #: Lines read at most, well-formed or not (the file is written by the target and may be huge).
 MAX_PERF_MAP_LINES = 1 << 20
-#: Entries a :class:`PerfMap` keeps: about 50 MB of them.  Lines past it are not read,
+#: Entries a :class:`PerfMap` keeps: 35 MiB of them with 45-character names (a merge
+#: needs about 50 MiB more for a moment).  Lines past it are not read,
 #: and the registry says so (the code they name goes unnamed, never misnamed).
 MAX_PERF_MAP_ENTRIES = 1 << 18
 _ADDRESS_END = 1 << 64
@@ -43,6 +45,12 @@ class JitRange(namedtuple("JitRange", "start end name source")):
 
 def parse_perf_line(line: str) -> JitRange | None:
     """The entry of one line, or None for a malformed one (the file is written by the target)."""
+    fields = _fields(line)
+    return None if fields is None else JitRange(*fields, _SOURCE)
+
+
+def _fields(line: str) -> tuple[int, int, str] | None:
+    """(start, end, name) of one line, or None."""
     parts = line.strip().split(None, 2)
     if len(parts) != 3:
         return None
@@ -52,7 +60,7 @@ def parse_perf_line(line: str) -> JitRange | None:
         return None
     if size <= 0 or start < 0 or start + size >= _ADDRESS_END:
         return None
-    return JitRange(start, start + size, parts[2], _SOURCE)
+    return start, start + size, parts[2]
 
 
 def parse_perf_map(text: str) -> list[JitRange]:
@@ -64,42 +72,51 @@ def parse_perf_map(text: str) -> list[JitRange]:
     return [entry for entry in found if entry is not None]
 
 
+#: One entry as a block keeps it: (start, line number, end, name).
+_Row = tuple[int, int, int, str]
+
+
 class _Block:
     """Entries sorted by (start, line number), searchable by address.
 
     ``max_ends[i]`` is the highest end among the first ``i + 1``: a search
     walks back from the last start at or below the address while an earlier
-    entry can still reach it.
+    entry can still reach it.  Numbers are kept in arrays, a name per entry
+    as its string: about 130 bytes an entry with a 45-character name, where
+    a list of JitRange took 300.
     """
 
-    __slots__ = ("entries", "max_ends", "numbers", "starts")
+    __slots__ = ("ends", "max_ends", "names", "numbers", "starts")
 
-    def __init__(self, numbered: list[tuple[int, JitRange]]) -> None:
-        # (start, number) is unique, so the sort never compares the entries themselves.
-        ordered = sorted((entry.start, number, entry) for number, entry in numbered)
-        self.starts = [start for start, _, _ in ordered]
-        self.numbers = [number for _, number, _ in ordered]
-        self.entries = [entry for _, _, entry in ordered]
-        self.max_ends = list(itertools.accumulate((entry.end for entry in self.entries), max))
+    def __init__(self, rows: list[_Row]) -> None:
+        rows.sort()  # (start, number) is unique: ends and names are never compared
+        self.starts = array("Q", [row[0] for row in rows])
+        self.numbers = array("Q", [row[1] for row in rows])
+        self.ends = array("Q", [row[2] for row in rows])
+        self.names = [row[3] for row in rows]
+        self.max_ends = array("Q", itertools.accumulate(self.ends, max))
 
     def __len__(self) -> int:
-        return len(self.entries)
+        return len(self.names)
 
-    def numbered(self) -> list[tuple[int, JitRange]]:
-        return list(zip(self.numbers, self.entries, strict=True))
+    def rows(self) -> list[_Row]:
+        return list(zip(self.starts, self.numbers, self.ends, self.names, strict=True))
 
-    def best(self, pc: int, visible: int) -> tuple[int, int, JitRange] | None:
-        """(start, number, entry) of the latest-starting entry holding ``pc``, latest line first.
+    def best(self, pc: int, visible: int) -> tuple[int, int, int] | None:
+        """(start, number, index) of the latest-starting entry holding ``pc``, latest line first.
 
         Only lines numbered below ``visible`` count.
         """
         index = bisect.bisect_right(self.starts, pc) - 1
         while index >= 0 and self.max_ends[index] > pc:
-            entry, number = self.entries[index], self.numbers[index]
-            if pc < entry.end and number < visible:
-                return entry.start, number, entry
+            number = self.numbers[index]
+            if pc < self.ends[index] and number < visible:
+                return self.starts[index], number, index
             index -= 1
         return None
+
+    def entry(self, index: int) -> JitRange:
+        return JitRange(self.starts[index], self.ends[index], self.names[index], _SOURCE)
 
 
 class PerfMap:
@@ -129,16 +146,22 @@ class PerfMap:
         """Adds the entries of complete lines ``text`` (up to the bounds)."""
         lines = text.splitlines()[: max(MAX_PERF_MAP_LINES - self.lines, 0)]
         self.lines += len(lines)
-        found = (parse_perf_line(line) for line in lines)
-        self.add([entry for entry in found if entry is not None], settle=settle)
+        found = (_fields(line) for line in lines)
+        self._add([fields for fields in found if fields is not None], settle)
 
     def add(self, entries: Iterable[JitRange], *, settle: bool = True) -> None:
         """Adds ``entries``, the next ones in file order (up to the bound)."""
+        self._add([(entry.start, entry.end, entry.name) for entry in entries], settle)
+
+    def _add(self, found: list[tuple[int, int, str]], settle: bool) -> None:
         room = max(MAX_PERF_MAP_ENTRIES - self.count, 0)
-        numbered = list(enumerate(list(entries)[:room], start=self.count))
-        if numbered:
-            self.count += len(numbered)
-            self._blocks.append(_Block(numbered))
+        rows = [
+            (start, number, end, name)
+            for number, (start, end, name) in enumerate(found[:room], start=self.count)
+        ]
+        if rows:
+            self.count += len(rows)
+            self._blocks.append(_Block(rows))
         if settle:
             self.settle()
 
@@ -147,7 +170,7 @@ class PerfMap:
         blocks = self._blocks
         while len(blocks) >= 2 and len(blocks[-1]) >= len(blocks[-2]):
             last = blocks.pop()
-            blocks[-1] = _Block(blocks[-1].numbered() + last.numbered())
+            blocks[-1] = _Block(blocks[-1].rows() + last.rows())
 
     def view(self) -> PerfMapView:
         """The entries taken so far, as one backtrace sees them (later additions unseen)."""
@@ -155,14 +178,21 @@ class PerfMap:
 
     def range_for(self, pc: int, visible: int) -> JitRange | None:
         """See :meth:`PerfMapView.range_for`; only lines numbered below ``visible`` count."""
-        found = [block.best(pc, visible) for block in self._blocks]
-        best = max((hit for hit in found if hit is not None), default=None)
-        return None if best is None else best[2]
+        best: tuple[int, int, _Block, int] | None = None
+        for block in self._blocks:
+            hit = block.best(pc, visible)
+            if hit is not None and (best is None or hit[:2] > best[:2]):
+                best = (hit[0], hit[1], block, hit[2])
+        return None if best is None else best[2].entry(best[3])
 
     def entries(self, visible: int) -> list[JitRange]:
         """The entries numbered below ``visible``, in file order."""
-        numbered = [pair for block in self._blocks for pair in block.numbered()]
-        return [entry for number, entry in sorted(numbered) if number < visible]
+        rows = sorted((row[1], row) for block in self._blocks for row in block.rows())
+        return [
+            JitRange(start, end, name, _SOURCE)
+            for number, (start, _, end, name) in rows
+            if number < visible
+        ]
 
 
 class PerfMapView:
