@@ -30,8 +30,9 @@ if TYPE_CHECKING:
     from liveunwind.unwinder.cache import UnwindCache
 
 
-#: Bytes of the perf map read before each stop (the first read takes what is
-#: there: as much as liveunwind read of it whole before it read it as it grows).
+#: Bytes of the perf map read before each stop: the first backtrace reads that
+#: much of a map that is there already (what used to be read of it whole), the
+#: later ones what was appended since.
 PERF_MAP_AHEAD = 16 << 20
 #: ...and in the stop: what the JIT appended since, normally a line or two.
 #: More waits for the next backtrace.
