@@ -8,6 +8,7 @@ tests/system/test_jit.py.
 from __future__ import annotations
 
 import os
+import random
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,32 @@ def test_blocks_stay_few_and_lookups_agree_with_a_whole_parse() -> None:
     for pc in range(0x10000, 0x10000 + 5000 * 0x40, 0x1F3):
         covering = [entry for entry in whole if entry.start <= pc < entry.end]
         assert view.range_for(pc) == (covering[-1] if covering else None)
+
+
+def test_overlapping_entries_added_in_pieces_agree_with_every_line_at_once() -> None:
+    """Nested, overlapping, reused ranges: each view names a pc as a search of its lines would."""
+    rng = random.Random(29)
+    perf = PerfMap()
+    lines: list[tuple[int, int, str]] = []
+    views: list[tuple[PerfMapView, int]] = []
+    for piece in range(300):
+        added = [
+            (start, rng.choice((1, 0x10, 0x100, 0x1000)), f"f{piece}.{n}")
+            for n, start in enumerate(rng.sample(range(0, 0x4000, 8), rng.randint(1, 12)))
+        ]
+        lines.extend(added)
+        perf.add_text("".join(line(*entry) for entry in added), settle=piece % 3 != 0)
+        views.append((perf.view(), len(lines)))
+    for view, visible in views[::37] + views[-1:]:
+        for pc in range(0, 0x5000, 0x33):
+            covering = [
+                (start, number, name)
+                for number, (start, size, name) in enumerate(lines[:visible])
+                if start <= pc < start + size
+            ]
+            expected = max(covering)[2] if covering else None
+            found = view.range_for(pc)
+            assert (found and found.name) == expected, (hex(pc), visible)
 
 
 def test_an_unsettled_addition_is_merged_by_the_next_settled_one() -> None:
