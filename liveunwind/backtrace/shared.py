@@ -29,8 +29,12 @@ from liveunwind.modules.elfmodule import ElfModule
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from liveunwind.formats.unwind.rules import UnwindRule
     from liveunwind.modules.module import Module
     from liveunwind.modules.modulemap import ModuleMap
+    from liveunwind.modules.sources import UnwindSource
 
 #: Most files whose facts are kept for the run.  The libraries of every process
 #: of an idle host number a few hundred; each keeps its image (the file read as
@@ -38,6 +42,8 @@ if TYPE_CHECKING:
 MAX_FILES = 1024
 #: The ELF headers and the build-id note sit in the first page of a mapped file.
 _HEADER_READ = 4096
+#: Most rules kept per unwind table for the run (by module-relative pc; emptied when full).
+MAX_RULES_PER_TABLE = 4096
 #: The cached properties of an ElfModule that come from its file alone.
 FILE_FACTS = ("image", "build_id", "debug_file", "lines", "symbols", "unwind_sources")
 
@@ -98,9 +104,47 @@ class SharedFiles:
             for name in FILE_FACTS:
                 if name in module.__dict__:
                     known.facts.setdefault(name, module.__dict__[name])
+            sources = known.facts.get("unwind_sources")
+            if isinstance(sources, dict):
+                for tables in sources.values():
+                    for source in tables:
+                        _remember_rules(source)
             self._files.move_to_end(key)
         while len(self._files) > MAX_FILES:
             self._files.popitem(last=False)
+
+
+def _remember_rules(source: UnwindSource) -> None:
+    """Has ``source`` keep the rules it decoded, by module-relative pc, for every process.
+
+    A process's own cache of plans is keyed by where its modules are mapped,
+    so a second process of a program would decode every rule again; the
+    rule at a module-relative pc depends on the file alone.  What raises
+    (a corrupt entry) is not kept: each process notes it.
+    """
+    if isinstance(source.rule_for, _RememberedRules):
+        return
+    source.rule_for = _RememberedRules(source.rule_for)
+
+
+class _RememberedRules:
+    """A table's ``rule_for``, answering again from what it answered before (bounded)."""
+
+    __slots__ = ("_decode", "_rules")
+
+    def __init__(self, decode: Callable[[int], UnwindRule | None]) -> None:
+        self._decode = decode
+        self._rules: dict[int, UnwindRule | None] = {}
+
+    def __call__(self, relative_pc: int) -> UnwindRule | None:
+        rules = self._rules
+        if relative_pc in rules:
+            return rules[relative_pc]
+        rule = self._decode(relative_pc)
+        if len(rules) >= MAX_RULES_PER_TABLE:
+            rules.clear()
+        rules[relative_pc] = rule
+        return rule
 
 
 def _key(module: ElfModule) -> tuple[str, int] | None:
