@@ -122,9 +122,10 @@ def _remember_rules(source: UnwindSource) -> None:
     rule at a module-relative pc depends on the file alone.  What raises
     (a corrupt entry) is not kept: each process notes it.
     """
-    if isinstance(source.rule_for, _RememberedRules):
+    decode = source.rule_for
+    if isinstance(decode, _RememberedRules):
         return
-    source.rule_for = _RememberedRules(source.rule_for)
+    source.rule_for = _RememberedRules(decode)
 
 
 class _RememberedRules:
@@ -136,14 +137,15 @@ class _RememberedRules:
         self._decode = decode
         self._rules: dict[int, UnwindRule | None] = {}
 
-    def __call__(self, relative_pc: int) -> UnwindRule | None:
+    def __call__(self, pc: int) -> UnwindRule | None:
+        """The rule at module-relative ``pc`` (the name the table's ``rule_for`` gives it)."""
         rules = self._rules
-        if relative_pc in rules:
-            return rules[relative_pc]
-        rule = self._decode(relative_pc)
+        if pc in rules:
+            return rules[pc]
+        rule = self._decode(pc)
         if len(rules) >= MAX_RULES_PER_TABLE:
             rules.clear()
-        rules[relative_pc] = rule
+        rules[pc] = rule
         return rule
 
 

@@ -119,7 +119,9 @@ def _failure(result: ProcessResult) -> str:
     return f"process {result.pid}{name}: not backtraced: {result.error}"
 
 
-def _fold(folded: Counter[tuple[str, ...]], result: ProcessResult, arguments: SimpleNamespace) -> None:
+def _fold(
+    folded: Counter[tuple[str, ...]], result: ProcessResult, arguments: SimpleNamespace
+) -> None:
     """Adds the process's folded stacks under its first level, bounded as ``profile`` is.
 
     Beyond MAX_STACKS distinct stacks in all, a new stack is counted under

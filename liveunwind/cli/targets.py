@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 
 from liveunwind.errors import NoSuchProcessError, UsageError
-from liveunwind.targets.live.procfs import process_stat, status_field
 from liveunwind.targets.files import read_kernel_file
+from liveunwind.targets.live.procfs import process_stat, status_field
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -42,9 +42,7 @@ class Chosen:
         self.single = single
 
 
-def choose(
-    given: Sequence[int], *, every: bool, name: str | None, exe: str | None
-) -> Chosen:
+def choose(given: Sequence[int], *, every: bool, name: str | None, exe: str | None) -> Chosen:
     """The pids to backtrace, in order (given ones as given, chosen ones by pid)."""
     selecting = every or name is not None or exe is not None
     if given and selecting:

@@ -182,12 +182,32 @@ def test_one_that_exits_one_already_traced_one_that_does_not_stop(
         for program in fine:
             _assert_frames_are_gdbs(entries[program.pid], gdb)
         _assert_running_untraced([traced.pid, *(program.pid for program in fine)])
+        _assert_the_schema_refuses_broken_copies_of(document)
         assert states(vforker.pid)[vforker.pid] == ("D", 0)
         assert_untraced(vforker.pid)
     finally:
         vforker.stop()
         for program in programs:
             program.stop()
+
+
+def _assert_the_schema_refuses_broken_copies_of(document: dict) -> None:
+    """The processes document's ties hold in the schema: each change below breaks it."""
+    failed = next(i for i, e in enumerate(document["processes"]) if e["error"] is not None)
+    fine = next(i for i, e in enumerate(document["processes"]) if e["error"] is None)
+    breakages = {
+        "complete with a failure": lambda d: d.update(complete=True),
+        "no backtrace and no error": lambda d: d["processes"][failed].update(error=None),
+        "an error and a backtrace": lambda d: d["processes"][fine].update(error="gone"),
+        "threads beside processes": lambda d: d.update(threads=[]),
+        "a processes document inside": lambda d: d["processes"][fine].update(
+            backtrace={**d, "processes": []}
+        ),
+    }
+    for name, change in breakages.items():
+        broken = json.loads(json.dumps(document))
+        change(broken)
+        assert not VALIDATOR.is_valid(broken), name
 
 
 def test_text_report_of_a_failure_is_a_line_and_the_rest_print(
