@@ -94,8 +94,10 @@ class SharedFiles:
             if not isinstance(module, ElfModule) or module.is_vdso:
                 continue
             key = _key(module)
-            build_id = module.__dict__.get("build_id")
-            if key is None or not isinstance(build_id, bytes) or not build_id:
+            if key is None or module.__dict__.get("image") is None:
+                continue  # not read (no frame there), or unreadable: nothing to share
+            build_id = module.build_id
+            if not build_id:
                 continue
             known = self._files.get(key)
             if known is None or known.build_id != build_id:
