@@ -26,6 +26,7 @@ import pytest
 from liveunwind.cli.targets import choose
 from liveunwind.targets.live import procfs
 from liveunwind.targets.live.ptrace import PtraceProcess
+from tests.support.assertions import assert_one_line_error
 from tests.support.cli import run_cli
 from tests.support.hostile import assert_untraced, states
 from tests.support.oracles import gdb_backtraces, pcs
@@ -209,6 +210,15 @@ def _assert_the_schema_refuses_broken_copies_of(document: dict) -> None:
         broken = json.loads(json.dumps(document))
         change(broken)
         assert not VALIDATOR.is_valid(broken), name
+
+
+def test_nothing_matching_and_bad_selectors_are_one_line() -> None:
+    absent = f"^lu-absent-{uuid.uuid4().hex[:6]}$"
+    assert_one_line_error(run_cli("pid", "--name", absent), 2, "no process matches")
+    assert_one_line_error(run_cli("pid", "--name", "("), 64, "--name", "regular expression")
+    assert_one_line_error(run_cli("pid", "--exe", "/nonexistent/x"), 64, "--exe")
+    assert_one_line_error(run_cli("pid", "1", "--all"), 64, "not both")
+    assert_one_line_error(run_cli("pid", "1", "2", "--repeat", "2"), 64, "take one process")
 
 
 def test_text_report_of_a_failure_is_a_line_and_the_rest_print(
