@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from liveunwind.backtrace.options import BacktraceOptions
+    from liveunwind.backtrace.shared import SharedFiles
     from liveunwind.cpython.reader import PythonReader
     from liveunwind.formats.unwind.perfmap import PerfMapView
     from liveunwind.modules.modulemap import ModuleMap
@@ -28,10 +29,18 @@ if TYPE_CHECKING:
 class Backtracer:
     """Unwinds and symbolizes every thread of successive address spaces of one target."""
 
-    def __init__(self, options: BacktraceOptions, *, live_pid: int | None = None) -> None:
+    def __init__(
+        self,
+        options: BacktraceOptions,
+        *,
+        live_pid: int | None = None,
+        shared: SharedFiles | None = None,
+    ) -> None:
         """``live_pid`` is the pid of the live process whose address spaces these are
-        (a session's), which ``options.python`` needs to match its threads by id."""
+        (a session's), which ``options.python`` needs to match its threads by id;
+        ``shared`` holds what other targets of the run read of the files they share."""
         self.options = options
+        self.shared = shared
         self._modules: ModuleMap | None = None
         #: Owned here, for as long as this backtracer lives; see UnwindCache for its drops.
         self.cache = UnwindCache()
@@ -64,6 +73,7 @@ class Backtracer:
             debug_dirs=(*self.options.debug_dirs, *DEFAULT_DEBUG_DIRS),
             perf_map=perf_map,
             previous=self._modules,
+            adopt=None if self.shared is None else self.shared.adopt,
         )
         self._modules = modules
         return modules

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from liveunwind.backtrace.options import BacktraceOptions
+    from liveunwind.backtrace.shared import SharedFiles
     from liveunwind.cpython.reader import PythonReader
     from liveunwind.formats.unwind.perfmap import PerfMapView
     from liveunwind.frames import Backtrace
@@ -52,20 +53,24 @@ class Session:
         stack_cap: int | None = None,
         total_cap: int | None = None,
         stop_timeout: float | None = None,
+        shared: SharedFiles | None = None,
         **keywords: Any,
     ) -> None:
         """``stack_cap`` bounds the copy of each thread's stack, ``total_cap`` all
         copies together (see Snapshot.capture); ``stop_timeout`` is how long each
         thread is given to stop (seconds) before it is reported as not stopped.
         ``options`` say how to walk and name the stacks; each may also be
-        given as a keyword of its own (``Session(pid, python=True)``)."""
+        given as a keyword of its own (``Session(pid, python=True)``).  ``shared``:
+        what other processes of the run read of the files this one maps
+        (``backtrace/shared.py``); each backtrace adds to it what it read."""
         self.pid = pid
         self.threads = list(threads) if threads else None
         self.snapshot = snapshot
         self.stack_cap = stack_cap
         self.total_cap = total_cap
         self.stop_timeout = stop_timeout
-        self._backtracer = Backtracer(chosen(options, keywords), live_pid=pid)
+        self.shared = shared
+        self._backtracer = Backtracer(chosen(options, keywords), live_pid=pid, shared=shared)
         self._perf_map: PerfMapFile | None = None
 
     @property
@@ -135,6 +140,8 @@ class Session:
             )
             if snapshot.problems:  # what the caps cut; a new list: the modules own theirs
                 backtrace.problems = [*snapshot.problems, *backtrace.problems]
+        if self.shared is not None:
+            self.shared.keep(self._backtracer.modules)
         phases.total()
         return backtrace
 

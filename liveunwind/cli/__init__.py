@@ -1,7 +1,9 @@
 """The ``liveunwind`` command.
 
 Exit codes: 0 every thread's walk reached the end of its stack, 1 some
-thread's walk ended early, 2 the target could not be used, 64 usage error,
+thread's walk ended early, 2 the target could not be used (of a
+many-process ``pid`` run: some process could not be backtraced; the others
+are printed), 64 usage error,
 69 an optional package the target needs is not installed, 74 an output
 could not be written (a full disk), 130 interrupted (SIGINT), 143
 terminated (SIGTERM).  Every failure is one line on stderr, never a
@@ -195,9 +197,27 @@ def commands() -> list[Command]:
     """What ``liveunwind`` accepts."""
     pid = Command(
         "pid",
-        "backtrace every thread of a running process",
-        [Positional("pid", "process id", convert=_pid)],
+        "backtrace every thread of running processes, one at a time",
+        [Positional("pid", "process ids", convert=_pid, many=True)],
         [
+            Option(
+                "--all",
+                "every process we may trace (not kernel threads, not liveunwind and the "
+                "processes above it)",
+                value=False,
+            ),
+            Option(
+                "--name",
+                "the processes whose command name or argv[0] (its last part) matches REGEX",
+                metavar="REGEX",
+            ),
+            Option("--exe", "the processes running this file (/proc/PID/exe)", metavar="PATH"),
+            Option(
+                "--per-process",
+                "with several processes, --collapsed counts each apart (name:pid) instead of "
+                "every process of a name together",
+                value=False,
+            ),
             Option("--threads", "only these threads", convert=_tid_list, metavar="TID,..."),
             Option(
                 "--no-snapshot",
@@ -546,7 +566,26 @@ def _remote_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> i
 
 
 def _pid_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> int:
-    """``liveunwind pid``: one backtrace, or ``--repeat`` of them printed as they come.
+    """``liveunwind pid``: one process (the document of one backtrace), or many (a list)."""
+    from liveunwind.cli.targets import choose
+
+    chosen = choose(arguments.pid, every=arguments.all, name=arguments.name, exe=arguments.exe)
+    if chosen.single:
+        return _one_process(arguments, unwinders, chosen.pids[0])
+    if arguments.repeat > 1 or arguments.threads:
+        raise UsageError("pid: --repeat and --threads take one process")
+    from liveunwind.cli.many import many_processes
+
+    return many_processes(
+        arguments,
+        _backtrace_options(arguments, unwinders),
+        chosen.pids,
+        print_stats=_print_stats,
+    )
+
+
+def _one_process(arguments: SimpleNamespace, unwinders: tuple[str, ...], pid: int) -> int:
+    """One process: one backtrace, or ``--repeat`` of them printed as they come.
 
     ``--collapsed`` counts each backtrace's stacks as it comes (by thread
     name, or by tid with ``--per-thread``), bounded as ``profile`` is; what
@@ -555,7 +594,7 @@ def _pid_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> int:
     from liveunwind.backtrace.session import Session
 
     session = Session(
-        arguments.pid,
+        pid,
         threads=arguments.threads,
         options=_backtrace_options(arguments, unwinders),
         snapshot=not arguments.no_snapshot,
@@ -567,7 +606,7 @@ def _pid_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> int:
     if arguments.collapsed:
         from liveunwind.backtrace.profile import Profile
 
-        folded = Profile(arguments.pid, 1.0, per_thread=arguments.per_thread)
+        folded = Profile(pid, 1.0, per_thread=arguments.per_thread)
     status = EXIT_COMPLETE
     for index in range(max(arguments.repeat, 1)):
         if index and arguments.interval:
@@ -627,11 +666,12 @@ def _print(arguments: SimpleNamespace, backtrace: Backtrace) -> int:
     return _stats(arguments, backtrace, EXIT_COMPLETE)
 
 
-def _print_stats(backtrace: Backtrace) -> None:
+def _print_stats(backtrace: Backtrace, label: str = "") -> None:
+    """``liveunwind: stats: [LABEL: ]phases; frames``: one line on stderr."""
     phases = ", ".join(
         f"{name} {seconds * 1000:.2f} ms" for name, seconds in backtrace.timings.items()
     )
     frames = sum(len(thread.frames) for thread in backtrace.threads)
     walk = backtrace.timings.get("unwind", 0.0) + backtrace.timings.get("symbolize", 0.0)
     rate = f", {frames / walk:,.0f} frames/s" if walk else ""
-    print(f"liveunwind: stats: {phases}; {frames} frames{rate}", file=sys.stderr)
+    print(f"liveunwind: stats: {label}{phases}; {frames} frames{rate}", file=sys.stderr)

@@ -66,9 +66,12 @@ class Option:
 
 
 class Positional:
-    """A positional argument; an optional one may only come last."""
+    """A positional argument; an optional one, or one taking ``many`` values, may only come last.
 
-    __slots__ = ("convert", "help", "name", "optional")
+    ``many``: every remaining argument, converted, as a list (possibly empty).
+    """
+
+    __slots__ = ("convert", "help", "many", "name", "optional")
 
     def __init__(
         self,
@@ -77,11 +80,13 @@ class Positional:
         *,
         convert: Callable[[str], object] = str,
         optional: bool = False,
+        many: bool = False,
     ) -> None:
         self.name = name
         self.help = help
         self.convert = convert
-        self.optional = optional
+        self.optional = optional or many
+        self.many = many
 
 
 class Command:
@@ -184,6 +189,12 @@ def _assign_positionals(command: Command, given: list[str], values: SimpleNamesp
     if len(given) < len(required):
         missing = ", ".join(positional.name for positional in required[len(given) :])
         raise UsageError(f"{command.name}: missing {missing}")
+    if expected and expected[-1].many:
+        last = expected[-1]
+        rest = given[len(expected) - 1 :]
+        given = given[: len(expected) - 1]
+        setattr(values, last.name, [_convert(last.name, last.convert, text) for text in rest])
+        expected = expected[:-1]
     if len(given) > len(expected):
         raise UsageError(f"{command.name}: unexpected argument {given[len(expected)]!r}")
     for index, positional in enumerate(expected):
@@ -219,7 +230,8 @@ def _top_help(prog: str, description: str, commands: Sequence[Command]) -> str:
 def _command_help(prog: str, command: Command) -> str:
     words = [f"usage: {prog} {command.name} [options]"]
     for positional in command.positionals:
-        words.append(f"[{positional.name}]" if positional.optional else positional.name)
+        label = f"[{positional.name}...]" if positional.many else f"[{positional.name}]"
+        words.append(label if positional.optional else positional.name)
     lines = [" ".join(words), "", command.help[:1].upper() + command.help[1:] + ".", ""]
     if command.positionals:
         lines.append("arguments:")

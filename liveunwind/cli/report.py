@@ -1,4 +1,4 @@
-"""Rendering a Backtrace: human text and one JSON document."""
+"""Rendering a Backtrace (or one per process of a run): human text and one JSON document."""
 
 from __future__ import annotations
 
@@ -24,8 +24,34 @@ if TYPE_CHECKING:
 #: describes it (``schemas/backtrace.schema.json``, shipped in the package).  Any
 #: change to the document's shape raises the version: the schema is closed, so
 #: even a new field would fail validation against the old one.
-SCHEMA_VERSION = 4
-SCHEMA_ID = "urn:liveunwind:backtrace:4"
+SCHEMA_VERSION = 5
+SCHEMA_ID = "urn:liveunwind:backtrace:5"
+
+
+class ProcessResult:
+    """One process of a many-process run: its backtrace, or why it has none.
+
+    ``name`` is its command name as /proc gave it when it was chosen (""
+    if it was gone by then); ``error`` the one line saying why there is no
+    backtrace (it exited, could not be traced, ...), with ``exit_code`` the
+    code a one-process run would have ended with.
+    """
+
+    __slots__ = ("backtrace", "error", "exit_code", "name", "pid")
+
+    def __init__(
+        self,
+        pid: int,
+        name: str,
+        backtrace: Backtrace | None,
+        error: str | None = None,
+        exit_code: int = 0,
+    ) -> None:
+        self.pid = pid
+        self.name = name
+        self.backtrace = backtrace
+        self.error = error
+        self.exit_code = exit_code
 
 
 def format_text(backtrace: Backtrace, *, symbols: bool = True, verbose: bool = False) -> str:
@@ -41,6 +67,27 @@ def format_text(backtrace: Backtrace, *, symbols: bool = True, verbose: bool = F
     if backtrace.problems:
         blocks.append("\n".join(f"note: {problem}" for problem in backtrace.problems))
     return "\n\n".join(blocks) + "\n"
+
+
+def process_header(result: ProcessResult) -> str:
+    """The line above a process's block: ``Process PID "NAME":``, or why it has no backtrace."""
+    name = f' "{result.name}"' if result.name else ""
+    if result.backtrace is None:
+        return f"Process {result.pid}{name}: not backtraced: {result.error}"
+    return f"Process {result.pid}{name}:"
+
+
+def format_process_text(
+    result: ProcessResult, *, symbols: bool = True, verbose: bool = False
+) -> str:
+    """One process of a many-process run: its header line, then its backtrace's text."""
+    if result.backtrace is None:
+        return process_header(result) + "\n"
+    return (
+        process_header(result)
+        + "\n"
+        + format_text(result.backtrace, symbols=symbols, verbose=verbose)
+    )
 
 
 def _tasks_text(tasks: list[PythonTask]) -> str:
@@ -210,3 +257,37 @@ def format_json(backtrace: Backtrace) -> str:
     import json  # only --json needs it; it costs several ms at start-up
 
     return json.dumps(to_json_document(backtrace), indent=2) + "\n"
+
+
+def to_processes_document(results: list[ProcessResult]) -> dict[str, Any]:
+    """The ``--json`` document of a many-process run: one entry per process, in order.
+
+    Each entry carries the process's backtrace as the document a
+    one-process run prints (``backtrace``), or null and the ``error`` that
+    kept it from being taken.  ``complete``: every process backtraced, every
+    walk complete.
+    """
+    return {
+        "$schema": SCHEMA_ID,
+        "schema_version": SCHEMA_VERSION,
+        "complete": all(
+            result.backtrace is not None and result.backtrace.complete for result in results
+        ),
+        "processes": [
+            {
+                "pid": result.pid,
+                "name": result.name,
+                "error": result.error,
+                "backtrace": None
+                if result.backtrace is None
+                else to_json_document(result.backtrace),
+            }
+            for result in results
+        ],
+    }
+
+
+def format_processes_json(results: list[ProcessResult]) -> str:
+    import json
+
+    return json.dumps(to_processes_document(results), indent=2) + "\n"

@@ -15,7 +15,8 @@ def parsed(*argv: str):
 
 def test_defaults_of_pid() -> None:
     values = parsed("pid", "42")
-    assert values.command == "pid" and values.pid == 42
+    assert values.command == "pid" and values.pid == [42]
+    assert values.all is False and values.name is None and values.exe is None
     assert values.repeat == 1 and values.interval == 0.0 and values.max_frames == 256
     assert values.unwinder == "auto" and values.debug_dir == [] and values.threads is None
     assert values.json is False and values.no_snapshot is False and values.stack_cap is None
@@ -26,10 +27,17 @@ def test_values_in_both_spellings_anywhere_after_the_command() -> None:
         "pid", "--repeat=3", "42", "--interval", "0.5", "--threads", "1,2", "--json",
         "--debug-dir", "/a", "--debug-dir=/b", "--max-frames", "0x10", "--stack-cap", "4096",
     )  # fmt: skip
-    assert (values.pid, values.repeat, values.interval) == (42, 3, 0.5)
+    assert (values.pid, values.repeat, values.interval) == ([42], 3, 0.5)
     assert values.threads == [1, 2] and values.json is True
     assert values.debug_dir == ["/a", "/b"]
     assert values.max_frames == 16 and values.stack_cap == 4096
+
+
+def test_pid_takes_many_process_ids_and_the_selectors() -> None:
+    assert parsed("pid", "1", "2", "--json", "3").pid == [1, 2, 3]
+    values = parsed("pid", "--all", "--name", "^post", "--exe", "/bin/x", "--per-process")
+    assert values.pid == [] and values.all and values.per_process
+    assert (values.name, values.exe) == ("^post", "/bin/x")
 
 
 def test_core_with_and_without_the_executable() -> None:
@@ -53,9 +61,9 @@ def test_a_negative_number_is_a_value_not_an_option() -> None:
     [
         ((), ["command is required"]),
         (("frob",), ["unknown command", "frob"]),
-        (("pid",), ["missing pid"]),
         (("pid", "0"), ["not a process id"]),
-        (("pid", "1", "2"), ["unexpected argument", "'2'"]),
+        (("pid", "1", "2", "x"), ["pid", "not a process id: 'x'"]),
+        (("core", "c", "e", "x"), ["unexpected argument", "'x'"]),
         (("pid", "1", "--bogus"), ["unknown option --bogus"]),
         (("pid", "1", "--json=yes"), ["--json takes no value"]),
         (("pid", "1", "--repeat"), ["--repeat needs a value"]),
@@ -84,3 +92,15 @@ def test_help_lists_commands_and_every_option() -> None:
             assert option in one.value.text
         for positional in command.positionals:
             assert positional.name in one.value.text
+
+
+def test_pid_needs_process_ids_or_a_selector_but_not_both() -> None:
+    from liveunwind.cli.targets import choose
+
+    with pytest.raises(UsageError, match="missing pid"):
+        choose([], every=False, name=None, exe=None)
+    with pytest.raises(UsageError, match="not both"):
+        choose([1], every=False, name="x", exe=None)
+    repeated = choose([3, 3, 4], every=False, name=None, exe=None)
+    assert repeated.pids == [3, 4] and not repeated.single
+    assert choose([5], every=False, name=None, exe=None).single

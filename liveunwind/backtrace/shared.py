@@ -1,0 +1,169 @@
+"""What one run learned about a file, handed to every other process that maps the same file.
+
+``liveunwind pid --all`` backtraces many processes, most of them mapping the
+same libc, libstdc++ and programs.  A module's file-derived facts — its
+opened image, symbol tables, unwind tables (and the rules they decoded),
+debug file and line tables — do not depend on where a process mapped the
+file, so :class:`SharedFiles` keeps them per file and a module of a later
+process takes them over instead of reading the file again; what depends on
+the process (load bias, JIT registry roots) is found anew.
+
+The same file: the device and inode /proc/PID/maps gives (never the path:
+one path in two mount namespaces can be two files), and the build-id the
+file was read with equal to the build-id in the ELF headers the process
+has in memory (device and inode alone can collide: btrfs subvolumes share a
+device number in /proc/PID/maps).  A file without a build-id is not shared;
+one whose size or mtime changed since it was read is dropped.
+
+Memory: at most :data:`MAX_FILES` files are kept (least recently used
+dropped first); each file's facts are bounded as a module's are.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from liveunwind.errors import FormatError, MemoryReadError
+from liveunwind.formats.elf import ElfImage
+from liveunwind.modules.elfmodule import ElfModule
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from liveunwind.formats.unwind.rules import UnwindRule
+    from liveunwind.modules.module import Module
+    from liveunwind.modules.modulemap import ModuleMap
+    from liveunwind.modules.sources import UnwindSource
+
+#: Most files whose facts are kept for the run.  The libraries of every process
+#: of an idle host number a few hundred; each keeps its image (the file read as
+#: needed, pread into memory) and the tables, symbols and lines it decoded.
+MAX_FILES = 1024
+#: The ELF headers and the build-id note sit in the first page of a mapped file.
+_HEADER_READ = 4096
+#: Most rules kept per unwind table for the run (by module-relative pc; emptied when full).
+MAX_RULES_PER_TABLE = 4096
+#: The cached properties of an ElfModule that come from its file alone.
+FILE_FACTS = ("image", "build_id", "debug_file", "lines", "symbols", "unwind_sources")
+
+
+class _File:
+    """The facts of one file, gathered from every module that read some of them."""
+
+    __slots__ = ("build_id", "facts", "problems")
+
+    def __init__(self, build_id: bytes) -> None:
+        self.build_id = build_id
+        self.facts: dict[str, object] = {}
+        self.problems: list[str] = []
+
+
+class SharedFiles:
+    """Per file (device, inode, build-id): the facts modules of this run read of it."""
+
+    def __init__(self) -> None:
+        self._files: OrderedDict[tuple[str, int], _File] = OrderedDict()
+        #: Modules handed facts instead of reading their files: what sharing saved.
+        self.adopted = 0
+
+    def adopt(self, module: Module) -> None:
+        """Gives a module of a new map the facts kept for its file, if it is the same file."""
+        if not isinstance(module, ElfModule) or module.is_vdso or "image" in module.__dict__:
+            return
+        key = _key(module)
+        known = self._files.get(key) if key is not None else None
+        if known is None or key is None:
+            return
+        image = known.facts.get("image")
+        if not isinstance(image, ElfImage) or image.source is None or image.source.changed():
+            del self._files[key]
+            return
+        if _build_id_in_memory(module) != known.build_id:
+            return
+        module.__dict__.update(known.facts)
+        module.problems.extend(known.problems)
+        self._files.move_to_end(key)
+        self.adopted += 1
+
+    def keep(self, modules: ModuleMap | None) -> None:
+        """After a backtrace: keeps what its modules read of their files for the next process."""
+        if modules is None:
+            return
+        for module in modules.modules:
+            if not isinstance(module, ElfModule) or module.is_vdso:
+                continue
+            key = _key(module)
+            if key is None or module.__dict__.get("image") is None:
+                continue  # not read (no frame there), or unreadable: nothing to share
+            build_id = module.build_id
+            if not build_id:
+                continue
+            known = self._files.get(key)
+            if known is None or known.build_id != build_id:
+                known = self._files[key] = _File(build_id)
+                known.problems = module.problems
+            for name in FILE_FACTS:
+                if name in module.__dict__:
+                    known.facts.setdefault(name, module.__dict__[name])
+            sources = known.facts.get("unwind_sources")
+            if isinstance(sources, dict):
+                for tables in sources.values():
+                    for source in tables:
+                        _remember_rules(source)
+            self._files.move_to_end(key)
+        while len(self._files) > MAX_FILES:
+            self._files.popitem(last=False)
+
+
+def _remember_rules(source: UnwindSource) -> None:
+    """Has ``source`` keep the rules it decoded, by module-relative pc, for every process.
+
+    A process's own cache of plans is keyed by where its modules are mapped,
+    so a second process of a program would decode every rule again; the
+    rule at a module-relative pc depends on the file alone.  What raises
+    (a corrupt entry) is not kept: each process notes it.
+    """
+    decode = source.rule_for
+    if isinstance(decode, _RememberedRules):
+        return
+    source.rule_for = _RememberedRules(decode)
+
+
+class _RememberedRules:
+    """A table's ``rule_for``, answering again from what it answered before (bounded)."""
+
+    __slots__ = ("_decode", "_rules")
+
+    def __init__(self, decode: Callable[[int], UnwindRule | None]) -> None:
+        self._decode = decode
+        self._rules: dict[int, UnwindRule | None] = {}
+
+    def __call__(self, pc: int) -> UnwindRule | None:
+        """The rule at module-relative ``pc`` (the name the table's ``rule_for`` gives it)."""
+        rules = self._rules
+        if pc in rules:
+            return rules[pc]
+        rule = self._decode(pc)
+        if len(rules) >= MAX_RULES_PER_TABLE:
+            rules.clear()
+        rules[pc] = rule
+        return rule
+
+
+def _key(module: ElfModule) -> tuple[str, int] | None:
+    """The file's device and inode as the process's mappings give them."""
+    mapping = module.mappings[0]
+    return (mapping.device, mapping.inode) if mapping.is_file else None
+
+
+def _build_id_in_memory(module: ElfModule) -> bytes | None:
+    """The build-id of the ELF headers the process maps at the file's offset 0, if any."""
+    first = min(module.mappings, key=lambda mapping: mapping.offset)
+    if first.offset != 0:
+        return None
+    try:
+        data = module.space.read(first.start, min(_HEADER_READ, first.end - first.start))
+        return ElfImage(data, origin="target memory").build_id
+    except (FormatError, MemoryReadError, OSError):
+        return None

@@ -1,0 +1,151 @@
+"""Which processes ``liveunwind pid`` backtraces: the pids given, or those chosen from /proc.
+
+``--all`` takes every process we may trace; ``--name REGEX`` and ``--exe
+PATH`` narrow it (both given: both must match).  Never chosen: kernel
+threads, zombies, liveunwind itself and the chain of processes above it
+(its parent, their parents, and whoever traces it): stopping the shell or
+the debugger that waits for us would hang the run.  Without root, only
+processes of our own user are taken (the others would all be EPERM).
+"""
+
+from __future__ import annotations
+
+import os
+
+from liveunwind.errors import NoSuchProcessError, UsageError
+from liveunwind.targets.files import read_kernel_file
+from liveunwind.targets.live.procfs import process_stat, status_field
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+#: ``PF_KTHREAD`` in the flags field of /proc/PID/stat.
+_PF_KTHREAD = 0x00200000
+#: Most bytes of /proc/PID/cmdline read for argv[0].
+_CMDLINE_LIMIT = 4096
+#: Most ancestors followed (pid namespaces nest at most 32 deep; chains are short).
+_MAX_ANCESTORS = 4096
+
+
+class Chosen:
+    """The processes to backtrace, and whether they were asked for as one pid.
+
+    ``single``: exactly one pid given and nothing chosen from /proc, which
+    prints the one-process document; anything else prints the list.
+    """
+
+    __slots__ = ("pids", "single")
+
+    def __init__(self, pids: list[int], single: bool) -> None:
+        self.pids = pids
+        self.single = single
+
+
+def choose(given: Sequence[int], *, every: bool, name: str | None, exe: str | None) -> Chosen:
+    """The pids to backtrace, in order (given ones as given, chosen ones by pid)."""
+    selecting = every or name is not None or exe is not None
+    if given and selecting:
+        raise UsageError("pid: give process ids or --all/--name/--exe, not both")
+    if not given and not selecting:
+        raise UsageError("pid: missing pid (or --all, --name REGEX, --exe PATH)")
+    if given:
+        return Chosen(list(dict.fromkeys(given)), single=len(given) == 1)
+    matches_name = _name_matcher(name)
+    wanted_exe = _file_identity(exe) if exe is not None else None
+    excluded = _ourselves_and_above()
+    own_user = None if os.geteuid() == 0 else os.geteuid()
+    pids = []
+    for pid in _all_pids():
+        if pid in excluded or not _traceable(pid, own_user):
+            continue
+        if matches_name is not None and not matches_name(pid):
+            continue
+        if wanted_exe is not None and _exe_identity(pid) != wanted_exe:
+            continue
+        pids.append(pid)
+    if not pids:
+        raise NoSuchProcessError("pid: no process matches")
+    return Chosen(pids, single=False)
+
+
+def _all_pids() -> list[int]:
+    return sorted(int(entry) for entry in os.listdir("/proc") if entry.isdigit())
+
+
+def _ourselves_and_above() -> set[int]:
+    """This process, its tracer, and every ancestor (and their tracers) up to pid 1."""
+    excluded: set[int] = set()
+    pending = [os.getpid()]
+    while pending and len(excluded) < _MAX_ANCESTORS:
+        pid = pending.pop()
+        if pid <= 0 or pid in excluded:
+            continue
+        excluded.add(pid)
+        path = f"/proc/{pid}/status"
+        for field in ("PPid", "TracerPid"):
+            try:
+                pending.append(int(status_field(path, field) or 0))
+            except ValueError:
+                continue
+    return excluded
+
+
+def _traceable(pid: int, own_user: int | None) -> bool:
+    """Not a kernel thread, not a zombie, and (without root) one of our user's."""
+    try:
+        stat = process_stat(pid)
+        if stat.flags & _PF_KTHREAD or stat.state in ("Z", "X"):
+            return False
+        return own_user is None or os.stat(f"/proc/{pid}").st_uid == own_user
+    except (OSError, NoSuchProcessError):
+        return False  # gone meanwhile
+
+
+def _name_matcher(pattern: str | None) -> Callable[[int], bool] | None:
+    """A test of a pid's comm or argv[0]'s basename against ``pattern`` (re.search), or None."""
+    if pattern is None:
+        return None
+    import re
+
+    try:
+        compiled = re.compile(pattern)
+    except re.error as error:
+        raise UsageError(f"--name: not a regular expression: {error}") from None
+
+    def matches(pid: int) -> bool:
+        try:
+            comm = process_stat(pid).name
+            argv = read_kernel_file(f"/proc/{pid}/cmdline", _CMDLINE_LIMIT)
+        except (OSError, NoSuchProcessError):
+            return False
+        first = os.path.basename(argv.split(b"\0", 1)[0].decode("utf-8", "replace"))
+        return bool(compiled.search(comm) or (first and compiled.search(first)))
+
+    return matches
+
+
+def _file_identity(path: str) -> tuple[int, int]:
+    """``--exe``'s file as (device, inode): the same file whatever path a process used."""
+    try:
+        status = os.stat(path)
+    except OSError as error:
+        raise UsageError(f"--exe: {path}: {error.strerror}") from None
+    return status.st_dev, status.st_ino
+
+
+def _exe_identity(pid: int) -> tuple[int, int] | None:
+    """The (device, inode) of the file /proc/PID/exe names, or None (gone, a kernel thread)."""
+    try:
+        status = os.stat(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino
+
+
+def process_name(pid: int) -> str:
+    """The command name (comm) of ``pid``, or "" once it is gone."""
+    try:
+        return process_stat(pid).name
+    except (OSError, NoSuchProcessError):
+        return ""

@@ -1,0 +1,282 @@
+"""``liveunwind pid`` over many processes: chosen by pid, --exe, --name, --all; some failing.
+
+Real processes (testprogs' threads-O2, copied under a name of the test's
+own so that no other process on the machine matches; vforker, whose main
+thread cannot stop), each process's frames against gdb's, and every
+process left running and untraced.  The JSON document is validated
+against the shipped schema.  What needs no process (the parser, the
+choice between pids and selectors) is in unit/test_cli_parse.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from liveunwind.cli.targets import choose
+from liveunwind.targets.live import procfs
+from liveunwind.targets.live.ptrace import PtraceProcess
+from tests.support.assertions import assert_one_line_error
+from tests.support.cli import run_cli
+from tests.support.hostile import assert_untraced, states
+from tests.support.oracles import gdb_backtraces, pcs
+from tests.support.paths import ROOT
+from tests.support.programs import RunningProgram, start_command, start_program
+from tests.support.schema import VALIDATOR
+from tests.support.waits import wait_until
+
+COPIES = 3
+
+
+@pytest.fixture
+def program_copy(testprogs_build: Path, tmp_path: Path) -> Path:
+    """threads-O2 under a name no other process has (comm is its first 15 bytes)."""
+    name = f"lu{uuid.uuid4().hex[:10]}"
+    copy = tmp_path / name
+    shutil.copy2(testprogs_build / "threads-O2", copy)
+    return copy
+
+
+@pytest.fixture
+def copies(program_copy: Path) -> Iterator[list[RunningProgram]]:
+    started = []
+    try:
+        for _ in range(COPIES):
+            started.append(start_program(program_copy.parent, program_copy.name))
+        yield started
+    finally:
+        for program in started:
+            program.stop()
+
+
+def _document(result: subprocess.CompletedProcess[str]) -> dict:
+    document = json.loads(result.stdout)
+    VALIDATOR.validate(document)
+    return document
+
+
+def _assert_frames_are_gdbs(entry: dict, gdb: str) -> None:
+    """The process's threads and each one's frames are gdb's (physical pcs), walks complete."""
+    backtrace = entry["backtrace"]
+    oracle = gdb_backtraces(entry["pid"], gdb=gdb)
+    ours = {thread["tid"]: thread for thread in backtrace["threads"]}
+    assert set(ours) == set(oracle), f"process {entry['pid']}: other threads than gdb's"
+    for tid, frames in oracle.items():
+        got = [frame["pc"] for frame in ours[tid]["frames"]]
+        assert got == pcs(frames), f"process {entry['pid']} thread {tid} differs from gdb"
+        assert ours[tid]["complete"]
+
+
+def _assert_running_untraced(pids: list[int]) -> None:
+    for pid in pids:
+        wait_until(lambda pid=pid: all(s == "S" for s, _ in states(pid).values()), what="asleep")
+        assert_untraced(pid)
+
+
+def test_by_exe_every_copy_with_gdbs_frames_and_modules_read_once(
+    copies: list[RunningProgram], program_copy: Path, gdb: str
+) -> None:
+    result = run_cli("pid", "--exe", str(program_copy), "--json", "--stats")
+    assert result.returncode == 0, result.stderr
+    document = _document(result)
+    assert document["complete"] is True
+    entries = document["processes"]
+    assert [entry["pid"] for entry in entries] == sorted(program.pid for program in copies)
+    assert {entry["name"] for entry in entries} == {program_copy.name}
+    # The program and libc of the second and third copies came from the first.
+    assert f"{COPIES} processes" in result.stderr
+    assert _modules_taken(result.stderr) >= 2 * (COPIES - 1)
+    for entry in entries:
+        assert entry["error"] is None and entry["backtrace"]["pid"] == entry["pid"]
+        _assert_frames_are_gdbs(entry, gdb)
+    _assert_running_untraced([program.pid for program in copies])
+
+
+def test_by_name_text_and_collapsed(copies: list[RunningProgram], program_copy: Path) -> None:
+    pids = sorted(program.pid for program in copies)
+    text = run_cli("pid", "--name", f"^{program_copy.name}$")
+    assert text.returncode == 0, text.stderr
+    headers = [line for line in text.stdout.splitlines() if line.startswith("Process ")]
+    assert headers == [f'Process {pid} "{program_copy.name}":' for pid in pids]
+    assert text.stdout.count("chain_30") == COPIES  # the deep thread of each
+    summed = run_cli("pid", "--name", f"^{program_copy.name}$", "--collapsed")
+    assert summed.returncode == 0, summed.stderr
+    deep = [line for line in summed.stdout.splitlines() if "chain_30" in line]
+    assert len(deep) == 1 and deep[0].startswith(f"{program_copy.name};deep;")
+    assert deep[0].endswith(f" {COPIES}")
+    apart = run_cli("pid", *map(str, pids), "--collapsed", "--per-process")
+    firsts = {line.split(";", 1)[0] for line in apart.stdout.splitlines()}
+    assert firsts == {f"{program_copy.name}:{pid}" for pid in pids}
+    _assert_running_untraced(pids)
+
+
+def test_all_leaves_out_ourselves_our_parents_and_kernel_threads(
+    copies: list[RunningProgram],
+) -> None:
+    chosen = choose([], every=True, name=None, exe=None).pids
+    assert {program.pid for program in copies} <= set(chosen)
+    assert os.getpid() not in chosen and os.getppid() not in chosen
+    assert 2 not in chosen  # kthreadd
+    assert all(not procfs.process_stat(pid).flags & 0x00200000 for pid in chosen if _alive(pid))
+
+
+def _alive(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists()
+
+
+def test_one_that_exits_one_already_traced_one_that_does_not_stop(
+    testprogs_build: Path, program_copy: Path, gdb: str
+) -> None:
+    """vforker holds the run 500 ms (its main thread cannot stop); meanwhile one copy exits.
+
+    The order given is kept: vforker, the copy that exits while vforker is
+    held, the copy another tracer holds, then two that are backtraced.  The
+    report has a line for each failure, the others' frames are gdb's, and
+    the exit code is 2.
+    """
+    vforker = start_command([str(testprogs_build / "vforker"), "30"])
+    programs = [start_program(program_copy.parent, program_copy.name) for _ in range(4)]
+    exiting, traced, *fine = programs
+    try:
+        wait_until(lambda: states(vforker.pid)[vforker.pid][0] == "D", what="vfork")
+        order = [vforker.pid, exiting.pid, traced.pid, *(program.pid for program in fine)]
+        with PtraceProcess(traced.pid):  # another tracer: this test
+            run = subprocess.Popen(
+                [sys.executable, "-m", "liveunwind", "pid", *map(str, order), "--json"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd="/",
+                env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            )
+            held = [tid for tid in states(vforker.pid) if tid != vforker.pid]
+            wait_until(
+                lambda: any(states(vforker.pid)[tid][1] for tid in held),
+                timeout=30,
+                what="liveunwind holding vforker",
+            )
+            exiting.stop()  # while liveunwind still holds vforker
+            stdout, stderr = run.communicate(timeout=60)
+            assert procfs.tracer_of(traced.pid) not in (0, run.pid)  # still the other tracer
+        assert run.returncode == 2, stderr
+        assert "Traceback" not in stderr
+        document = json.loads(stdout)
+        VALIDATOR.validate(document)
+        entries = {entry["pid"]: entry for entry in document["processes"]}
+        assert list(entries) == order and document["complete"] is False
+        held_entry = entries[vforker.pid]["backtrace"]
+        main = next(t for t in held_entry["threads"] if t["tid"] == vforker.pid)
+        assert main["stop_reason"] == "thread did not stop" and "disk sleep" in main["state"]
+        assert entries[exiting.pid]["backtrace"] is None
+        assert any(word in entries[exiting.pid]["error"] for word in ("exited", "no process"))
+        assert entries[traced.pid]["backtrace"] is None
+        assert "already traced" in entries[traced.pid]["error"]
+        for program in fine:
+            _assert_frames_are_gdbs(entries[program.pid], gdb)
+        _assert_running_untraced([traced.pid, *(program.pid for program in fine)])
+        _assert_the_schema_refuses_broken_copies_of(document)
+        assert states(vforker.pid)[vforker.pid] == ("D", 0)
+        assert_untraced(vforker.pid)
+    finally:
+        vforker.stop()
+        for program in programs:
+            program.stop()
+
+
+def _assert_the_schema_refuses_broken_copies_of(document: dict) -> None:
+    """The processes document's ties hold in the schema: each change below breaks it."""
+    failed = next(i for i, e in enumerate(document["processes"]) if e["error"] is not None)
+    fine = next(i for i, e in enumerate(document["processes"]) if e["error"] is None)
+    breakages = {
+        "complete with a failure": lambda d: d.update(complete=True),
+        "no backtrace and no error": lambda d: d["processes"][failed].update(error=None),
+        "an error and a backtrace": lambda d: d["processes"][fine].update(error="gone"),
+        "threads beside processes": lambda d: d.update(threads=[]),
+        "a processes document inside": lambda d: d["processes"][fine].update(
+            backtrace={**d, "processes": []}
+        ),
+    }
+    for name, change in breakages.items():
+        broken = json.loads(json.dumps(document))
+        change(broken)
+        assert not VALIDATOR.is_valid(broken), name
+
+
+def test_nothing_matching_and_bad_selectors_are_one_line() -> None:
+    absent = f"^lu-absent-{uuid.uuid4().hex[:6]}$"
+    assert_one_line_error(run_cli("pid", "--name", absent), 2, "no process matches")
+    assert_one_line_error(run_cli("pid", "--name", "("), 64, "--name", "regular expression")
+    assert_one_line_error(run_cli("pid", "--exe", "/nonexistent/x"), 64, "--exe")
+    assert_one_line_error(run_cli("pid", "1", "--all"), 64, "not both")
+    assert_one_line_error(run_cli("pid", "1", "2", "--repeat", "2"), 64, "take one process")
+
+
+def test_text_report_of_a_failure_is_a_line_and_the_rest_print(
+    program_copy: Path,
+) -> None:
+    with start_program(program_copy.parent, program_copy.name) as fine:
+        gone = subprocess.Popen(["true"])
+        gone.wait()
+        started = time.monotonic()
+        result = run_cli("pid", str(gone.pid), str(fine.pid))
+        assert time.monotonic() - started < 30
+        assert result.returncode == 2, result.stderr
+        assert "Traceback" not in result.stderr
+        lines = result.stdout.splitlines()
+        assert lines[0].startswith(f"Process {gone.pid}: not backtraced: ")
+        assert f'Process {fine.pid} "{program_copy.name}":' in lines
+        assert "chain_30" in result.stdout
+        _assert_running_untraced([fine.pid])
+
+
+def test_the_same_path_in_another_mount_namespace_is_another_file(
+    testprogs_build: Path, program_copy: Path, gdb: str, tmp_path: Path
+) -> None:
+    """Two processes run /tmp/.../NAME, but in the second's mount namespace it is threads-O0.
+
+    Same path, different device/inode and build-id: nothing of the first
+    program may be used for the second, whose frames must be gdb's.
+    """
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs unshare and root for a mount namespace")
+    first = start_program(program_copy.parent, program_copy.name)
+    same = start_program(program_copy.parent, program_copy.name)
+    other = tmp_path / "other"
+    shutil.copy2(testprogs_build / "threads-O0", other)
+    script = f"mount --bind {other} {program_copy} && exec {program_copy}"
+    second = start_command(["unshare", "--mount", "--propagation", "private", "sh", "-c", script])
+    try:
+        wait_until(
+            lambda: all(s == "S" for s, _ in states(second.pid).values()), what="second asleep"
+        )
+        assert procfs.process_stat(second.pid).name == program_copy.name
+        alike = run_cli("pid", str(first.pid), str(same.pid), "--stats")
+        taken = _modules_taken(alike.stderr)
+        result = run_cli("pid", str(first.pid), str(second.pid), "--json", "--stats")
+        assert result.returncode == 0, result.stderr
+        # The libraries are shared; the program, another file under the same path, is not.
+        assert _modules_taken(result.stderr) == taken - 1 >= 1
+        for entry in _document(result)["processes"]:
+            _assert_frames_are_gdbs(entry, gdb)
+        _assert_running_untraced([first.pid, second.pid])
+    finally:
+        second.stop()
+        same.stop()
+        first.stop()
+
+
+def _modules_taken(stderr: str) -> int:
+    """The count ``--stats`` gives of modules taken from another process instead of read."""
+    found = re.search(r"; (\d+) modules taken from another process", stderr)
+    assert found, stderr
+    return int(found.group(1))
