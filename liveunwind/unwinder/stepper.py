@@ -387,6 +387,7 @@ class Stepper:
         """
         walk.registers = registers
         walk.exact_pc = leaf_pending = frame.exact_pc
+        walk.found_by_frame_pointer = frame.method is Method.FRAMEPOINTER
         for source in self._strategies:
             if leaf_pending and not source.before_leaf:
                 leaf_pending = False

@@ -247,6 +247,49 @@ def test_a_frame_pointer_step_does_not_pass_a_nearer_return_address() -> None:
     }
 
 
+def test_a_frame_found_by_the_chain_is_stepped_past_stale_return_addresses() -> None:
+    """Chromium's case: a frame the chain led to built its record; its locals hold stale ones."""
+    memory, returns = _program(got=F)
+    sp, fp = 0x7FF100, 0x7FF200
+    memory.word(sp + 8, returns["F"])  # stale, in an uninitialised local
+    memory.word(fp, 0x7FF300)
+    memory.word(fp + 8, returns["indirect"])
+    walk = _walk(memory, F + 0x50)
+    walk.registers = {X86_64.pc: F + 0x50, X86_64.sp: sp, X86_64.fp: fp}
+    walk.exact_pc = False
+    assert framepointer.step(walk) is None  # found by a table: its record may be an ancestor's
+    walk.found_by_frame_pointer = True
+    assert framepointer.step(walk) == {
+        X86_64.pc: returns["indirect"],
+        X86_64.sp: fp + 16,
+        X86_64.fp: 0x7FF300,
+    }
+
+
+def test_a_return_address_after_no_call_is_taken_only_in_jit_code_on_a_chain() -> None:
+    """HotSpot's interpreter frames: entered by a jump, in code no module holds."""
+    memory, returns = _program(got=F)
+    sp, fp, next_fp = 0x7FF100, 0x7FF200, 0x7FF300
+    jumped = JIT[0] + 0x20  # nops before it: no call
+    memory.word(fp, next_fp)
+    memory.word(fp + 8, jumped)
+    memory.word(next_fp, 0x7FF400)
+    memory.word(next_fp + 8, returns["indirect"])
+    walk = _walk(memory, F + 0x50)
+    walk.registers = {X86_64.pc: F + 0x50, X86_64.sp: sp, X86_64.fp: fp}
+    assert framepointer.step(walk) == {X86_64.pc: jumped, X86_64.sp: fp + 16, X86_64.fp: next_fp}
+    assert "lies in JIT code and the chain goes on" in walk.notes[-1]
+    # The next record's return address is no code: the chain does not go on.
+    memory.word(next_fp + 8, 0x1234)
+    assert framepointer.step(walk) is None
+    assert walk.notes[-1].endswith(f"= {jumped:#x} does not follow a call")
+    # In a module's code, an address after no call is refused whatever the chain.
+    memory.word(next_fp + 8, returns["indirect"])
+    memory.word(fp + 8, G + 0x20)
+    assert framepointer.step(walk) is None
+    assert walk.notes[-1].endswith(f"= {G + 0x20:#x} does not follow a call")
+
+
 def test_a_frame_pointer_on_another_stack_is_followed_when_its_frame_checks_out() -> None:
     """Erlang's case: each process has its own stack, below the scheduler's C stack (sp)."""
     memory, returns = _program(got=F)

@@ -45,6 +45,8 @@ _PAGE = 4096
 #: How a call before a return address reached the frame's function.
 DIRECT = "direct"  # a direct call to the function (through its PLT entry, maybe)
 ALLOWED = "allowed"  # an indirect call, or a PLT entry not bound yet: cannot tell
+#: Why a return address is refused when no call instruction ends right before it.
+NO_CALL = "does not follow a call"
 
 
 def checked_call(walk: Walk, return_address: int, pc: int) -> tuple[str | None, str]:
@@ -56,7 +58,7 @@ def checked_call(walk: Walk, return_address: int, pc: int) -> tuple[str | None, 
     code = code_before(walk.code_reader, return_address, arch.longest_call)
     sites = list(arch.call_sites(return_address, code))
     if not sites:
-        return None, "does not follow a call"
+        return None, NO_CALL
     function = None if walk.function_at is None else walk.function_at(pc)
     reasons = []
     verdict = None

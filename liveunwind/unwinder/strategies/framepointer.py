@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from liveunwind.errors import MemoryReadError
 from liveunwind.unwinder.strategies import Walk, note
-from liveunwind.unwinder.strategies.callers import DIRECT, checked_call
+from liveunwind.unwinder.strategies.callers import DIRECT, NO_CALL, checked_call
 from liveunwind.unwinder.strategies.scan import find_return_address
 
 #: Words between sp and the record searched for a nearer return address at most.
@@ -106,7 +106,11 @@ def step(walk: Walk) -> dict[int, int] | None:
     if pc is not None:
         lookup = pc if walk.exact_pc else pc - 1
         verdict, why = checked_call(walk, return_address, lookup)
-        if verdict is None:
+        if verdict is None and not (
+            why == NO_CALL
+            and elsewhere is None
+            and _jumped_into_jit(walk, return_address, caller_fp, stack_range)
+        ):
             note(notes, f"frame pointer: return address [{slot:#x}] = {return_address:#x} {why}")
             return None
         if elsewhere is not None:
@@ -122,7 +126,12 @@ def step(walk: Walk) -> dict[int, int] | None:
                 f"frame pointer: fp {fp:#x} is on another stack "
                 f"({elsewhere[0]:#x}-{elsewhere[1]:#x}); its frame checks out",
             )
-        elif verdict != DIRECT and sp is not None and not _no_nearer(walk, sp, slot, lookup):
+        elif (
+            verdict != DIRECT
+            and not walk.found_by_frame_pointer
+            and sp is not None
+            and not _no_nearer(walk, sp, slot, lookup)
+        ):
             return None
     elif elsewhere is not None:
         note(notes, f"frame pointer: fp {fp:#x} is on another stack, and the pc is unknown")
@@ -143,6 +152,38 @@ def _other_stack(walk: Walk, fp: int, sp: int | None) -> tuple[int, int] | None:
         note(walk.notes, f"frame pointer: fp {fp:#x} is {where}, and on no other stack")
         return None
     return found
+
+
+def _jumped_into_jit(
+    walk: Walk, return_address: int, caller_fp: int, stack_range: tuple[int, int] | None
+) -> bool:
+    """Whether a return address that follows no call is JIT code's, on a chain that goes on.
+
+    HotSpot's interpreter enters a frame by pushing the address it is to
+    return to and jumping, so its frames' return addresses follow no call.
+    Such an address is taken where it lies in code no module holds (code a
+    JIT compiler wrote) and the record it was read from leads to another
+    record whose return address is code too: the chain goes on as a chain
+    of frame records does.  A note says why it was taken.
+    """
+    module_at, arch = walk.module_at, walk.arch
+    if module_at is None or module_at(return_address) is not None or not caller_fp:
+        return False
+    record = arch.frame_record
+    if stack_range is not None and not _inside(caller_fp + record.start, record.size, stack_range):
+        return False
+    try:
+        _, next_return = record.links(walk.read(caller_fp + record.start, record.size))
+    except MemoryReadError:
+        return False
+    if not walk.is_code(arch.strip_pointer_auth(next_return)):
+        return False
+    note(
+        walk.notes,
+        f"frame pointer: return address {return_address:#x} {NO_CALL}, but lies in JIT code "
+        f"and the chain goes on (HotSpot's interpreter enters frames by a jump): taken",
+    )
+    return True
 
 
 def _known_code(walk: Walk, address: int) -> bool:
