@@ -247,23 +247,30 @@ def test_a_frame_pointer_step_does_not_pass_a_nearer_return_address() -> None:
     }
 
 
-def test_a_frame_found_by_the_chain_is_stepped_past_stale_return_addresses() -> None:
-    """Chromium's case: a frame the chain led to built its record; its locals hold stale ones."""
+def test_a_frame_that_made_a_call_is_stepped_past_stale_return_addresses() -> None:
+    """Chromium's case: a frame the chain or a table led to built its record; its locals
+    hold stale return addresses."""
     memory, returns = _program(got=F)
     sp, fp = 0x7FF100, 0x7FF200
     memory.word(sp + 8, returns["F"])  # stale, in an uninitialised local
     memory.word(fp, 0x7FF300)
     memory.word(fp + 8, returns["indirect"])
+    taken = {X86_64.pc: returns["indirect"], X86_64.sp: fp + 16, X86_64.fp: 0x7FF300}
     walk = _walk(memory, F + 0x50)
     walk.registers = {X86_64.pc: F + 0x50, X86_64.sp: sp, X86_64.fp: fp}
     walk.exact_pc = False
-    assert framepointer.step(walk) is None  # found by a table: its record may be an ancestor's
+    assert framepointer.step(walk) is None  # placed by a scan: its fp may be an ancestor's
     walk.found_by_frame_pointer = True
-    assert framepointer.step(walk) == {
-        X86_64.pc: returns["indirect"],
-        X86_64.sp: fp + 16,
-        X86_64.fp: 0x7FF300,
-    }
+    assert framepointer.step(walk) == taken
+    walk.found_by_frame_pointer, walk.found_by_table = False, True
+    assert framepointer.step(walk) == taken  # a module's code a table led to
+    # JIT code a table led to (PostgreSQL's LLVM code keeps no frame pointer): refused.
+    memory.word(sp + 8, returns["indirect"])  # an indirect call could have entered it
+    jit_walk = _walk(memory, JIT[0] + 0x80)
+    jit_walk.registers = {X86_64.pc: JIT[0] + 0x80, X86_64.sp: sp, X86_64.fp: fp}
+    jit_walk.exact_pc, jit_walk.found_by_table = False, True
+    assert framepointer.step(jit_walk) is None
+    assert "nearer to sp than the record's" in jit_walk.notes[-1]
 
 
 def test_a_return_address_after_no_call_is_taken_only_in_jit_code_on_a_chain() -> None:

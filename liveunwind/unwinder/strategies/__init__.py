@@ -115,6 +115,7 @@ class Walk:
         "exact_pc",
         "foreign_stack",
         "found_by_frame_pointer",
+        "found_by_table",
         "function_at",
         "is_code",
         "module_at",
@@ -150,6 +151,9 @@ class Walk:
         #: The frame of ``registers`` was found by a frame-pointer step: its fp is
         #: the one its callee's checked frame record saved, a link of the chain.
         self.found_by_frame_pointer = False
+        #: The frame of ``registers`` was found by an unwind table's rule (it made
+        #: a call): its fp is the one its callee kept or restored.
+        self.found_by_table = False
         self.read = read
         self.is_code = is_code
         self.code_reader = code_reader

@@ -128,8 +128,8 @@ def step(walk: Walk) -> dict[int, int] | None:
             )
         elif (
             verdict != DIRECT
-            and not walk.found_by_frame_pointer
             and sp is not None
+            and not _own_record(walk, lookup)
             and not _no_nearer(walk, sp, slot, lookup)
         ):
             return None
@@ -195,6 +195,28 @@ def _known_code(walk: Walk, address: int) -> bool:
     if walk.function_at is not None and walk.function_at(address) is not None:
         return True
     return walk.module_at is not None and walk.module_at(address) is None
+
+
+def _own_record(walk: Walk, lookup: int) -> bool:
+    """Whether the frame is taken to have built the record fp points at.
+
+    A frame the chain led to made a call and kept the frame pointer its
+    callee's record saved: a link of a chain the program keeps.  So does
+    module code a table led to, where no table covers the frame's own pc: a
+    module shipped without tables keeps frame pointers to be walked at all
+    (Chromium).  Where a nearer return address then lies between sp and the
+    record, it is a stale one left in the frame's uninitialised locals.
+    Not taken: frame 0 or a frame a signal interrupted (a leaf, or a
+    function before its prologue), a frame a scan or the leaf check placed
+    (its fp is carried over from the frame below), and JIT code (PostgreSQL's
+    LLVM code keeps no frame pointer).
+    """
+    if walk.exact_pc:
+        return False
+    if walk.found_by_frame_pointer:
+        return True
+    module_at = walk.module_at
+    return walk.found_by_table and module_at is not None and module_at(lookup) is not None
 
 
 def _no_nearer(walk: Walk, sp: int, slot: int, lookup: int) -> bool:
