@@ -30,6 +30,13 @@ direct call into the frame's own function (then the record is the
 function's), the words between sp and the record's return address are
 searched for a return address that passes the same check; if one is there,
 the step is refused (the scan, tried next, finds it) and the note says why.
+That search runs only where the frame may not have built the record
+(:func:`_own_record`): a frame the chain or a table led to in a module's
+code made a call with its own record, and what lies nearer is stale
+(Chromium's uninitialised locals hold return addresses of earlier calls).
+
+A return address that follows no call is refused, but for one in JIT code
+on a chain that goes on (:func:`_jumped_into_jit`): HotSpot's interpreter.
 
 A frame pointer below sp or outside the walk's stack is not refused for
 that alone: runtimes run code on stacks of their own (each Erlang process
