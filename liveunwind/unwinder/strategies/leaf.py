@@ -86,9 +86,9 @@ def step(walk: Walk) -> dict[int, int] | None:
         if verdict is None:
             note(notes, f"leaf: {where} = {return_address:#x} {why}")
             return None
-        why = stale(walk, pc, return_address)
-        if why is not None:
-            note(notes, f"leaf: {where} = {return_address:#x} {why}")
+        left = stale(walk, pc, return_address)
+        if left is not None:
+            note(notes, f"leaf: {where} = {return_address:#x} {left}")
             return None
     caller = {arch.pc: return_address, arch.sp: caller_sp}
     fp = registers.get(arch.fp)
