@@ -297,6 +297,33 @@ def test_a_return_address_after_no_call_is_taken_only_in_jit_code_on_a_chain() -
     assert walk.notes[-1].endswith(f"= {G + 0x20:#x} does not follow a call")
 
 
+def test_a_jit_frame_entered_through_a_modules_unnamed_code_on_a_chain() -> None:
+    """V8's case: a builtin (unnamed in a stripped binary) jumps on into JIT code."""
+    memory, returns = _program(got=F)
+    sp, fp, next_fp = 0x7FF100, 0x7FF200, 0x7FF300
+    builtin = _call(memory, G + 0xA0, 0x400600)  # no symbol holds 0x400600
+    memory.word(fp, next_fp)
+    memory.word(fp + 8, builtin)
+    memory.word(next_fp, 0x7FF400)
+    memory.word(next_fp + 8, returns["indirect"])
+    walk = _walk(memory, JIT[0] + 0x80)
+    walk.registers = {X86_64.pc: JIT[0] + 0x80, X86_64.sp: sp, X86_64.fp: fp}
+    walk.found_by_frame_pointer, walk.exact_pc = True, False
+    assert framepointer.step(walk) == {X86_64.pc: builtin, X86_64.sp: fp + 16, X86_64.fp: next_fp}
+    assert "may jump into JIT code (V8's builtins) and the chain goes on" in walk.notes[-1]
+    # A scan still refuses it: a word on the stack, not a record.
+    assert checked_call(walk, builtin, JIT[0] + 0x7F)[0] is None
+    # Named callee: no trampoline, refused.
+    walk.function_at = lambda address: (0x400600, 0x400700) if address == 0x400600 else None
+    assert framepointer.step(walk) is None
+    # A module's frame: refused too.
+    memory.word(fp + 8, builtin)
+    walk = _walk(memory, M + 0x50)
+    walk.registers = {X86_64.pc: M + 0x50, X86_64.sp: sp, X86_64.fp: fp}
+    assert framepointer.step(walk) is None
+    assert walk.notes[-1].endswith(f"not to the function at {M:#x} holding pc {M + 0x50:#x}")
+
+
 def test_a_frame_pointer_on_another_stack_is_followed_when_its_frame_checks_out() -> None:
     """Erlang's case: each process has its own stack, below the scheduler's C stack (sp)."""
     memory, returns = _program(got=F)

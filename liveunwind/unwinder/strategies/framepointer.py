@@ -35,8 +35,13 @@ That search runs only where the frame may not have built the record
 code made a call with its own record, and what lies nearer is stale
 (Chromium's uninitialised locals hold return addresses of earlier calls).
 
-A return address that follows no call is refused, but for one in JIT code
-on a chain that goes on (:func:`_jumped_into_jit`): HotSpot's interpreter.
+Two return addresses the call check refuses are taken where the record's
+chain goes on (:func:`_chain_goes_on`): one in JIT code after no call
+(HotSpot's interpreter enters its frames by pushing the return address and
+jumping), and, for a frame in JIT code, one after a direct call into a
+module's unnamed code (V8's embedded builtins jump on into JIT code).  A
+record is no stray word on the stack, so what a scan must refuse may be
+taken from it; the note says why.
 
 A frame pointer below sp or outside the walk's stack is not refused for
 that alone: runtimes run code on stacks of their own (each Erlang process
@@ -51,11 +56,25 @@ from __future__ import annotations
 
 from liveunwind.errors import MemoryReadError
 from liveunwind.unwinder.strategies import Walk, note
-from liveunwind.unwinder.strategies.callers import DIRECT, NO_CALL, checked_call
+from liveunwind.unwinder.strategies.callers import DIRECT, NO_CALL, TRAMPOLINE, checked_call
 from liveunwind.unwinder.strategies.scan import find_return_address
 
 #: Words between sp and the record searched for a nearer return address at most.
 NEARER_WINDOW = 2048
+
+#: A return address in JIT code after no call, taken on a chain that goes on.
+JUMPED = "jumped"
+#: Why a return address the call check alone would refuse was taken, by verdict.
+_TAKEN = {
+    JUMPED: (
+        "frame pointer: return address [{slot:#x}] = {address:#x} {why}, but lies in JIT code "
+        "and the chain goes on (HotSpot's interpreter enters frames by a jump): taken"
+    ),
+    TRAMPOLINE: (
+        "frame pointer: return address [{slot:#x}] = {address:#x} {why}, but the callee is "
+        "unnamed code that may jump into JIT code (V8's builtins) and the chain goes on: taken"
+    ),
+}
 
 
 def step(walk: Walk) -> dict[int, int] | None:
@@ -112,12 +131,15 @@ def step(walk: Walk) -> dict[int, int] | None:
     slot = fp + record.return_address
     if pc is not None:
         lookup = pc if walk.exact_pc else pc - 1
-        verdict, why = checked_call(walk, return_address, lookup)
-        if verdict is None and not (
-            why == NO_CALL
-            and elsewhere is None
-            and _jumped_into_jit(walk, return_address, caller_fp, stack_range)
-        ):
+        verdict, why = checked_call(walk, return_address, lookup, trampolines=True)
+        if verdict is None and why == NO_CALL and _in_jit_code(walk, return_address):
+            verdict = JUMPED  # HotSpot's interpreter: entered by a jump
+        if verdict in (TRAMPOLINE, JUMPED):
+            if elsewhere is not None or not _chain_goes_on(walk, caller_fp, stack_range):
+                verdict = None
+            else:
+                note(notes, _TAKEN[verdict].format(slot=slot, address=return_address, why=why))
+        if verdict is None:
             note(notes, f"frame pointer: return address [{slot:#x}] = {return_address:#x} {why}")
             return None
         if elsewhere is not None:
@@ -161,36 +183,29 @@ def _other_stack(walk: Walk, fp: int, sp: int | None) -> tuple[int, int] | None:
     return found
 
 
-def _jumped_into_jit(
-    walk: Walk, return_address: int, caller_fp: int, stack_range: tuple[int, int] | None
-) -> bool:
-    """Whether a return address that follows no call is JIT code's, on a chain that goes on.
+def _in_jit_code(walk: Walk, address: int) -> bool:
+    """Whether ``address`` is code no module holds: code a JIT compiler wrote."""
+    return walk.module_at is not None and walk.module_at(address) is None
 
-    HotSpot's interpreter enters a frame by pushing the address it is to
-    return to and jumping, so its frames' return addresses follow no call.
-    Such an address is taken where it lies in code no module holds (code a
-    JIT compiler wrote) and the record it was read from leads to another
-    record whose return address is code too: the chain goes on as a chain
-    of frame records does.  A note says why it was taken.
+
+def _chain_goes_on(walk: Walk, caller_fp: int, stack_range: tuple[int, int] | None) -> bool:
+    """Whether the record at ``caller_fp`` lies on the stack and returns into code.
+
+    Asked where a return address passed the call check only as JIT code
+    needs it (entered by a jump, or through a runtime's trampoline): the
+    record it came from must lead on as a chain of frame records does.
     """
-    module_at, arch = walk.module_at, walk.arch
-    if module_at is None or module_at(return_address) is not None or not caller_fp:
-        return False
+    arch = walk.arch
     record = arch.frame_record
+    if not caller_fp:
+        return False
     if stack_range is not None and not _inside(caller_fp + record.start, record.size, stack_range):
         return False
     try:
         _, next_return = record.links(walk.read(caller_fp + record.start, record.size))
     except MemoryReadError:
         return False
-    if not walk.is_code(arch.strip_pointer_auth(next_return)):
-        return False
-    note(
-        walk.notes,
-        f"frame pointer: return address {return_address:#x} {NO_CALL}, but lies in JIT code "
-        f"and the chain goes on (HotSpot's interpreter enters frames by a jump): taken",
-    )
-    return True
+    return walk.is_code(arch.strip_pointer_auth(next_return))
 
 
 def _known_code(walk: Walk, address: int) -> bool:
