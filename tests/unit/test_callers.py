@@ -271,6 +271,12 @@ def test_a_frame_that_made_a_call_is_stepped_past_stale_return_addresses() -> No
     jit_walk.exact_pc, jit_walk.found_by_table = False, True
     assert framepointer.step(jit_walk) is None
     assert "nearer to sp than the record's" in jit_walk.notes[-1]
+    # A nearer one in JIT code may be one of the JIT frame's own calls: it does not count.
+    memory.put(JIT[0] + 0x40, b"\xff\xd0")  # call *%rax
+    memory.word(sp + 8, JIT[0] + 0x42)
+    assert framepointer.step(jit_walk) == taken
+    jit_walk.exact_pc = True  # but frame 0 made no call we know of: refused
+    assert framepointer.step(jit_walk) is None
 
 
 def test_a_return_address_after_no_call_is_taken_only_in_jit_code_on_a_chain() -> None:

@@ -242,14 +242,24 @@ def _own_record(walk: Walk, lookup: int) -> bool:
 
 
 def _no_nearer(walk: Walk, sp: int, slot: int, lookup: int) -> bool:
-    """True unless a checked return address lies between sp and ``slot`` (then a note says so)."""
+    """True unless a checked return address lies between sp and ``slot`` (then a note says so).
+
+    In a JIT frame that made a call (not frame 0, nor one a signal
+    interrupted), a return address into JIT code does not count: JIT code
+    calling JIT code passes the check whatever it called, so it may be one
+    of the frame's own earlier calls (HotSpot's native wrappers call
+    runtime stubs before the native method).
+    """
     arch = walk.arch
     word = arch.word_size
     if slot <= sp:
         return True
     words = min((slot - sp) // word, NEARER_WINDOW)
+    own_calls = not walk.exact_pc and _in_jit_code(walk, lookup)
 
     def refuse(return_address: int) -> str | None:
+        if own_calls and _in_jit_code(walk, return_address):
+            return "lies in JIT code, as the frame does: maybe a call it made returned there"
         verdict, why = checked_call(walk, return_address, lookup)
         return why if verdict is None else None
 
