@@ -44,6 +44,8 @@ _ENTRY_NEAR = 1 << 16
 
 #: The methods of checked guesses (the strategies and the leaf check).
 _GUESSES = frozenset((Method.PROLOGUE, Method.FRAMEPOINTER, Method.LEAF, Method.SCAN))
+#: The methods of unwind tables' rules.
+_TABLES = frozenset((Method.CFI, Method.SFRAME, Method.COMPACT, Method.DYNAMIC))
 
 
 def _on(stack: tuple[int, int] | None, sp: int) -> bool:
@@ -387,6 +389,8 @@ class Stepper:
         """
         walk.registers = registers
         walk.exact_pc = leaf_pending = frame.exact_pc
+        walk.found_by_frame_pointer = frame.method is Method.FRAMEPOINTER
+        walk.found_by_table = frame.method in _TABLES
         for source in self._strategies:
             if leaf_pending and not source.before_leaf:
                 leaf_pending = False

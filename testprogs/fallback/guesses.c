@@ -22,10 +22,17 @@
  * 0; but its own frame was found by a scan (zero_asm has no CFI), so the 0
  * proves no end: the walk is not complete ("no outermost frame").
  *
+ * Thread "sigentry", innermost first:
+ *   sig_handler_asm, __restore_rt, (libc's pthread_kill frames), sig_raiser,
+ * sigentry_main, start_thread, clone3.  sig_raiser sends itself SIGUSR1;
+ * sig_handler_asm (no CFI) waits in pause with the kernel's sp, so [sp] is the
+ * sigreturn trampoline, which no call precedes.
+ *
  * The main thread waits in pthread_join under main and _start.
  */
 #include "../tp.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 static volatile int keep_blocking = 1;
@@ -34,6 +41,13 @@ void stale_asm(void);
 void push_leaf(void);
 void zero_asm(void);
 void run_on_stack(void (*fn)(void), void *top);
+void sig_handler_asm(int signal);
+
+/* Called by sig_handler_asm before it waits (tp_arrive is async-signal-safe). */
+void sig_arrived(void)
+{
+    tp_arrive();
+}
 
 /* Called from stale_asm; global so the assembly can name them. */
 TP_NOINLINE void stale_helper(void)
@@ -110,15 +124,33 @@ static void *zero_main(void *arg)
     return NULL;
 }
 
+TP_NOINLINE static void sig_raiser(void)
+{
+    struct sigaction action = {0};
+    action.sa_handler = sig_handler_asm;
+    sigaction(SIGUSR1, &action, NULL);
+    pthread_kill(pthread_self(), SIGUSR1);
+    tp_sink += 5;
+}
+
+static void *sigentry_main(void *arg)
+{
+    (void)arg;
+    sig_raiser();
+    return NULL;
+}
+
 int main(void)
 {
     tp_allow_tracing();
     pthread_t stale = tp_spawn("stale", stale_main, NULL);
     pthread_t pushleaf = tp_spawn("pushleaf", pushleaf_main, NULL);
     pthread_t zero = tp_spawn("zero", zero_main, NULL);
-    tp_announce(3);
+    pthread_t sigentry = tp_spawn("sigentry", sigentry_main, NULL);
+    tp_announce(4);
     pthread_join(stale, NULL);
     pthread_join(pushleaf, NULL);
     pthread_join(zero, NULL);
+    pthread_join(sigentry, NULL);
     return 0;
 }

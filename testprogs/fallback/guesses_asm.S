@@ -18,6 +18,10 @@
  * [sp+8], and rbp still points at fp_middle's frame record, whose return
  * address lies in fp_outer: following it would skip fp_middle.
  *
+ * sig_handler_asm is a signal handler without CFI that waits in pause(2) for
+ * ever with the sp the kernel entered it with: [sp] is the sigreturn
+ * trampoline's address, which follows no call.
+ *
  * run_on_stack starts a C function on a fresh stack whose outermost return
  * address is 0 (as some runtimes end their stacks); zero_asm, called from
  * there, calls zero_block and has no CFI.
@@ -45,6 +49,15 @@ push_leaf:
     syscall
     jmp     1b
     .size   push_leaf, .-push_leaf
+
+    .globl  sig_handler_asm
+    .type   sig_handler_asm, @function
+sig_handler_asm:
+    call    sig_arrived         /* returns: the sp is the kernel's again */
+1:  movl    $34, %eax           /* pause */
+    syscall
+    jmp     1b
+    .size   sig_handler_asm, .-sig_handler_asm
 
 /* run_on_stack(fn, top): fn on a fresh stack whose outermost return address is 0. */
     .globl  run_on_stack

@@ -281,3 +281,17 @@ def test_the_entry_function_is_the_outermost_frame(fallback_build: Path) -> None
     assert main.frames[-1].function == "_start"
     assert main.complete and "entry function" in main.stop_detail, main.stop_text
     assert backtrace.complete
+
+
+def test_a_signal_handler_without_cfi_returns_to_the_sigreturn_trampoline(
+    fallback_build: Path,
+) -> None:
+    """sig_handler_asm waits with the kernel's sp: [sp] is __restore_rt, after no call."""
+    thread = thread_named(_guesses(fallback_build), "sigentry")
+    assert own_frames(thread, "guesses") == ["sig_handler_asm", "sig_raiser", "sigentry_main"]
+    trampoline = thread.frames[1]
+    assert trampoline.method is Method.LEAF
+    assert trampoline.signal_frame  # the trampoline's frame: the kernel's saved registers
+    assert any("is the sigreturn trampoline" in note for note in trampoline.notes)
+    assert thread.frames[2].function == "__pthread_kill_implementation"  # interrupted there
+    assert thread.complete, thread.stop_text

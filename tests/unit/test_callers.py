@@ -247,6 +247,89 @@ def test_a_frame_pointer_step_does_not_pass_a_nearer_return_address() -> None:
     }
 
 
+def test_a_frame_that_made_a_call_is_stepped_past_stale_return_addresses() -> None:
+    """Chromium's case: a frame the chain or a table led to built its record; its locals
+    hold stale return addresses."""
+    memory, returns = _program(got=F)
+    sp, fp = 0x7FF100, 0x7FF200
+    memory.word(sp + 8, returns["F"])  # stale, in an uninitialised local
+    memory.word(fp, 0x7FF300)
+    memory.word(fp + 8, returns["indirect"])
+    taken = {X86_64.pc: returns["indirect"], X86_64.sp: fp + 16, X86_64.fp: 0x7FF300}
+    walk = _walk(memory, F + 0x50)
+    walk.registers = {X86_64.pc: F + 0x50, X86_64.sp: sp, X86_64.fp: fp}
+    walk.exact_pc = False
+    assert framepointer.step(walk) is None  # placed by a scan: its fp may be an ancestor's
+    walk.found_by_frame_pointer = True
+    assert framepointer.step(walk) == taken
+    walk.found_by_frame_pointer, walk.found_by_table = False, True
+    assert framepointer.step(walk) == taken  # a module's code a table led to
+    # JIT code a table led to (PostgreSQL's LLVM code keeps no frame pointer): refused.
+    memory.word(sp + 8, returns["indirect"])  # an indirect call could have entered it
+    jit_walk = _walk(memory, JIT[0] + 0x80)
+    jit_walk.registers = {X86_64.pc: JIT[0] + 0x80, X86_64.sp: sp, X86_64.fp: fp}
+    jit_walk.exact_pc, jit_walk.found_by_table = False, True
+    assert framepointer.step(jit_walk) is None
+    assert "nearer to sp than the record's" in jit_walk.notes[-1]
+    # A nearer one in JIT code may be one of the JIT frame's own calls: it does not count.
+    memory.put(JIT[0] + 0x40, b"\xff\xd0")  # call *%rax
+    memory.word(sp + 8, JIT[0] + 0x42)
+    assert framepointer.step(jit_walk) == taken
+    jit_walk.exact_pc = True  # but frame 0 made no call we know of: refused
+    assert framepointer.step(jit_walk) is None
+
+
+def test_a_return_address_after_no_call_is_taken_only_in_jit_code_on_a_chain() -> None:
+    """HotSpot's interpreter frames: entered by a jump, in code no module holds."""
+    memory, returns = _program(got=F)
+    sp, fp, next_fp = 0x7FF100, 0x7FF200, 0x7FF300
+    jumped = JIT[0] + 0x20  # nops before it: no call
+    memory.word(fp, next_fp)
+    memory.word(fp + 8, jumped)
+    memory.word(next_fp, 0x7FF400)
+    memory.word(next_fp + 8, returns["indirect"])
+    walk = _walk(memory, F + 0x50)
+    walk.registers = {X86_64.pc: F + 0x50, X86_64.sp: sp, X86_64.fp: fp}
+    assert framepointer.step(walk) == {X86_64.pc: jumped, X86_64.sp: fp + 16, X86_64.fp: next_fp}
+    assert "lies in JIT code and the chain goes on" in walk.notes[-1]
+    # The next record's return address is no code: the chain does not go on.
+    memory.word(next_fp + 8, 0x1234)
+    assert framepointer.step(walk) is None
+    assert walk.notes[-1].endswith(f"= {jumped:#x} does not follow a call")
+    # In a module's code, an address after no call is refused whatever the chain.
+    memory.word(next_fp + 8, returns["indirect"])
+    memory.word(fp + 8, G + 0x20)
+    assert framepointer.step(walk) is None
+    assert walk.notes[-1].endswith(f"= {G + 0x20:#x} does not follow a call")
+
+
+def test_a_jit_frame_entered_through_a_modules_unnamed_code_on_a_chain() -> None:
+    """V8's case: a builtin (unnamed in a stripped binary) jumps on into JIT code."""
+    memory, returns = _program(got=F)
+    sp, fp, next_fp = 0x7FF100, 0x7FF200, 0x7FF300
+    builtin = _call(memory, G + 0xA0, 0x400600)  # no symbol holds 0x400600
+    memory.word(fp, next_fp)
+    memory.word(fp + 8, builtin)
+    memory.word(next_fp, 0x7FF400)
+    memory.word(next_fp + 8, returns["indirect"])
+    walk = _walk(memory, JIT[0] + 0x80)
+    walk.registers = {X86_64.pc: JIT[0] + 0x80, X86_64.sp: sp, X86_64.fp: fp}
+    walk.found_by_frame_pointer, walk.exact_pc = True, False
+    assert framepointer.step(walk) == {X86_64.pc: builtin, X86_64.sp: fp + 16, X86_64.fp: next_fp}
+    assert "may jump into JIT code (V8's builtins) and the chain goes on" in walk.notes[-1]
+    # A scan still refuses it: a word on the stack, not a record.
+    assert checked_call(walk, builtin, JIT[0] + 0x7F)[0] is None
+    # Named callee: no trampoline, refused.
+    walk.function_at = lambda address: (0x400600, 0x400700) if address == 0x400600 else None
+    assert framepointer.step(walk) is None
+    # A module's frame: refused too.
+    memory.word(fp + 8, builtin)
+    walk = _walk(memory, M + 0x50)
+    walk.registers = {X86_64.pc: M + 0x50, X86_64.sp: sp, X86_64.fp: fp}
+    assert framepointer.step(walk) is None
+    assert walk.notes[-1].endswith(f"not to the function at {M:#x} holding pc {M + 0x50:#x}")
+
+
 def test_a_frame_pointer_on_another_stack_is_followed_when_its_frame_checks_out() -> None:
     """Erlang's case: each process has its own stack, below the scheduler's C stack (sp)."""
     memory, returns = _program(got=F)

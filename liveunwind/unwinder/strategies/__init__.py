@@ -114,6 +114,8 @@ class Walk:
         "code_reader",
         "exact_pc",
         "foreign_stack",
+        "found_by_frame_pointer",
+        "found_by_table",
         "function_at",
         "is_code",
         "module_at",
@@ -146,6 +148,12 @@ class Walk:
         #: The pc of ``registers`` is where the thread stopped (frame 0, or code a
         #: signal interrupted), not a return address.
         self.exact_pc = exact_pc
+        #: The frame of ``registers`` was found by a frame-pointer step: its fp is
+        #: the one its callee's checked frame record saved, a link of the chain.
+        self.found_by_frame_pointer = False
+        #: The frame of ``registers`` was found by an unwind table's rule (it made
+        #: a call): its fp is the one its callee kept or restored.
+        self.found_by_table = False
         self.read = read
         self.is_code = is_code
         self.code_reader = code_reader

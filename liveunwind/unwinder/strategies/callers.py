@@ -45,18 +45,29 @@ _PAGE = 4096
 #: How a call before a return address reached the frame's function.
 DIRECT = "direct"  # a direct call to the function (through its PLT entry, maybe)
 ALLOWED = "allowed"  # an indirect call, or a PLT entry not bound yet: cannot tell
+#: A direct call from a module into one of its functions nothing names, while the
+#: frame is JIT code: the callee may be a runtime's trampoline into it (V8's builtins).
+TRAMPOLINE = "trampoline"
+#: Why a return address is refused when no call instruction ends right before it.
+NO_CALL = "does not follow a call"
 
 
-def checked_call(walk: Walk, return_address: int, pc: int) -> tuple[str | None, str]:
+def checked_call(
+    walk: Walk, return_address: int, pc: int, *, trampolines: bool = False
+) -> tuple[str | None, str]:
     """``(DIRECT or ALLOWED, "")`` for the best call before ``return_address``, or ``(None, why)``.
 
-    ``pc`` is the frame's lookup pc (an address inside its function).
+    ``pc`` is the frame's lookup pc (an address inside its function).  With
+    ``trampolines``, a call that could only have reached the frame's JIT code
+    through a trampoline of the module it was made in gives ``(TRAMPOLINE,
+    why)``: the frame-pointer step asks, for a record it reads is no stray
+    word, and then wants its chain to go on.
     """
     arch = walk.arch
     code = code_before(walk.code_reader, return_address, arch.longest_call)
     sites = list(arch.call_sites(return_address, code))
     if not sites:
-        return None, "does not follow a call"
+        return None, NO_CALL
     function = None if walk.function_at is None else walk.function_at(pc)
     reasons = []
     verdict = None
@@ -72,7 +83,27 @@ def checked_call(walk: Walk, return_address: int, pc: int) -> tuple[str | None, 
             verdict = ALLOWED
     if verdict is not None:
         return verdict, ""
+    if trampolines and any(_through_trampoline(walk, site, pc) for site in sites):
+        return TRAMPOLINE, "; ".join(reasons)
     return None, "; ".join(reasons)
+
+
+def _through_trampoline(walk: Walk, site: CallSite, pc: int) -> bool:
+    """Whether ``site`` is a direct call into a module's unnamed code while ``pc`` is JIT code.
+
+    JIT runtimes enter their code from their own routines, which jump on
+    into it (V8's embedded builtins): a call into such a routine may have
+    led to any JIT code.  Where the callee's start is named, it is no
+    such routine unless it is the frame's; then :func:`refusal` answered.
+    """
+    module_at, function_at = walk.module_at, walk.function_at
+    target = site.target
+    if target is None or module_at is None or module_at(pc) is not None:
+        return False
+    entry = _through_plt(walk, target)
+    if entry is None or module_at(entry) is None:
+        return False
+    return function_at is None or function_at(entry) is None
 
 
 #: The refusal that is none: a PLT entry whose slot is not bound yet.

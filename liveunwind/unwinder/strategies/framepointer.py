@@ -30,6 +30,18 @@ direct call into the frame's own function (then the record is the
 function's), the words between sp and the record's return address are
 searched for a return address that passes the same check; if one is there,
 the step is refused (the scan, tried next, finds it) and the note says why.
+That search runs only where the frame may not have built the record
+(:func:`_own_record`): a frame the chain or a table led to in a module's
+code made a call with its own record, and what lies nearer is stale
+(Chromium's uninitialised locals hold return addresses of earlier calls).
+
+Two return addresses the call check refuses are taken where the record's
+chain goes on (:func:`_chain_goes_on`): one in JIT code after no call
+(HotSpot's interpreter enters its frames by pushing the return address and
+jumping), and, for a frame in JIT code, one after a direct call into a
+module's unnamed code (V8's embedded builtins jump on into JIT code).  A
+record is no stray word on the stack, so what a scan must refuse may be
+taken from it; the note says why.
 
 A frame pointer below sp or outside the walk's stack is not refused for
 that alone: runtimes run code on stacks of their own (each Erlang process
@@ -44,11 +56,25 @@ from __future__ import annotations
 
 from liveunwind.errors import MemoryReadError
 from liveunwind.unwinder.strategies import Walk, note
-from liveunwind.unwinder.strategies.callers import DIRECT, checked_call
+from liveunwind.unwinder.strategies.callers import DIRECT, NO_CALL, TRAMPOLINE, checked_call
 from liveunwind.unwinder.strategies.scan import find_return_address
 
 #: Words between sp and the record searched for a nearer return address at most.
 NEARER_WINDOW = 2048
+
+#: A return address in JIT code after no call, taken on a chain that goes on.
+JUMPED = "jumped"
+#: Why a return address the call check alone would refuse was taken, by verdict.
+_TAKEN = {
+    JUMPED: (
+        "frame pointer: return address [{slot:#x}] = {address:#x} {why}, but lies in JIT code "
+        "and the chain goes on (HotSpot's interpreter enters frames by a jump): taken"
+    ),
+    TRAMPOLINE: (
+        "frame pointer: return address [{slot:#x}] = {address:#x} {why}, but the callee is "
+        "unnamed code that may jump into JIT code (V8's builtins) and the chain goes on: taken"
+    ),
+}
 
 
 def step(walk: Walk) -> dict[int, int] | None:
@@ -105,7 +131,14 @@ def step(walk: Walk) -> dict[int, int] | None:
     slot = fp + record.return_address
     if pc is not None:
         lookup = pc if walk.exact_pc else pc - 1
-        verdict, why = checked_call(walk, return_address, lookup)
+        verdict, why = checked_call(walk, return_address, lookup, trampolines=True)
+        if verdict is None and why == NO_CALL and _in_jit_code(walk, return_address):
+            verdict = JUMPED  # HotSpot's interpreter: entered by a jump
+        if verdict in (TRAMPOLINE, JUMPED):
+            if elsewhere is not None or not _chain_goes_on(walk, caller_fp, stack_range):
+                verdict = None
+            else:
+                note(notes, _TAKEN[verdict].format(slot=slot, address=return_address, why=why))
         if verdict is None:
             note(notes, f"frame pointer: return address [{slot:#x}] = {return_address:#x} {why}")
             return None
@@ -122,7 +155,12 @@ def step(walk: Walk) -> dict[int, int] | None:
                 f"frame pointer: fp {fp:#x} is on another stack "
                 f"({elsewhere[0]:#x}-{elsewhere[1]:#x}); its frame checks out",
             )
-        elif verdict != DIRECT and sp is not None and not _no_nearer(walk, sp, slot, lookup):
+        elif (
+            verdict != DIRECT
+            and sp is not None
+            and not _own_record(walk, lookup)
+            and not _no_nearer(walk, sp, slot, lookup)
+        ):
             return None
     elif elsewhere is not None:
         note(notes, f"frame pointer: fp {fp:#x} is on another stack, and the pc is unknown")
@@ -145,6 +183,31 @@ def _other_stack(walk: Walk, fp: int, sp: int | None) -> tuple[int, int] | None:
     return found
 
 
+def _in_jit_code(walk: Walk, address: int) -> bool:
+    """Whether ``address`` is code no module holds: code a JIT compiler wrote."""
+    return walk.module_at is not None and walk.module_at(address) is None
+
+
+def _chain_goes_on(walk: Walk, caller_fp: int, stack_range: tuple[int, int] | None) -> bool:
+    """Whether the record at ``caller_fp`` lies on the stack and returns into code.
+
+    Asked where a return address passed the call check only as JIT code
+    needs it (entered by a jump, or through a runtime's trampoline): the
+    record it came from must lead on as a chain of frame records does.
+    """
+    arch = walk.arch
+    record = arch.frame_record
+    if not caller_fp:
+        return False
+    if stack_range is not None and not _inside(caller_fp + record.start, record.size, stack_range):
+        return False
+    try:
+        _, next_return = record.links(walk.read(caller_fp + record.start, record.size))
+    except MemoryReadError:
+        return False
+    return walk.is_code(arch.strip_pointer_auth(next_return))
+
+
 def _known_code(walk: Walk, address: int) -> bool:
     """A function the symbols (or a JIT's registration) know, or JIT code: no module holds it.
 
@@ -156,15 +219,47 @@ def _known_code(walk: Walk, address: int) -> bool:
     return walk.module_at is not None and walk.module_at(address) is None
 
 
+def _own_record(walk: Walk, lookup: int) -> bool:
+    """Whether the frame is taken to have built the record fp points at.
+
+    A frame the chain led to made a call and kept the frame pointer its
+    callee's record saved: a link of a chain the program keeps.  So does
+    module code a table led to, where no table covers the frame's own pc: a
+    module shipped without tables keeps frame pointers to be walked at all
+    (Chromium).  Where a nearer return address then lies between sp and the
+    record, it is a stale one left in the frame's uninitialised locals.
+    Not taken: frame 0 or a frame a signal interrupted (a leaf, or a
+    function before its prologue), a frame a scan or the leaf check placed
+    (its fp is carried over from the frame below), and JIT code (PostgreSQL's
+    LLVM code keeps no frame pointer).
+    """
+    if walk.exact_pc:
+        return False
+    if walk.found_by_frame_pointer:
+        return True
+    module_at = walk.module_at
+    return walk.found_by_table and module_at is not None and module_at(lookup) is not None
+
+
 def _no_nearer(walk: Walk, sp: int, slot: int, lookup: int) -> bool:
-    """True unless a checked return address lies between sp and ``slot`` (then a note says so)."""
+    """True unless a checked return address lies between sp and ``slot`` (then a note says so).
+
+    In a JIT frame that made a call (not frame 0, nor one a signal
+    interrupted), a return address into JIT code does not count: JIT code
+    calling JIT code passes the check whatever it called, so it may be one
+    of the frame's own earlier calls (HotSpot's native wrappers call
+    runtime stubs before the native method).
+    """
     arch = walk.arch
     word = arch.word_size
     if slot <= sp:
         return True
     words = min((slot - sp) // word, NEARER_WINDOW)
+    own_calls = not walk.exact_pc and _in_jit_code(walk, lookup)
 
     def refuse(return_address: int) -> str | None:
+        if own_calls and _in_jit_code(walk, return_address):
+            return "lies in JIT code, as the frame does: maybe a call it made returned there"
         verdict, why = checked_call(walk, return_address, lookup)
         return why if verdict is None else None
 

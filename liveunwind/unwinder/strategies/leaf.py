@@ -71,25 +71,44 @@ def step(walk: Walk) -> dict[int, int] | None:
         note(notes, f"leaf: {where} = {return_address:#x} is not code")
         return None
     pc = registers.get(arch.pc)
-    if pc is None:
+    if _is_sigreturn(walk, return_address):
+        note(
+            notes,
+            f"leaf: {where} = {return_address:#x} is the sigreturn trampoline: "
+            "a signal handler at its entry",
+        )
+    elif pc is None:
         if call_before(arch, return_address, is_code, code_reader) is None:
             note(notes, f"leaf: {where} = {return_address:#x} does not follow a call")
             return None
-        why = None
     else:
         verdict, why = checked_call(walk, return_address, pc)
         if verdict is None:
             note(notes, f"leaf: {where} = {return_address:#x} {why}")
             return None
-        why = stale(walk, pc, return_address)
-    if why is not None:
-        note(notes, f"leaf: {where} = {return_address:#x} {why}")
-        return None
+        left = stale(walk, pc, return_address)
+        if left is not None:
+            note(notes, f"leaf: {where} = {return_address:#x} {left}")
+            return None
     caller = {arch.pc: return_address, arch.sp: caller_sp}
     fp = registers.get(arch.fp)
     if fp is not None:
         caller[arch.fp] = fp
     return caller
+
+
+def _is_sigreturn(walk: Walk, return_address: int) -> bool:
+    """Whether ``return_address`` is the kernel's sigreturn trampoline (by its code).
+
+    The kernel enters a signal handler as if the trampoline had called it:
+    its address is the handler's return address, after no call.  The frame
+    then found is the trampoline's, whose signal frame the stepper reads.
+    """
+    code = walk.arch.sigreturn_code
+    try:
+        return bytes(walk.code_reader(return_address, len(code))) == code
+    except MemoryReadError:
+        return False
 
 
 def stale(walk: Walk, pc: int, return_address: int) -> str | None:
