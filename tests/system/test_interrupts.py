@@ -2,7 +2,8 @@
 
 The real command (``python -m liveunwind``, or the console script pip wrote)
 runs against a real target and gets SIGINT or SIGTERM at
-random instants spread over its whole run — while Python imports it,
+instants spread over its whole run (one in each slice of it, from a fixed
+seed) — while Python imports it,
 attaches, copies, walks, samples and writes.  After each: no traceback
 (but what Python itself prints while it starts, before liveunwind's code
 runs: ``tests.support.interrupts.python_start_up`` — allowed only when the
@@ -41,8 +42,11 @@ LONG = os.environ.get("SOAK") == "long"
 PID_RUNS = 100 if LONG else 40
 PROFILE_RUNS = 100 if LONG else 30
 PID_SPREAD = 0.3
-#: profile starts slower (psutil, the cold first sample) and samples for 0.3 s.
+#: profile starts slower (psutil, the cold first sample) and samples for 0.3 s; half its
+#: signals land in its first 0.15 s (imports, attach, the first sample: where 130/143 is
+#: the answer), the others anywhere in its run (mostly sampling: it ends, files written).
 PROFILE_SPREAD = 0.8
+PROFILE_START = 0.15
 FOLDED_LINE = re.compile(r"^[^;\n]+(;[^;\n]+)* \d+$")
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 #: ``python -m liveunwind``, and the console script pip wrote (it imports
@@ -61,7 +65,7 @@ def target(testprogs_build: Path) -> RunningProgram:
 class Ending:
     """One run signalled at a random instant: what was sent, when, and how it ended."""
 
-    def __init__(self, arguments: list[str], rng: random.Random, spread: float) -> None:
+    def __init__(self, arguments: list[str], rng: random.Random, delay: float) -> None:
         self.sent = rng.choice((signal.SIGINT, signal.SIGTERM))
         runner = subprocess.Popen(
             [*rng.choice(LAUNCHERS), *arguments],
@@ -71,7 +75,7 @@ class Ending:
             cwd="/",
             env=dict(os.environ, PYTHONPATH=str(ROOT)),
         )
-        time.sleep(rng.uniform(0, spread))
+        time.sleep(delay)
         #: Whether liveunwind's code had run when the signal was sent: the package
         #: catches SIGTERM from its first line on, Python does not (its SigCgt mask).
         self.ours = catches_sigterm(runner.pid)
@@ -105,6 +109,17 @@ def catches_sigterm(pid: int) -> bool:
     return bool(int(caught.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
 
 
+#: The instants are drawn from a fixed seed, one in each of ``runs`` equal slices of the
+#: spread: every stretch of a run (start-up, attach, sampling, writing) gets its share of
+#: signals on every machine, however busy, rather than by luck.
+SEED = 20261126
+
+
+def instants(runs: int, spread: float) -> list[float]:
+    rng = random.Random(SEED)
+    return [spread * (slot + rng.random()) / runs for slot in range(runs)]
+
+
 def check_endings(endings: Counter[str], runs: int) -> None:
     """Signals landed while liveunwind ran and ended it with 130 and 143 (a SIGTERM that
     killed the process outright, as before it was handled, never gives 143)."""
@@ -113,11 +128,11 @@ def check_endings(endings: Counter[str], runs: int) -> None:
 
 
 def test_pid_signalled_at_random_instants(target: RunningProgram) -> None:
-    rng = random.Random()
+    rng = random.Random(SEED)
     endings: Counter[str] = Counter()
-    for _ in range(PID_RUNS):
+    for delay in instants(PID_RUNS, PID_SPREAD):
         arguments = ["pid", str(target.pid), "--json", *rng.choice(((), ("--no-snapshot",)))]
-        run = Ending(arguments, rng, PID_SPREAD)
+        run = Ending(arguments, rng, delay)
         ending = run.check({0, 1})
         endings[ending] += 1
         if ending == "finished":
@@ -129,15 +144,17 @@ def test_pid_signalled_at_random_instants(target: RunningProgram) -> None:
 def test_profile_signalled_at_random_instants(target: RunningProgram, tmp_path: Path) -> None:
     """A signal while sampling ends sampling (exit 0, every file written); one before or
     after it ends liveunwind (130/143), and each file is then whole or absent."""
-    rng = random.Random()
+    rng = random.Random(SEED)
     endings: Counter[str] = Counter()
-    for run in range(PROFILE_RUNS):
-        folder = tmp_path / str(run)
+    early = PROFILE_RUNS // 2
+    delays = instants(early, PROFILE_START) + instants(PROFILE_RUNS - early, PROFILE_SPREAD)
+    for number, delay in enumerate(delays):
+        folder = tmp_path / str(number)
         folder.mkdir()
         svg, folded = folder / "flame.svg", folder / "stacks.folded"
         arguments = ["profile", str(target.pid), "--duration", "0.3", "--rate", "200"]
         arguments += ["--json", "--svg", str(svg), "--collapsed-out", str(folded)]
-        run = Ending(arguments, rng, PROFILE_SPREAD)
+        run = Ending(arguments, rng, delay)
         ending = run.check({0})
         endings[ending] += 1
         if ending == "finished":  # or sampling was asked to end, which is the same
