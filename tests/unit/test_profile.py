@@ -126,6 +126,7 @@ class _ScriptedSession:
         self.costs = costs
         self.usual = usual
         self.calls: list[float] = []
+        self.modules = None  # no module map: the stacks are empty
 
     def backtrace(self) -> Backtrace:
         self.calls.append(time.perf_counter())
