@@ -1,4 +1,4 @@
-"""``--pprof FILE``: a profile as pprof's ``profile.proto``, gzipped, for ``go tool pprof`` and fleets.
+"""``--pprof FILE``: a profile as pprof's ``profile.proto``, gzipped, for pprof and fleets.
 
 What the file holds (field numbers from pprof's ``proto/profile.proto``):
 
@@ -208,7 +208,8 @@ class _Builder:
         cpu = _cpu_nanoseconds(thread, self.profile.duration)
         label = _bytes(
             _SAMPLE_LABEL,
-            _number(_LABEL_KEY, self.strings("thread")) + _number(_LABEL_STR, self.strings(thread.label)),
+            _number(_LABEL_KEY, self.strings("thread"))
+            + _number(_LABEL_STR, self.strings(thread.label)),
         )
         out = bytearray()
         for stack, count in sorted(thread.stacks.items()):
@@ -235,9 +236,8 @@ def encode(profile: Profile, *, lines: bool = False, comments: tuple[str, ...] =
     builder = _Builder(profile, lines)
     strings = builder.strings
     samples = b"".join(builder.samples(thread) for thread in profile.by_cpu())
-    head = (
-        _bytes(_PROFILE_SAMPLE_TYPE, _value_type(strings, "samples", "count"))
-        + _bytes(_PROFILE_SAMPLE_TYPE, _value_type(strings, "cpu", "nanoseconds"))
+    head = _bytes(_PROFILE_SAMPLE_TYPE, _value_type(strings, "samples", "count")) + _bytes(
+        _PROFILE_SAMPLE_TYPE, _value_type(strings, "cpu", "nanoseconds")
     )
     tail = (
         _number(_PROFILE_TIME_NANOS, round(profile.started_at * 1e9))
@@ -247,15 +247,17 @@ def encode(profile: Profile, *, lines: bool = False, comments: tuple[str, ...] =
         + b"".join(_number(_PROFILE_COMMENT, strings(comment)) for comment in comments)
         + _number(_PROFILE_DEFAULT_SAMPLE_TYPE, strings("samples"))
     )
-    return b"".join((
-        head,
-        samples,
-        bytes(builder.mapping_bytes),
-        bytes(builder.location_bytes),
-        bytes(builder.function_bytes),
-        strings.encode(),  # last: every string above is in it by now
-        tail,
-    ))
+    return b"".join(
+        (
+            head,
+            samples,
+            bytes(builder.mapping_bytes),
+            bytes(builder.location_bytes),
+            bytes(builder.function_bytes),
+            strings.encode(),  # last: every string above is in it by now
+            tail,
+        )
+    )
 
 
 def render(profile: Profile, *, lines: bool = False, comments: tuple[str, ...] = ()) -> bytes:

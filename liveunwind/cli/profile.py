@@ -73,12 +73,14 @@ def profile_command(arguments: SimpleNamespace, options: BacktraceOptions) -> in
 
     session = Session(arguments.pid, threads=arguments.threads, options=options)
     progress = _Progress(arguments.pid, arguments.duration) if sys.stderr.isatty() else None
-    outputs = _open_outputs({
-        "folded": arguments.collapsed_out,
-        "svg": arguments.svg,
-        "pprof": arguments.pprof,
-        "speedscope": arguments.speedscope,
-    })
+    outputs = _open_outputs(
+        {
+            "folded": arguments.collapsed_out,
+            "svg": arguments.svg,
+            "pprof": arguments.pprof,
+            "speedscope": arguments.speedscope,
+        }
+    )
     try:
         try:
             with _StopRequest() as stop:

@@ -1,4 +1,4 @@
-"""``profile --pprof`` and ``--speedscope`` on a real program, read by the tools that own the formats.
+"""``profile --pprof`` and ``--speedscope`` on a real program, read by the formats' own tools.
 
 The pprof file is read by ``go tool pprof`` (Debian's golang-go): its
 ``-traces`` must show every stack of the folded stacks written by the same
@@ -26,8 +26,8 @@ import jsonschema
 import pytest
 
 from tests.support.paths import ROOT
-from tests.system.test_profile import BUSY, Profiled, cli
 from tests.support.programs import start_program
+from tests.system.test_profile import BUSY, Profiled, cli
 
 GO = shutil.which("go")
 needs_go = pytest.mark.skipif(GO is None, reason="go tool pprof needs golang-go (make system-deps)")
@@ -35,6 +35,8 @@ SPEEDSCOPE_SCHEMA = json.loads(
     (ROOT / "tests" / "data" / "speedscope" / "file-format-schema.json").read_text()
 )
 #: One stack of ``go tool pprof -traces``: a line of dashes, then its labels, then the count.
+#: A mapping of ``go tool pprof -raw``: id: start/limit/offset file build-id.
+MAPPING = re.compile(r"^\s*(\d+): (0x[0-9a-f]+)/(0x[0-9a-f]+)/(0x[0-9a-f]+) (\S+) (\S*)")
 TRACE_SEPARATOR = re.compile(r"^-+\+-+$", re.MULTILINE)
 
 
@@ -172,7 +174,9 @@ def test_the_raw_profile_has_our_sample_types_mappings_and_addresses(
     program = str(testprogs_build / "profiled")
     mappings = {}
     for line in raw.split("Mappings\n", 1)[1].splitlines():
-        mapping = re.match(r"^\s*(\d+): (0x[0-9a-f]+)/(0x[0-9a-f]+)/(0x[0-9a-f]+) (\S+) (\S*)", line)
+        mapping = re.match(
+            r"^\s*(\d+): (0x[0-9a-f]+)/(0x[0-9a-f]+)/(0x[0-9a-f]+) (\S+) (\S*)", line
+        )
         if mapping:
             mappings[mapping.group(5)] = (int(mapping.group(2), 16), int(mapping.group(3), 16))
             build_id = mapping.group(6)
@@ -222,9 +226,13 @@ def test_with_lines_the_hot_line_is_the_one_addr2line_gives(
     )
     address = int(location.group(1), 16) - base
     # The leaf's pc is where it stopped (not a return address): addr2line's own line.
-    where = subprocess.run(
-        ["addr2line", "-e", program, f"{address:#x}"], capture_output=True, text=True
-    ).stdout.split(" (discriminator")[0].strip()
+    where = (
+        subprocess.run(
+            ["addr2line", "-e", program, f"{address:#x}"], capture_output=True, text=True
+        )
+        .stdout.split(" (discriminator")[0]
+        .strip()
+    )
     assert where.endswith(f"profiled.c:{location.group(2)}"), (where, location.group(0))
 
 
