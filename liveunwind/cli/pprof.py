@@ -17,7 +17,7 @@ What the file holds (field numbers from pprof's ``proto/profile.proto``):
 - one location per frame name, at the pc the name was first seen at (the
   profile counts by name: see :class:`~liveunwind.backtrace.profile.FrameSite`),
   in the mapping of its module, with one line: its function and, with
-  ``--lines``, its line.  Inlined calls and Python frames are locations of
+  ``--lines`` (and for Python frames, whose lines are always read), its line.  Inlined calls and Python frames are locations of
   their own at their native frame's pc, as they are levels of their own
   in the folded stacks.
 - functions by (name, file); a frame without a symbol keeps the name the
@@ -154,7 +154,7 @@ class _Builder:
         number = self.locations[name] = len(self.locations) + 1
         site = self.profile.sites.get(name)  # none for OVERFLOW's name
         line = _number(_LINE_FUNCTION_ID, self.function(name, site))
-        if self.lines and site is not None and site.line:
+        if site is not None and site.line:  # --lines, and Python frames
             line += _number(_LINE_LINE, site.line)
         message = _number(_LOCATION_ID, number)
         if site is not None:
