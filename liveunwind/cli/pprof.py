@@ -20,8 +20,10 @@ What the file holds (field numbers from pprof's ``proto/profile.proto``):
   ``--lines`` (and for Python frames, whose lines are always read), its line.  Inlined calls and Python frames are locations of
   their own at their native frame's pc, as they are levels of their own
   in the folded stacks.
-- functions by (name, file); a frame without a symbol keeps the name the
-  folded stacks give it (``module+0xoffset``, or its pc).
+- functions by (name, file), their system name the same as their name
+  (the symbolizer keeps only the demangled name), none for Python
+  functions; a frame without a symbol keeps the name the folded stacks
+  give it (``module+0xoffset``, or its pc).
 - one mapping per module kept frames are in: start, limit, file offset,
   path and build-id, marked as already symbolized (so pprof does not try
   to symbolize it again).
@@ -168,6 +170,10 @@ class _Builder:
     def function(self, name: str, site: FrameSite | None) -> int:
         function = site.function if site is not None else name
         file = (site.file or "") if site is not None else ""
+        # A Python function has no symbol: no system name.  pprof takes a
+        # system name for a linker's and simplifies it (``<module>`` would
+        # lose its brackets and so its name) unless it differs from the name.
+        system = "" if site is not None and site.python else function
         found = self.functions.get((function, file))
         if found is not None:
             return found
@@ -177,7 +183,7 @@ class _Builder:
             _PROFILE_FUNCTION,
             _number(_FUNCTION_ID, number)
             + _number(_FUNCTION_NAME, strings(function))
-            + _number(_FUNCTION_SYSTEM_NAME, strings(function))
+            + _number(_FUNCTION_SYSTEM_NAME, strings(system))
             + _number(_FUNCTION_FILENAME, strings(file)),
         )
         return number

@@ -70,7 +70,9 @@ def profile_run(profiled: Profiled, folder: Path, *extra: str) -> Run:
         "--speedscope", str(folder / "profile.speedscope.json"),
         *extra,
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr
+    # 1: a walk ended early (on a loaded machine, a thread that did not stop
+    # in time); the files hold those stacks as the folded stacks do.
+    assert result.returncode in (0, 1), result.stderr
     return Run(folder, result.stdout, "--lines" in extra)
 
 
@@ -81,7 +83,7 @@ def run(profiled: Profiled, tmp_path_factory: pytest.TempPathFactory) -> Run:
 
 @pytest.fixture(scope="module")
 def lines_run(profiled: Profiled, tmp_path_factory: pytest.TempPathFactory) -> Run:
-    return profile_run(profiled, tmp_path_factory.mktemp("formats-lines"), "--lines")
+    return profile_run(profiled, tmp_path_factory.mktemp("formats-lines"), "--lines", "--json")
 
 
 def pprof(*arguments: str) -> str:
@@ -234,6 +236,99 @@ def test_with_lines_the_hot_line_is_the_one_addr2line_gives(
         .strip()
     )
     assert where.endswith(f"profiled.c:{location.group(2)}"), (where, location.group(0))
+
+
+@needs_go
+def test_the_cpu_values_share_each_threads_cpu_time_among_its_running_stacks(
+    lines_run: Run,
+) -> None:
+    """Per thread, the ``cpu`` values add up to the CPU time the document gives it."""
+    document = json.loads(lines_run.stdout)
+    raw = pprof("-raw", str(lines_run.pprof))
+    cpu: Counter[str] = Counter()
+    stacks: Counter[str] = Counter()
+    samples = raw.split("Samples:\n", 1)[1].split("Locations\n", 1)[0]
+    for values, thread in re.findall(r"^\s+\d+\s+(\d+):[^\n]*\n\s+thread:\[(\S+)\]", samples, re.M):
+        cpu[thread] += int(values)
+        stacks[thread] += 1
+    for thread in document["threads"]:
+        name = thread["name"]
+        if thread["cpu_percent"] is None or not thread["running"]:
+            assert cpu[name] == 0, thread
+            continue
+        expected = thread["cpu_percent"] / 100 * document["duration"] * 1e9
+        assert abs(cpu[name] - expected) <= stacks[name], (name, cpu[name], expected)
+    assert cpu["burner"] > 0
+
+
+SPINNING = """
+import threading
+
+
+def spin_in_python(n):
+    total = 0
+    for i in range(n):
+        total += i * i
+    return total
+
+
+def worker():
+    while True:
+        spin_in_python(10000)
+
+
+threading.Thread(target=worker, daemon=True).start()
+print("ready", flush=True)
+threading.Event().wait()
+"""
+
+
+@needs_go
+def test_python_frames_are_functions_with_their_lines(tmp_path: Path) -> None:
+    if not Path("/usr/bin/python3").exists():
+        pytest.skip("needs Debian's python3")
+    script = tmp_path / "spinning.py"
+    script.write_text(SPINNING)
+    program = subprocess.Popen(["/usr/bin/python3", str(script)], stdout=subprocess.PIPE)
+    try:
+        assert program.stdout is not None and program.stdout.readline() == b"ready\n"
+        result = cli(
+            "profile", str(program.pid), "--python", "--duration", "1", "--per-thread",
+            "--collapsed-out", str(tmp_path / "profile.folded"),
+            "--pprof", str(tmp_path / "profile.pb.gz"),
+            "--speedscope", str(tmp_path / "profile.speedscope.json"),
+        )  # fmt: skip
+    finally:
+        program.kill()
+        program.wait()
+    assert result.returncode in (0, 1), result.stderr
+    written = Run(tmp_path, result.stdout, lines=False)
+    assert traces(written.pprof) == by_function(written.folded)
+    raw = pprof("-raw", str(written.pprof))
+    # worker's line is the call of spin_in_python (line 14 of the script).
+    assert re.search(
+        rf"^\s*\d+: 0x[0-9a-f]+ M=\d+ worker {re.escape(str(script))}:14 ", raw, re.M
+    ), raw
+    document = json.loads(written.speedscope.read_text())
+    jsonschema.Draft7Validator(SPEEDSCOPE_SCHEMA).validate(document)
+    assert {"name": "worker", "file": str(script), "line": 14} in document["shared"]["frames"]
+
+
+@needs_go
+def test_stacks_beyond_the_bound_are_one_stack_that_pprof_reads(
+    profiled: Profiled, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from liveunwind.backtrace import profile as profile_module
+    from liveunwind.backtrace.session import Session
+    from liveunwind.cli.profile import render_pprof
+
+    monkeypatch.setattr(profile_module, "MAX_STACKS", 2)
+    sampled = profile_module.record(Session(profiled.pid), rate=50, duration=0.5)
+    assert sampled.overflowed > 0
+    path = tmp_path / "bounded.pb.gz"
+    path.write_bytes(render_pprof(sampled))
+    assert traces(path) == sampled.folded()
+    assert any(profile_module.OVERFLOW[0] in stack for stack in sampled.folded())
 
 
 # -- speedscope --------------------------------------------------------------------------
