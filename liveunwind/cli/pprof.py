@@ -17,9 +17,10 @@ What the file holds (field numbers from pprof's ``proto/profile.proto``):
 - one location per frame name, at the pc the name was first seen at (the
   profile counts by name: see :class:`~liveunwind.backtrace.profile.FrameSite`),
   in the mapping of its module, with one line: its function and, with
-  ``--lines`` (and for Python frames, whose lines are always read), its line.  Inlined calls and Python frames are locations of
-  their own at their native frame's pc, as they are levels of their own
-  in the folded stacks.
+  ``--lines`` (and for Python frames, whose lines are always read), its
+  line.  Inlined calls and Python frames are locations of their own at
+  their native frame's pc, as they are levels of their own in the folded
+  stacks.
 - functions by (name, file), their system name the same as their name
   (the symbolizer keeps only the demangled name), none for Python
   functions; a frame without a symbol keeps the name the folded stacks
