@@ -93,6 +93,8 @@ _LENGTH_DELIMITED = 2
 
 def _varint(value: int) -> bytes:
     """``value`` as a protobuf varint (a negative int64 as its two's complement, 10 bytes)."""
+    if 0 <= value < 0x80:
+        return _SMALL[value]
     value &= (1 << 64) - 1
     out = bytearray()
     while value > 0x7F:
@@ -102,13 +104,21 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
+_SMALL = [bytes((value,)) for value in range(0x80)]
+
+
+#: Each field's key (field number and wire type), by field number: every field is below 16.
+_VARINT_KEYS = [bytes((field << 3 | _VARINT,)) for field in range(16)]
+_LENGTH_DELIMITED_KEYS = [bytes((field << 3 | _LENGTH_DELIMITED,)) for field in range(16)]
+
+
 def _number(field: int, value: int) -> bytes:
     """A varint field; zero is left out, as proto3 leaves out defaults."""
-    return _varint(field << 3 | _VARINT) + _varint(value) if value else b""
+    return _VARINT_KEYS[field] + _varint(value) if value else b""
 
 
 def _bytes(field: int, data: bytes) -> bytes:
-    return _varint(field << 3 | _LENGTH_DELIMITED) + _varint(len(data)) + data
+    return _LENGTH_DELIMITED_KEYS[field] + _varint(len(data)) + data
 
 
 def _packed(field: int, values: list[int]) -> bytes:
@@ -126,8 +136,7 @@ class _Strings:
 
     def encode(self) -> bytes:
         return b"".join(
-            _bytes(_PROFILE_STRING_TABLE, text.encode("utf-8", "surrogateescape"))
-            for text in self.index
+            _bytes(_PROFILE_STRING_TABLE, text.encode("utf-8", "replace")) for text in self.index
         )
 
 
@@ -143,18 +152,21 @@ class _Builder:
         self.lines = lines
         self.strings = _Strings()
         self.out = bytearray()
-        self.locations: dict[str, int] = {}
+        #: Frame name → its location's id, as a varint (what samples hold).
+        self.locations: dict[str, bytes] = {}
         self.functions: dict[tuple[str, str], int] = {}
         self.mappings: dict[int, int] = {}  # id(ModuleSite) → mapping id
         self.location_bytes = bytearray()
         self.function_bytes = bytearray()
         self.mapping_bytes = bytearray()
 
-    def location(self, name: str) -> int:
+    def location(self, name: str) -> bytes:
+        """The id of the name's location as a varint; the location is written the first time."""
         found = self.locations.get(name)
         if found is not None:
             return found
-        number = self.locations[name] = len(self.locations) + 1
+        number = len(self.locations) + 1
+        self.locations[name] = _varint(number)
         site = self.profile.sites.get(name)  # none for OVERFLOW's name
         line = _number(_LINE_FUNCTION_ID, self.function(name, site))
         if site is not None and site.line:  # --lines, and Python frames
@@ -166,7 +178,7 @@ class _Builder:
             message += _number(_LOCATION_ADDRESS, site.pc)
         message += _bytes(_LOCATION_LINE, line)
         self.location_bytes += _bytes(_PROFILE_LOCATION, message)
-        return number
+        return self.locations[name]
 
     def function(self, name: str, site: FrameSite | None) -> int:
         function = site.function if site is not None else name
@@ -221,10 +233,11 @@ class _Builder:
         out = bytearray()
         for stack, count in sorted(thread.stacks.items()):
             share = round(cpu * thread.running_stacks.get(stack, 0) / thread.running) if cpu else 0
-            locations = [self.location(name) for name in reversed(stack)]
+            known = self.locations.get
+            locations = b"".join([known(name) or self.location(name) for name in reversed(stack)])
             out += _bytes(
                 _PROFILE_SAMPLE,
-                _packed(_SAMPLE_LOCATION_ID, locations)
+                _bytes(_SAMPLE_LOCATION_ID, locations)
                 + _packed(_SAMPLE_VALUE, [count, share])
                 + label,
             )
@@ -272,4 +285,6 @@ def render(profile: Profile, *, lines: bool = False, comments: tuple[str, ...] =
     import gzip
 
     # mtime 0: the same profile gives the same bytes (the time is inside).
-    return gzip.compress(encode(profile, lines=lines, comments=comments), mtime=0)
+    # Level 1, not gzip's 9: at the bounds (49,000 stacks of 20 frames, 7.2 MB
+    # encoded) 1 took 0.03 s for 1.39 MB, 6 0.29 s for 1.51 MB, 9 2.3 s for 1.50 MB.
+    return gzip.compress(encode(profile, lines=lines, comments=comments), 1, mtime=0)
