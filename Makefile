@@ -14,7 +14,7 @@ SYSTEM_PACKAGES := gcc g++ make binutils gdb elfutils sqlite3 python3 debootstra
 	chromium
 
 .PHONY: all system-deps venv testprogs sid-rootfs freethreaded-python demo test unit lint fuzz soak \
-	bench integration clean
+	bench accuracy-deps accuracy integration clean
 
 all: venv testprogs
 
@@ -99,6 +99,33 @@ bench: system-deps venv
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) bench/run.py
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) bench/lines.py
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) bench/profile.py
+
+# Not part of `make test`: busy programs from Debian packages (a JIT runtime,
+# hand-written assembly, PostgreSQL's LLVM JIT, chromium) stopped at random
+# instants, every thread compared with gdb and eu-stack (docs/accuracy.md).
+# Writes build/accuracy/report.md and report.json. Heavy: it runs niced.
+# A package that cannot be installed is named, and its program skipped.
+ACCURACY_PACKAGES := openjdk-17-jdk-headless erlang-base ffmpeg postgresql-15 chromium gdb elfutils
+ACCURACY_INSTANTS ?= 3
+ACCURACY_PROGRAMS ?= openjdk,erlang,ffmpeg,postgresql,chromium
+accuracy-deps:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		missing=$$(for p in $(ACCURACY_PACKAGES); do \
+			dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+		if [ -n "$$missing" ]; then \
+			echo "installing:" $$missing; apt-get update -qq; \
+			for p in $$missing; do \
+				DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$p >/dev/null \
+					|| echo "accuracy: $$p cannot be installed; the program that needs it is skipped"; \
+			done; \
+		fi; \
+	else \
+		echo "not root: skipping apt-get; install $(ACCURACY_PACKAGES) yourself"; \
+	fi
+
+accuracy: accuracy-deps venv
+	nice -n 19 $(VPY) -m tools.accuracy --instants $(ACCURACY_INSTANTS) \
+		--programs $(ACCURACY_PROGRAMS) --out build/accuracy
 
 # Not part of `make test`: tests/integration/ in x86_64 and arm64 containers,
 # an arm64 VM and a riscv64 VM, built from nothing (docker/run-integration;

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from liveunwind.backtrace.options import BacktraceOptions
     from liveunwind.cpython.reader import PythonReader
+    from liveunwind.formats.unwind.perfmap import PerfMapView
     from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.targets.base import AddressSpace
 
@@ -48,7 +49,7 @@ class Backtracer:
         """The last module map made (by :meth:`module_map` or a backtrace)."""
         return self._modules
 
-    def module_map(self, space: AddressSpace, perf_map: str = "") -> ModuleMap:
+    def module_map(self, space: AddressSpace, perf_map: PerfMapView | str = "") -> ModuleMap:
         """The modules of ``space``, taking over those of the previous map that did not move.
 
         The new map becomes the one the next map (and :meth:`backtrace`) starts
@@ -73,7 +74,7 @@ class Backtracer:
         timings: dict[str, float],
         *,
         should_stop: Callable[[], bool] = lambda: False,
-        perf_map: str = "",
+        perf_map: PerfMapView | str = "",
         modules: ModuleMap | None = None,
     ) -> Backtrace:
         """The backtrace of every thread of ``space``; its phases' seconds are added to ``timings``.

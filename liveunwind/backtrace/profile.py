@@ -465,6 +465,8 @@ def record(
     per_thread: bool = False,
     should_stop: Callable[[], bool] = lambda: False,
     on_sample: Callable[[Profile, float], None] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> Profile:
     """Samples ``session``'s process ``rate`` times a second for ``duration`` seconds.
 
@@ -476,7 +478,9 @@ def record(
     way, saying why it ended.  Errors of the first sample (no such process,
     no permission) are raised.  ``on_sample(profile, elapsed)`` is called
     after each sample.  ``per_thread`` keeps threads apart by tid instead
-    of counting them by name.
+    of counting them by name.  ``clock`` (seconds) and ``sleep`` keep the
+    schedule; they are the real ones unless a test simulates time, so that
+    a check of the schedule does not depend on how busy the machine is.
     """
     if not 0 < rate <= MAX_RATE:
         raise ValueError(f"rate must be more than 0 and at most {MAX_RATE:g} per second")
@@ -484,7 +488,7 @@ def record(
     period = 1.0 / rate
     profile.add(session.backtrace(), session.modules)
     before = _cpu_times(session.pid)
-    started = time.perf_counter()
+    started = clock()
     profile.started_at = time.time()
     # Slots are counted, not their times summed: a sum of periods drifts below
     # the deadline and took a 301st sample in a 3 s run at 100 Hz.
@@ -500,9 +504,9 @@ def record(
             if slot >= slots:
                 break
             due = started + slot * period
-            now = time.perf_counter()
+            now = clock()
             if due > now:
-                time.sleep(due - now)
+                sleep(due - now)
                 continue  # asked to stop while asleep? checked first
             try:
                 backtrace = session.backtrace()
@@ -510,12 +514,12 @@ def record(
                 profile.end, profile.end_detail = END_TARGET_LOST, str(error)
                 break
             profile.add(backtrace, session.modules)
-            slot = _next_slot(profile, slot + 1, started, period, slots)
+            slot = _next_slot(profile, slot + 1, clock() - started, period, slots)
             if on_sample is not None:
-                on_sample(profile, time.perf_counter() - started)
+                on_sample(profile, clock() - started)
     except KeyboardInterrupt:
         profile.end = END_INTERRUPTED
-    ended = time.perf_counter()
+    ended = clock()
     # Ended by the clock, every slot up to the deadline was kept (the last
     # one's period reaches it); ended early, the profile covers until now.
     if duration is not None and profile.end == END_DURATION:
@@ -526,8 +530,10 @@ def record(
     return profile
 
 
-def _next_slot(profile: Profile, slot: int, started: float, period: float, slots: float) -> int:
+def _next_slot(profile: Profile, slot: int, elapsed: float, period: float, slots: float) -> int:
     """The slot of the next sample: ``slot``, unless sampling fell too far behind.
+
+    ``elapsed`` is the time since the schedule started (slot 0).
 
     A sample that ran late is followed at once by the next, until the
     schedule is kept again — a short stall (liveunwind itself waiting for a
@@ -538,7 +544,7 @@ def _next_slot(profile: Profile, slot: int, started: float, period: float, slots
     samples would stop the process again and again and crowd the samples
     into one moment.
     """
-    late = time.perf_counter() - (started + slot * period)
+    late = elapsed - slot * period
     if late <= CATCH_UP:
         return slot
     # Slots past the last one (``slots``) were never due: not missed.

@@ -2,7 +2,8 @@
 
 Each backtrace stops the process only while its registers, live stacks and
 JIT registries are copied (or, without the snapshot, for the whole backtrace);
-what liveunwind learned about the process's files is kept for the next one.
+what liveunwind learned about the process's files is kept for the next one,
+its perf map too: read on from where the last backtrace stopped reading.
 """
 
 from __future__ import annotations
@@ -19,12 +20,23 @@ if TYPE_CHECKING:
 
     from liveunwind.backtrace.options import BacktraceOptions
     from liveunwind.cpython.reader import PythonReader
+    from liveunwind.formats.unwind.perfmap import PerfMapView
     from liveunwind.frames import Backtrace
+    from liveunwind.modules.jit import PerfMapFile
     from liveunwind.modules.module import Module
     from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.targets.base import AddressSpace
     from liveunwind.targets.live.ptrace import PtraceProcess
     from liveunwind.unwinder.cache import UnwindCache
+
+
+#: Bytes of the perf map read before each stop: the first backtrace reads that
+#: much of a map that is there already (what used to be read of it whole), the
+#: later ones what was appended since.
+PERF_MAP_AHEAD = 16 << 20
+#: ...and in the stop: what the JIT appended since, normally a line or two.
+#: More waits for the next backtrace.
+PERF_MAP_IN_STOP = 1 << 20
 
 
 class Session:
@@ -54,6 +66,7 @@ class Session:
         self.total_cap = total_cap
         self.stop_timeout = stop_timeout
         self._backtracer = Backtracer(chosen(options, keywords), live_pid=pid)
+        self._perf_map: PerfMapFile | None = None
 
     @property
     def cache(self) -> UnwindCache:
@@ -71,7 +84,6 @@ class Session:
         The process is running again (or still stopped, if it was) before
         this returns, whatever happens.
         """
-        from liveunwind.targets.live.procfs import read_perf_map
         from liveunwind.targets.live.ptrace import DEFAULT_STOP_TIMEOUT, PtraceProcess
         from liveunwind.targets.live.snapshot import DEFAULT_STACK_CAP, DEFAULT_TOTAL_CAP, Snapshot
 
@@ -79,7 +91,7 @@ class Session:
         phases = Phases()
         with phases.timed("prepare"):
             process = PtraceProcess(self.pid, thread_ids=self.threads, stop_timeout=stop_timeout)
-            perf_map = read_perf_map(self.pid)
+            perf_map = self._read_perf_map(PERF_MAP_AHEAD)
             modules = None
             running = self._map_running(process, perf_map) if self.snapshot else None
             jit_possible = running is not None and self._find_registry_roots(running)
@@ -97,6 +109,7 @@ class Session:
                     )
                 if jit_possible:
                     with phases.timed("registry"):
+                        perf_map = self._read_perf_map(PERF_MAP_IN_STOP, settle=False)
                         modules = self._copy_registry(snapshot, perf_map)
                 if python is not None:
                     with phases.timed("python_copy"):
@@ -125,7 +138,20 @@ class Session:
         phases.total()
         return backtrace
 
-    def _map_running(self, process: PtraceProcess, perf_map: str) -> ModuleMap | None:
+    def _read_perf_map(self, limit: int, *, settle: bool = True) -> PerfMapView:
+        """The process's perf map as known now: read on (at most ``limit`` more bytes).
+
+        Entries are only ever appended: what is read before the stop stays
+        true in it, and the stop reads only what was appended in between.
+        """
+        if self._perf_map is None:
+            from liveunwind.modules.jit import PerfMapFile
+            from liveunwind.targets.live.procfs import perf_map_path
+
+            self._perf_map = PerfMapFile(f"/proc/{self.pid}/root", perf_map_path(self.pid))
+        return self._perf_map.update(limit, settle=settle)
+
+    def _map_running(self, process: PtraceProcess, perf_map: PerfMapView) -> ModuleMap | None:
         """The module map of the process while it still runs, or None if it cannot be made.
 
         What is read ahead of the stop (JIT registry roots, Python code) is
@@ -171,7 +197,7 @@ class Session:
 
         return prepare(running)
 
-    def _copy_registry(self, space: AddressSpace, perf_map: str) -> ModuleMap:
+    def _copy_registry(self, space: AddressSpace, perf_map: PerfMapView) -> ModuleMap:
         """While the process is stopped: reads its JIT registry into the snapshot.
 
         The map of the stopped process takes over the modules found before

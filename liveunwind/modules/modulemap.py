@@ -23,6 +23,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from liveunwind.formats.unwind.perfmap import PerfMapView
     from liveunwind.modules.jit import DynamicRegistry
     from liveunwind.modules.macho import MachOModule
     from liveunwind.targets.base import AddressSpace, CoreImage, Mapping
@@ -36,12 +37,13 @@ class ModuleMap:
         space: AddressSpace,
         *,
         debug_dirs: Sequence[str] = DEFAULT_DEBUG_DIRS,
-        perf_map: str = "",
+        perf_map: PerfMapView | str = "",
         previous: ModuleMap | None = None,
     ) -> None:
         self.space = space
         self.debug_dirs = tuple(debug_dirs)
-        #: Text of the target's /tmp/perf-PID.map, if it wrote one.
+        #: The target's /tmp/perf-PID.map, if it wrote one: what a session keeps of it
+        #: (``PerfMapFile``), or its text.
         self.perf_map = perf_map
         self.modules: list[Module] = []
         self._mappings = [mapping for mapping in space.mappings() if mapping.readable]
@@ -170,15 +172,18 @@ class ModuleMap:
         JIT code lives in anonymous executable memory; a process without any
         (most of them) costs nothing here.  Otherwise every module is asked
         for the registry heads it defines (libunwind's list, the GDB JIT
-        descriptor), and the perf map adds names.  The registry is read with
-        the space's ``read_frozen`` where it has one (a snapshot: the memory
-        as it was while the process was stopped), else with ``read``.
+        descriptor), and the perf map adds names (a text is parsed here; a
+        session's view of the map was parsed as the file grew).  The
+        registry is read with the space's ``read_frozen`` where it has one (a
+        snapshot: the memory as it was while the process was stopped), else
+        with ``read``.
         """
         if not self.jit_possible:
             return None
         from liveunwind.formats.unwind.perfmap import parse_perf_map
         from liveunwind.modules.jit import DynamicRegistry
 
+        perf_map = self.perf_map
         lists: list[int] = []
         descriptors: list[int] = []
         for module in self.modules:
@@ -190,7 +195,7 @@ class ModuleMap:
                 self.space.arch,
                 libunwind_lists=lists,
                 jit_descriptors=descriptors,
-                perf_map=parse_perf_map(self.perf_map),
+                perf_map=parse_perf_map(perf_map) if isinstance(perf_map, str) else perf_map,
             )
         except FormatError:
             return None

@@ -20,6 +20,7 @@ import liveunwind
 from liveunwind.backtrace.backtracer import Backtracer
 from liveunwind.backtrace.session import Session
 from liveunwind.errors import MemoryReadError
+from liveunwind.formats.unwind.perfmap import PerfMapView
 from liveunwind.frames import Method, ThreadBacktrace
 from liveunwind.modules.modulemap import ModuleMap
 from liveunwind.targets.live import procfs
@@ -210,7 +211,7 @@ def test_roots_found_before_the_stop_are_not_used_for_modules_mapped_elsewhere_a
             session = Session(program.pid)
             map_running = session._map_running
 
-            def map_elsewhere(process: PtraceProcess, perf_map: str) -> ModuleMap | None:
+            def map_elsewhere(process: PtraceProcess, perf_map: PerfMapView) -> ModuleMap | None:
                 return map_running(PtraceProcess(other.pid), perf_map)
 
             monkeypatch.setattr(session, "_map_running", map_elsewhere)
@@ -245,3 +246,44 @@ def test_a_jit_process_costs_no_heavy_import(jit_program: tuple[int, list[str]])
     loaded = modules_a_backtrace_loaded(jit_program[0])
     assert "liveunwind.formats.unwind.dynamic" in loaded
     assert not HEAVY & loaded, f"imported: {sorted(HEAVY & loaded)}"
+
+
+@pytest.mark.parametrize("jit_program", ["jit-table"], indirect=True)
+def test_a_growing_perf_map_is_read_on_and_its_tail_read_in_the_stop(
+    jit_program: tuple[int, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """jit-table's functions are named by its perf map, which the test appends to as a JIT would.
+
+    The session reads only what was appended since its last backtrace; a
+    line appended after that read but before the stop is read in the stop.
+    """
+    pid, _ = jit_program
+    perf_map = Path(f"/tmp/perf-{pid}.map")
+    inner = next(text for text in perf_map.read_text().splitlines() if text.endswith(" jit_inner"))
+    start, size = inner.split()[:2]
+    session = Session(pid)
+
+    def names() -> list[str]:
+        backtrace = session.backtrace()
+        assert backtrace.problems == []
+        return [frame.function or "" for frame in backtrace.threads[0].frames]
+
+    assert "jit_inner" in names()
+    with perf_map.open("a") as appending:  # code elsewhere, then jit_inner's code renamed
+        appending.write(
+            "".join(f"{0x10000000 + n * 0x100:x} 80 elsewhere{n}\n" for n in range(40_000))
+        )
+        appending.write(f"{start} {size} jit_inner_renamed\n")
+    found = names()
+    assert "jit_inner_renamed" in found and "jit_inner" not in found
+    assert len(session.modules.registry.ranges()) >= 40_003  # type: ignore[union-attr]
+
+    find_roots = session._find_registry_roots
+
+    def append_then_find_roots(running: ModuleMap) -> bool:  # after the read ahead, before the stop
+        with perf_map.open("a") as appending:
+            appending.write(f"{start} {size} jit_inner_appended_just_before_the_stop\n")
+        return find_roots(running)
+
+    monkeypatch.setattr(session, "_find_registry_roots", append_then_find_roots)
+    assert "jit_inner_appended_just_before_the_stop" in names()

@@ -75,7 +75,8 @@ def test_replace_and_repr() -> None:
         options.replace(colour=True)
     assert repr(BacktraceOptions()) == (
         f"BacktraceOptions(max_frames={DEFAULT_MAX_FRAMES}, unwinders={AUTO_UNWINDERS!r}, "
-        "symbols=True, verbose=False, debug_dirs=(), lines=False, python=False)"
+        "symbols=True, verbose=False, debug_dirs=(), lines=False, python=False, "
+        "python_locals=False, python_tasks=False)"
     )
 
 

@@ -219,12 +219,12 @@ def test_errors(expression: str, message: str) -> None:
 
 
 def test_endless_loop_is_bounded() -> None:
-    started = time.monotonic()
+    started = time.process_time()  # CPU seconds: the work is bounded, however busy the machine
     with pytest.raises(ExpressionError, match="100 steps"):
         run("30 2ffdff", max_steps=100)
     with pytest.raises(ExpressionError, match="10000 steps"):
         run("2ffdff")
-    assert time.monotonic() - started < 1
+    assert time.process_time() - started < 1
 
 
 def test_stack_depth_is_bounded() -> None:

@@ -355,13 +355,13 @@ def test_long_list_is_bounded() -> None:
             )[:size]
 
     memory = Endless()
-    began = time.monotonic()
+    began = time.process_time()  # CPU seconds: the work is bounded, however busy the machine
     dynamic = registry(memory, libunwind_lists=[0x10])
     # format 9 is unsupported: every entry keeps its range but not its unwind info
     assert len(dynamic.ranges()) == MAX_LIST_ENTRIES
     with pytest.raises(FormatError, match="unsupported unwind-info format 9"):
         dynamic.rule_for(0x100000)
-    assert time.monotonic() - began < 30
+    assert time.process_time() - began < 30
     assert memory.reads <= 2 * MAX_LIST_ENTRIES + 10
     assert len(dynamic.problems) == MAX_PROBLEMS
     assert dynamic.problems[-1].endswith("more problems")

@@ -7,8 +7,8 @@ the test says.  Profiles of a real program are tests/system/test_profile.py.
 from __future__ import annotations
 
 import os
-import time
 import xml.etree.ElementTree as ElementTree
+from typing import Any
 
 import pytest
 
@@ -125,59 +125,88 @@ def test_a_thread_seen_again_is_not_a_new_thread() -> None:
 # -- the schedule -----------------------------------------------------------------------
 
 
-class _ScriptedSession:
-    """A Session for testing the schedule alone: backtrace n takes ``costs[n]`` seconds."""
+class _SimulatedTime:
+    """A clock and a sleep that only move when told: the schedule checked without the machine.
 
-    def __init__(self, costs: dict[int, float], usual: float = 0.0) -> None:
+    Each sleep wakes ``oversleep`` seconds late, as a busy machine's do.
+    """
+
+    def __init__(self, oversleep: float = 0.0) -> None:
+        self.now = 1000.0
+        self.oversleep = oversleep
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds > 0
+        self.now += seconds + self.oversleep
+
+
+class _ScriptedSession:
+    """A Session for the schedule alone: backtrace n takes ``costs[n]`` (simulated) seconds."""
+
+    def __init__(self, costs: dict[int, float], usual: float = 0.0, oversleep: float = 0.0) -> None:
         self.pid = os.getpid()
         self.costs = costs
         self.usual = usual
+        self.time = _SimulatedTime(oversleep)
         self.calls: list[float] = []
         self.modules = None  # no module map: the stacks are empty
 
     def backtrace(self) -> Backtrace:
-        self.calls.append(time.perf_counter())
-        time.sleep(self.costs.get(len(self.calls) - 1, self.usual))
+        self.calls.append(self.time.now)
+        self.time.now += self.costs.get(len(self.calls) - 1, self.usual)
         return Backtrace(self.pid, [], "x86_64")
+
+    def record(self, **keywords: Any) -> Profile:
+        return record(self, clock=self.time.clock, sleep=self.time.sleep, **keywords)
+
+    def gaps(self) -> list[float]:
+        """Seconds between one sample's start and the next's, rounded to microseconds."""
+        return [round(b - a, 6) for a, b in zip(self.calls, self.calls[1:])]
 
 
 def test_the_clock_starts_after_the_cold_first_sample() -> None:
     session = _ScriptedSession({0: 0.3})
-    profile = record(session, rate=50, duration=0.5)
-    assert session.calls[1] - session.calls[0] >= 0.3
+    profile = session.record(rate=50, duration=0.5)
+    assert session.gaps()[0] == 0.3 + 0.02  # slot 1: one period after the clock started
     # Inside the clock, the cold sample would have cost 15 of the 25 slots.
-    assert profile.missed < 10 and profile.samples + profile.missed == pytest.approx(25, abs=1)
+    assert profile.missed == 0 and profile.samples == 25
     assert profile.duration == 0.5 and profile.end == END_DURATION
 
 
 def test_a_short_stall_is_made_up() -> None:
     session = _ScriptedSession({5: 0.06})  # six periods late: the next ones come at once
-    profile = record(session, rate=100, duration=1.0)
-    gaps = [b - a for a, b in zip(session.calls, session.calls[1:])]
-    assert sorted(gaps[6:12])[2] < 0.005  # back to back (mostly: the machine may be busy)
-    assert profile.samples + profile.missed == pytest.approx(100, abs=3)
+    profile = session.record(rate=100, duration=1.0)
+    gaps = session.gaps()
+    assert gaps[:5] == [0.01] * 5 and gaps[5] == 0.06
+    assert gaps[6:11] == [0.0] * 5  # back to back until the schedule is kept again
+    assert set(gaps[11:]) == {0.01}
+    assert profile.missed == 0 and profile.samples == 100
 
 
 def test_a_long_stall_gives_up_its_slots_instead_of_a_burst() -> None:
     session = _ScriptedSession({5: 0.3})  # thirty periods late: beyond CATCH_UP
-    profile = record(session, rate=100, duration=1.0)
-    gaps = [b - a for a, b in zip(session.calls, session.calls[1:])]
-    # On the schedule again: a sample or two may follow at once (the part of
-    # a period left over, a busy machine's late wake-up), thirty in a burst may not.
-    assert sorted(gaps[6:16])[5] > 0.002, gaps
-    assert profile.missed >= 25
-    assert profile.samples + profile.missed == pytest.approx(100, abs=3)
+    profile = session.record(rate=100, duration=1.0)
+    gaps = session.gaps()
+    assert gaps[5] == 0.3
+    # On the schedule again at once: what is left of the slot it lands in is
+    # taken back to back, thirty in a burst are not.
+    assert gaps[6:].count(0.0) <= 2 and set(gaps[6:]) <= {0.0, 0.01}, gaps
+    assert profile.missed >= 28
+    assert profile.samples + profile.missed == 100
 
 
 def test_the_schedule_does_not_drift() -> None:
-    session = _ScriptedSession({}, usual=0.004)  # each sample takes 40 % of the period
-    profile = record(session, rate=100, duration=1.0)
+    # Each sample takes 40 % of the period, and each sleep wakes a millisecond late.
+    session = _ScriptedSession({}, usual=0.004, oversleep=0.001)
+    profile = session.record(rate=100, duration=1.0)
     # The n-th sample is due n periods after the first, however long each one
-    # took: every slot was taken or counted missed (a busy machine can miss
-    # some).  Each sample waiting a period after the last one ended would
-    # make 1 / 14 ms = 71 samples, none missed.
-    assert profile.samples + profile.missed == pytest.approx(100, abs=2)
-    assert profile.samples > 71
+    # took: every slot was taken.  Each sample waiting a period after the
+    # last one ended would make 1 / 15 ms = 66 samples.
+    assert profile.missed == 0 and profile.samples == 100
+    assert set(session.gaps()[1:]) == {0.01}  # each a millisecond late, none later
 
 
 def test_each_name_keeps_where_it_was_first_seen() -> None:

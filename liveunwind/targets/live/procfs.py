@@ -172,24 +172,33 @@ def entry_point(owner: str) -> int | None:
     return auxv.get(AT_ENTRY)
 
 
-def read_perf_map(pid: int) -> str:
-    """The process's ``/tmp/perf-PID.map`` as it sees it (its root, its own pid), or ``""``.
+def perf_map_path(pid: int) -> str | None:
+    """Where the process's perf map is, inside ``/proc/PID/root``; None if that cannot be told.
 
     Inside a pid namespace the file is named after the pid the process sees
     itself as (the last ``NSpid`` entry), and lives under its own root: the
-    path is resolved inside ``/proc/PID/root``, so a symlink the process
-    planted cannot lead out of it.  Only a regular file is read, at most
-    16 MiB of it.
+    path is to be resolved inside ``/proc/PID/root`` (``open_in_root``), so
+    a symlink the process planted cannot lead out of it.
     """
-    own_pid = pid
     namespaced = status_field(f"/proc/{pid}/status", "NSpid").split()
-    if namespaced:  # absent before Linux 4.1
-        try:
-            own_pid = int(namespaced[-1])
-        except ValueError:
-            return ""
+    if not namespaced:  # absent before Linux 4.1
+        return f"/tmp/perf-{pid}.map"
     try:
-        with open_in_root(f"/proc/{pid}/root", f"/tmp/perf-{own_pid}.map") as perf_map:
+        return f"/tmp/perf-{int(namespaced[-1])}.map"
+    except ValueError:
+        return None
+
+
+def read_perf_map(pid: int) -> str:
+    """The process's ``/tmp/perf-PID.map`` as it sees it (its root, its own pid), or ``""``.
+
+    See :func:`perf_map_path`.  Only a regular file is read, at most 16 MiB of it.
+    """
+    path = perf_map_path(pid)
+    if path is None:
+        return ""
+    try:
+        with open_in_root(f"/proc/{pid}/root", path) as perf_map:
             return perf_map.read(_MAX_PERF_MAP).decode("utf-8", "replace")
     except FileError:
         return ""
