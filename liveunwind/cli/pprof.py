@@ -151,7 +151,6 @@ class _Builder:
         self.profile = profile
         self.lines = lines
         self.strings = _Strings()
-        self.out = bytearray()
         #: Frame name → its location's id, as a varint (what samples hold).
         self.locations: dict[str, bytes] = {}
         self.functions: dict[tuple[str, str], int] = {}
