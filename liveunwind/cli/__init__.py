@@ -363,6 +363,12 @@ def commands() -> list[Command]:
             Option("--threads", "only these threads", convert=_tid_list, metavar="TID,..."),
             Option("--svg", "write an interactive flame graph (SVG) to FILE", metavar="FILE"),
             Option(
+                "--pprof",
+                "write the profile as pprof (profile.proto, gzipped) to FILE",
+                metavar="FILE",
+            ),
+            Option("--speedscope", "write the profile as speedscope JSON to FILE", metavar="FILE"),
+            Option(
                 "--collapsed-out",
                 "write folded stacks (thread;outer;...;inner count) to FILE",
                 metavar="FILE",

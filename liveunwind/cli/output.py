@@ -1,6 +1,7 @@
 """Where the command's output goes: files written whole or not at all, and stdout.
 
-A file the user names (``profile --svg``, ``--collapsed-out``) is written to
+A file the user names (``profile --svg``, ``--collapsed-out``, ``--pprof``,
+``--speedscope``) is written to
 a temporary file beside it, created before any sampling (so a folder that
 cannot be written fails at once) and renamed over the name only once all of
 it is on disk (a name that is not a regular file, such as ``/dev/stdout``,
@@ -77,21 +78,23 @@ class AtomicFile:
             self.discard()
             raise
 
-    def commit(self, text: str) -> None:
-        """Writes ``text``, flushed to disk, and renames the temporary file to ``path``."""
+    def commit(self, text: str | bytes) -> None:
+        """Writes ``text`` (UTF-8, or bytes as they are), flushed to disk, and renames the
+        temporary file to ``path``."""
+        data = text.encode("utf-8") if isinstance(text, str) else text
         try:
             if self._stream is not None:
                 with self._stream as stream:
                     self._stream = None
-                    stream.write(text)
+                    stream.buffer.write(data)
                 return
             temporary = self._temporary
             if temporary is None:
                 raise ValueError(f"{self.path} was already written or discarded")
-            with open(temporary, "w", encoding="utf-8") as stream:
-                stream.write(text)
-                stream.flush()
-                os.fsync(stream.fileno())
+            with open(temporary, "wb") as binary:
+                binary.write(data)
+                binary.flush()
+                os.fsync(binary.fileno())
             os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes it 0600
             os.replace(temporary, self._target)
             self._temporary = None

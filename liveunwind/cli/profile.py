@@ -4,7 +4,9 @@ The report opens with the threads sorted by CPU (the kernel's count, not
 the samples'), then the stacks most often seen running.  ``--json`` prints
 the same as one document (``schemas/profile.schema.json``);
 ``--collapsed-out`` and ``--svg`` write the folded stacks and the flame
-graph, each whole or not at all.  Threads are counted by name (a
+graph, ``--pprof`` and ``--speedscope`` the profile for pprof and
+speedscope (liveunwind/cli/pprof.py, speedscope.py), each whole or not at
+all.  Threads are counted by name (a
 thread-per-request server's threads under one name), ``--per-thread``
 keeps them apart by tid.  Ctrl-C (or SIGTERM, as ``timeout`` sends) ends
 sampling early and everything is still written; a second one while the
@@ -71,7 +73,14 @@ def profile_command(arguments: SimpleNamespace, options: BacktraceOptions) -> in
 
     session = Session(arguments.pid, threads=arguments.threads, options=options)
     progress = _Progress(arguments.pid, arguments.duration) if sys.stderr.isatty() else None
-    outputs = _open_outputs(arguments.svg, arguments.collapsed_out)
+    outputs = _open_outputs(
+        {
+            "folded": arguments.collapsed_out,
+            "svg": arguments.svg,
+            "pprof": arguments.pprof,
+            "speedscope": arguments.speedscope,
+        }
+    )
     try:
         try:
             with _StopRequest() as stop:
@@ -90,6 +99,10 @@ def profile_command(arguments: SimpleNamespace, options: BacktraceOptions) -> in
             outputs["folded"].commit(format_folded(profile, merge=arguments.merge))
         if "svg" in outputs:
             outputs["svg"].commit(render_svg(profile, merge=arguments.merge))
+        if "pprof" in outputs:
+            outputs["pprof"].commit(render_pprof(profile, lines=arguments.lines))
+        if "speedscope" in outputs:
+            outputs["speedscope"].commit(render_speedscope(profile))
     finally:  # interrupted, or an output failed: no temporary file is left behind
         for output in outputs.values():
             output.discard()
@@ -103,11 +116,11 @@ def profile_command(arguments: SimpleNamespace, options: BacktraceOptions) -> in
     return 0 if not profile.incomplete else 1
 
 
-def _open_outputs(svg: str | None, folded: str | None) -> dict[str, AtomicFile]:
+def _open_outputs(paths: dict[str, str | None]) -> dict[str, AtomicFile]:
     """The output files, begun before sampling: a path that cannot be written fails at once."""
     outputs: dict[str, AtomicFile] = {}
     try:
-        for kind, path in (("folded", folded), ("svg", svg)):
+        for kind, path in paths.items():
             if path is not None:
                 outputs[kind] = AtomicFile(path)
     except BaseException:
@@ -180,14 +193,32 @@ def format_folded(profile: Profile, *, merge: bool = False) -> str:
 def render_svg(profile: Profile, *, merge: bool = False) -> str:
     from liveunwind.cli.flamegraph import render
 
-    name = f" ({profile.main_name})" if profile.main_name else ""
     towers = "all threads merged" if merge else _towers(profile)
     return render(
         profile.folded(merge=merge),
-        title=f"liveunwind profile of process {profile.pid}{name}",
+        title=_title(profile),
         subtitle=f"{_summary(profile)}; {towers}",
         threads=not merge,
     )
+
+
+def _title(profile: Profile) -> str:
+    name = f" ({profile.main_name})" if profile.main_name else ""
+    return f"liveunwind profile of process {profile.pid}{name}"
+
+
+def render_pprof(profile: Profile, *, lines: bool = False) -> bytes:
+    """The gzipped pprof file; its comments are the title, the summary and the notes."""
+    from liveunwind.cli.pprof import render
+
+    comments = (_title(profile), _summary(profile), *_notes(profile))
+    return render(profile, lines=lines, comments=comments)
+
+
+def render_speedscope(profile: Profile) -> str:
+    from liveunwind.cli.speedscope import render
+
+    return render(profile, title=f"{_title(profile)}: {_summary(profile)}", exporter="liveunwind")
 
 
 def _towers(profile: Profile) -> str:
@@ -221,7 +252,12 @@ def format_text(profile: Profile, written: dict[str, str]) -> str:
         lines += ["", *notes]
     if written:
         lines.append("")
-        names = {"folded": "Folded stacks", "svg": "Flame graph"}
+        names = {
+            "folded": "Folded stacks",
+            "svg": "Flame graph",
+            "pprof": "pprof",
+            "speedscope": "speedscope",
+        }
         lines += [f"{names[kind]}: {path}" for kind, path in written.items()]
     return "\n".join(lines) + "\n"
 

@@ -1,9 +1,9 @@
 """A full output disk (issue 29 item 7): one line, exit 74, no partial file, the target as found.
 
 A tmpfs of 64 KiB is mounted for the test and filled to the last block;
-liveunwind writes its outputs there — profile's folded stacks and flame
-graph (each written beside its name and renamed when whole), and
-``pid --json`` whose stdout the test points at a file there.
+liveunwind writes its outputs there — profile's folded stacks, flame graph,
+pprof and speedscope files (each written beside its name and renamed when
+whole), and ``pid --json`` whose stdout the test points at a file there.
 """
 
 from __future__ import annotations
@@ -99,3 +99,18 @@ def test_pid_stdout_on_a_full_disk(full_disk: Path, target: RunningProgram) -> N
     assert output.stat().st_size == 0  # the shell's file: nothing of the document got in
     assert_let_go(target.pid)
     assert target.thread_states()[target.pid][1] == "S"
+
+
+@pytest.mark.parametrize("option", ["--pprof", "--speedscope"])
+def test_pprof_and_speedscope_on_a_full_disk(
+    full_disk: Path, target: RunningProgram, option: str
+) -> None:
+    """The binary pprof file goes the same way as the text files: whole or not at all."""
+    path = full_disk / "profile.out"
+    result = liveunwind("profile", str(target.pid), "--duration", "0.2", option, str(path))
+    assert result.returncode == EXIT_OUTPUT, result.stderr
+    assert result.stderr == (
+        f"liveunwind: cannot write {path}: No space left on device (nothing was written there)\n"
+    )
+    assert sorted(path.name for path in full_disk.iterdir()) == ["filler", "old.folded"]
+    assert_let_go(target.pid)

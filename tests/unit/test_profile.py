@@ -15,7 +15,14 @@ import pytest
 from liveunwind.backtrace import profile as profile_module
 from liveunwind.backtrace.profile import END_DURATION, Profile, record
 from liveunwind.cli.flamegraph import render
-from liveunwind.frames import Backtrace, Frame, Method, StopReason, ThreadBacktrace
+from liveunwind.frames import (
+    Backtrace,
+    Frame,
+    Method,
+    SourceLocation,
+    StopReason,
+    ThreadBacktrace,
+)
 
 # -- the flame graph ---------------------------------------------------------------------
 
@@ -145,6 +152,7 @@ class _ScriptedSession:
         self.usual = usual
         self.time = _SimulatedTime(oversleep)
         self.calls: list[float] = []
+        self.modules = None  # no module map: the stacks are empty
 
     def backtrace(self) -> Backtrace:
         self.calls.append(self.time.now)
@@ -199,3 +207,27 @@ def test_the_schedule_does_not_drift() -> None:
     # last one ended would make 1 / 15 ms = 66 samples.
     assert profile.missed == 0 and profile.samples == 100
     assert set(session.gaps()[1:]) == {0.01}  # each a millisecond late, none later
+
+
+def test_each_name_keeps_where_it_was_first_seen() -> None:
+    """What --pprof and --speedscope say of a name beyond it: the first pc, file and line."""
+    profile = Profile(1, 100.0)
+    for pc in (0x1010, 0x1020):
+        frame = Frame(0, pc, 0x7000, Method.CONTEXT)
+        frame.function, frame.file, frame.line = "work", "/src/a.c", 3
+        inlined = SourceLocation("helper", "/src/a.h", 9)
+        frame.inlined = (inlined,)
+        thread = ThreadBacktrace(7, "t", [frame], StopReason.END_OF_STACK)
+        profile.add(Backtrace(1, [thread], "x86_64"))
+    (counted,) = profile.threads.values()
+    assert counted.stacks == {("work (a.c:3)", "helper (a.h:9)"): 2}
+    work, helper = profile.sites["work (a.c:3)"], profile.sites["helper (a.h:9)"]
+    assert (work.function, work.file, work.line, work.pc) == ("work", "/src/a.c", 3, 0x1010)
+    # An inlined call is at the pc of the frame it was inlined into.
+    assert (helper.function, helper.file, helper.line, helper.pc) == (
+        "helper",
+        "/src/a.h",
+        9,
+        0x1010,
+    )
+    assert work.module is None  # no module map given
