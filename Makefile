@@ -31,11 +31,10 @@ system-deps:
 
 venv: $(VENV)/.installed
 
-# The tests open Mach-O cores: the macho extra (lief) as well as the test extra.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q -e '.[macho,fast,test]'
+	$(VPY) -m pip install -q -e '.[fast,test]'
 	touch $@
 
 testprogs:

@@ -2,7 +2,7 @@
 
 Exit codes: 0 every thread's walk reached the end of its stack, 1 some
 thread's walk ended early, 2 the target could not be used, 64 usage error,
-69 an optional package the target needs is not installed, 130 interrupted.
+130 interrupted.
 Every failure is one line on stderr, never a traceback.
 """
 
@@ -33,13 +33,7 @@ if TYPE_CHECKING:
 
 EXIT_COMPLETE = 0
 EXIT_INCOMPLETE = 1
-#: sysexits.h's EX_UNAVAILABLE: the target is fine, this installation lacks a part.
-EXIT_MISSING_PACKAGE = 69
 EXIT_INTERRUPTED = 130
-
-#: Packages liveunwind imports only for some targets: what needs each, and the
-#: extra that installs it (pyproject.toml's optional-dependencies).
-OPTIONAL_PACKAGES = {"lief": ("reading Mach-O files", "macho")}
 
 
 def _count(text: str) -> int:
@@ -354,16 +348,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LiveUnwindError as error:
         print(f"liveunwind: {error}", file=sys.stderr)
         return error.exit_code
-    except ImportError as error:
-        if error.name not in OPTIONAL_PACKAGES:
-            raise
-        purpose, extra = OPTIONAL_PACKAGES[error.name]
-        print(
-            f"liveunwind: {purpose} needs {error.name}, which is not installed: "
-            f"pip install 'liveunwind[{extra}]'",
-            file=sys.stderr,
-        )
-        return EXIT_MISSING_PACKAGE
     except KeyboardInterrupt:
         print("liveunwind: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
