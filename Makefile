@@ -67,15 +67,17 @@ test: system-deps venv testprogs sid-rootfs lint
 unit: venv
 	$(VPY) -m pytest -q -p no:cacheprovider tests/unit
 
-# The fuzz campaign (tests/fuzz/) for FUZZ_SECONDS per target; `make test`
-# runs it for 5 s per target.  Each finding's input and report go to FUZZ_FINDINGS.
+# The fuzz campaign (tests/fuzz/): a new seed, FUZZ_SECONDS per target (FUZZ_TARGETS: a
+# pytest -k expression to run some).  Each finding's input and report are written into
+# tests/fuzz/corpus/TARGET/ (or FUZZ_FINDINGS/TARGET/), to fix and commit: `make test`
+# draws nothing, it replays that corpus and a fixed number of a fixed seed's inputs.
 FUZZ_SECONDS ?= 300
-FUZZ_FINDINGS ?= /tmp/liveunwind-fuzz-findings
-# `make test` replays a fixed seed (tests/fuzz/test_fuzz.py); `make fuzz` draws a new one.
-FUZZ_SEED ?= $(shell date +%s%N)
+FUZZ_FINDINGS ?=
+FUZZ_TARGETS ?= test_
+FUZZ_SEED ?= $(shell date +%s%N | cut -c1-10)
 fuzz: system-deps venv testprogs
 	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_FINDINGS=$(FUZZ_FINDINGS) FUZZ_SEED=$(FUZZ_SEED) \
-		$(VPY) -m pytest -q -p no:cacheprovider tests/fuzz
+		nice -n 19 $(VPY) -m pytest -q -p no:cacheprovider tests/fuzz -k '$(FUZZ_TARGETS)'
 
 # Not part of `make test`: times liveunwind against its peers (see bench/run.py)
 # and writes bench/results.json; bench/profile.py: `profile` against py-spy and perf.
