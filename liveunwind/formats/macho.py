@@ -119,7 +119,9 @@ def fat_slices(data: Buffer) -> list[FatSlice] | None:
     if magic not in (FAT_MAGIC, FAT_MAGIC_64):
         return None
     entry = _FAT_ARCH if magic == FAT_MAGIC else _FAT_ARCH_64
-    if count > _MAX_SLICES or 8 + count * entry.size > len(data):
+    if count > _MAX_SLICES:
+        raise FormatError(f"universal header lists {count} slices, more than {_MAX_SLICES}")
+    if 8 + count * entry.size > len(data):
         raise FormatError(f"universal header lists {count} slices, more than it holds")
     slices = []
     for index in range(count):

@@ -313,7 +313,14 @@ class MachOModule(Module):
 
     @cached_property
     def symbols(self) -> MachOSymbolTable | None:
-        return None if self.image is None else self.image.symbols
+        """The image's symbols; a corrupt symbol table is a problem, and frames go unnamed."""
+        if self.image is None:
+            return None
+        try:
+            return self.image.symbols
+        except FormatError as error:
+            self.problems.append(str(error))
+            return None
 
     @cached_property
     def unwind_sources(self) -> dict[str, list[UnwindSource]]:

@@ -191,7 +191,7 @@ def test_a_campaign_finds_errors_hangs_and_crashes(monkeypatch: pytest.MonkeyPat
 def test_findings_are_saved_as_a_corpus_that_replays_them(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """What ``make fuzz`` writes into a corpus folder, ``make test`` reads back: the same findings."""
+    """What ``make fuzz`` writes into a corpus folder, ``make test`` reads back: same findings."""
     monkeypatch.setattr(fuzzing, "CPU_BOUND", 1.0)
     monkeypatch.setattr(fuzzing, "WALL_BOUND", 5.0)  # the spinning input, on a busy machine
     found = fuzzing.Campaign("planted", [], fuzzing.Mutations(1, 9)).run()  # every kind once

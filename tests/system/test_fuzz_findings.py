@@ -18,7 +18,7 @@ from liveunwind.cli.unwindinfo import describe_file
 from liveunwind.errors import FormatError
 from tests.support.macho import TOOLS
 
-# -- Mach-O files: corrupt fields lief once handed back in surprising forms (now formats/macho.py) --
+# -- Mach-O files: corrupt fields lief once handed back in surprising forms (now formats/macho) --
 
 
 @pytest.fixture(scope="module")
