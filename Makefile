@@ -69,15 +69,16 @@ unit: venv
 
 # The fuzz campaign (tests/fuzz/): a new seed, FUZZ_SECONDS per target (FUZZ_TARGETS: a
 # pytest -k expression to run some).  Each finding's input and report are written into
-# tests/fuzz/corpus/TARGET/ (or FUZZ_FINDINGS/TARGET/), to fix and commit: `make test`
-# draws nothing, it replays that corpus and a fixed number of a fixed seed's inputs.
+# tests/fuzz/corpus/TARGET/ (or FUZZ_FINDINGS/TARGET/), to fix and commit; -rP prints how many
+# inputs each ran.  `make test` draws nothing: it replays that corpus and a fixed number of a
+# fixed seed's inputs.
 FUZZ_SECONDS ?= 300
 FUZZ_FINDINGS ?=
 FUZZ_TARGETS ?= test_
 FUZZ_SEED ?= $(shell date +%s%N | cut -c1-10)
 fuzz: system-deps venv testprogs
 	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_FINDINGS=$(FUZZ_FINDINGS) FUZZ_SEED=$(FUZZ_SEED) \
-		nice -n 19 $(VPY) -m pytest -q -p no:cacheprovider tests/fuzz -k '$(FUZZ_TARGETS)'
+		nice -n 19 $(VPY) -m pytest -q -rP -p no:cacheprovider tests/fuzz -k '$(FUZZ_TARGETS)'
 
 # Not part of `make test`: times liveunwind against its peers (see bench/run.py)
 # and writes bench/results.json; bench/profile.py: `profile` against py-spy and perf.

@@ -150,6 +150,8 @@ def test_fuzz(name: str, tmp_path: Path, testprogs_build: Path) -> None:
     else:
         campaign = fuzzing.Campaign(name, paths, fuzzing.Mutations(SEED), SECONDS)
     campaign.run()
+    print(f"{name}: {campaign.inputs} inputs, {campaign.workers} workers, "
+          f"{len(campaign.findings)} findings")  # fmt: skip
     folder = Path(os.environ.get("FUZZ_FINDINGS") or CORPUS) / name
     _no_findings(campaign, campaign.save(folder) if SEED is not None else [], paths)
     assert campaign.inputs == FIXED_COUNTS[name] if SEED is None else campaign.inputs > 0
