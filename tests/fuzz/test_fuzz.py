@@ -182,18 +182,16 @@ def test_the_mutator_is_deterministic_and_edits_the_hot_regions() -> None:
     assert inside > len(changed) // 2
 
 
-def test_a_campaign_finds_errors_hangs_and_crashes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A target planted with each kind of failure: the campaign reports every one."""
-    monkeypatch.setattr(fuzzing, "CPU_BOUND", 1.0)
-    findings = fuzzing.Campaign("planted", [], fuzzing.Mutations(1), 20).run().findings
-    kinds = {finding.kind for finding in findings.values()}
-    assert {"IndexError", "MemoryError", "timeout", "crash"} <= kinds, findings
-
-
-def test_findings_are_saved_as_a_corpus_that_replays_them(
+def test_a_campaign_finds_errors_hangs_and_crashes_and_its_corpus_replays_them(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """What ``make fuzz`` writes into a corpus folder, ``make test`` reads back: same findings."""
+    """A target planted with each kind of failure: the campaign reports every one, and what
+    ``make fuzz`` writes into a corpus folder ``make test`` reads back as the same findings.
+
+    Counted, not timed, so a busy machine runs the same inputs: the first nine of seed 1
+    hold every kind (a timed campaign of 20 s could end before the spinning input's
+    bound, and did at a load of 60).
+    """
     monkeypatch.setattr(fuzzing, "CPU_BOUND", 1.0)
     monkeypatch.setattr(fuzzing, "WALL_BOUND", 5.0)  # the spinning input, on a busy machine
     found = fuzzing.Campaign("planted", [], fuzzing.Mutations(1, 9)).run()  # every kind once
