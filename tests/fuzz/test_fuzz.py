@@ -195,6 +195,7 @@ def test_a_campaign_finds_errors_hangs_and_crashes_and_its_corpus_replays_them(
     monkeypatch.setattr(fuzzing, "CPU_BOUND", 1.0)
     monkeypatch.setattr(fuzzing, "WALL_BOUND", 5.0)  # the spinning input, on a busy machine
     found = fuzzing.Campaign("planted", [], fuzzing.Mutations(1, 9)).run()  # every kind once
+    assert found.inputs == 9  # and not one more: the workers stop at the count
     assert {"IndexError", "MemoryError", "timeout", "crash"} <= {
         f.kind for f in found.findings.values()
     }

@@ -153,8 +153,8 @@ class Mutations:
 
     @property
     def spec(self) -> str:
-        """How a worker's command line names these inputs."""
-        return f"seed={self.seed}"
+        """How a worker's command line names these inputs: ``seed=SEED[/COUNT]``."""
+        return f"seed={self.seed}" + (f"/{self.count}" if self.count is not None else "")
 
     def input(self, target: Target, index: int) -> tuple[int, bytes]:
         return input_for(target, self.seed, index)
@@ -201,9 +201,12 @@ Inputs = Mutations | Corpus
 
 
 def inputs(spec: str) -> Inputs:
-    """The inputs a worker's command line names: ``seed=N`` or ``corpus=FOLDER``."""
+    """The inputs a worker's command line names: ``seed=SEED[/COUNT]`` or ``corpus=FOLDER``."""
     kind, _, value = spec.partition("=")
-    return Mutations(int(value)) if kind == "seed" else Corpus(Path(value))
+    if kind == "corpus":
+        return Corpus(Path(value))
+    seed, _, count = value.partition("/")
+    return Mutations(int(seed), int(count) if count else None)
 
 
 # -- targets --------------------------------------------------------------------------------
