@@ -1,14 +1,17 @@
 """Mach-O: universal headers, the 64-bit header, segments, sections, LC_UUID, the symbol table.
 
 Bytes in, records out, like :mod:`liveunwind.formats.elf`.  This replaced
-lief (issue 29), which parsed these untrusted files in C++ with root's rights
+lief (issue 29), which parsed these untrusted files in C++ with root's rights,
 where a crash could not be contained.  What liveunwind reads of a Mach-O file
 is small — a fat header, the load commands, two sections and ``nlist_64`` —
-and this reader is about 250 lines: on testprogs/macho's files it opens an
-image and reads its symbols in 0.1 ms where lief took 0.4 ms after a 260 ms
-import (running lief in a contained child would have cost that import and a
-process start per run).  Every count, size and offset is checked against the
-bytes there are before use; a malformed file raises :class:`FormatError`.
+and this reader is about 250 lines.  Measured on testprogs/macho's programs:
+opening an image with its symbols and compact table takes 0.1 ms with either,
+but lief's import took 260–380 ms, so ``liveunwind core`` of a Mach-O core
+went from 0.50 s of CPU and 70 MB of memory to 0.10 s and 18 MB, with the same
+output; running lief in a contained child instead would have kept that import
+and added a process start per run.  Every count, size and offset is checked
+against the bytes there are before use; a malformed file raises
+:class:`FormatError`.
 """
 
 from __future__ import annotations
