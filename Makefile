@@ -10,10 +10,11 @@ SYSTEM_PACKAGES := gcc g++ make binutils gdb elfutils sqlite3 python3 debootstra
 	gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu \
 	qemu-user gdb-multiarch libunwind-dev clang-16 lld-16 llvm-16 \
 	gcc-riscv64-linux-gnu libc6-dev-riscv64-cross binutils-riscv64-linux-gnu \
-	libc6-dbg zstd debuginfod gdbserver golang-go rustc python3-dbg python3-dev \
+	libc6-dbg zstd lz4 debuginfod gdbserver golang-go rustc python3-dbg python3-dev \
 	chromium
 
-.PHONY: all system-deps venv testprogs sid-rootfs demo test unit lint fuzz bench integration clean
+.PHONY: all system-deps venv testprogs sid-rootfs freethreaded-python demo test unit lint fuzz soak \
+	bench integration clean
 
 all: venv testprogs
 
@@ -50,6 +51,11 @@ testprogs:
 sid-rootfs:
 	@tools/sid-rootfs.sh
 
+# Free-threaded CPython (--disable-gil) built once from Debian's source package in
+# that root file system (about 4 minutes of two cores); --python tests skip without it.
+freethreaded-python: sid-rootfs
+	@tools/freethreaded-python.sh
+
 demo: system-deps venv testprogs
 	@$(VPY) tools/demo.py
 
@@ -60,7 +66,7 @@ lint: venv
 
 # tests/unit, tests/system and tests/fuzz (tests/README.md says which is which);
 # tests/integration is `make integration`.
-test: system-deps venv testprogs sid-rootfs lint
+test: system-deps venv testprogs sid-rootfs freethreaded-python lint
 	$(VPY) -m pytest -q -p no:cacheprovider tests
 
 # The unit tests alone: no process, no compiler, no oracle; well under a minute.
@@ -79,6 +85,14 @@ FUZZ_SEED ?= $(shell date +%s%N | cut -c1-10)
 fuzz: system-deps venv testprogs
 	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_FINDINGS=$(FUZZ_FINDINGS) FUZZ_SEED=$(FUZZ_SEED) \
 		nice -n 19 $(VPY) -m pytest -q -rP -p no:cacheprovider tests/fuzz -k '$(FUZZ_TARGETS)'
+
+# The long soak (tests/system/test_soak.py and test_interrupts.py with SOAK=long):
+# testprogs/jit/jit-soak profiled for 20,000 slots at 1000 Hz and backtraced with
+# --repeat 2000 while liveunwind's RSS and descriptors are watched, and 100 signals
+# at random instants; `make test` runs the short form.  Figures: docs/profiling.md.
+soak: system-deps venv testprogs
+	SOAK=long $(VPY) -m pytest -q -s -p no:cacheprovider tests/system/test_soak.py \
+		tests/system/test_interrupts.py
 
 # Not part of `make test`: times liveunwind against its peers (see bench/run.py)
 # and writes bench/results.json; bench/profile.py: `profile` against py-spy and perf.

@@ -118,9 +118,13 @@ def tools_for(pid_or_core: str, kind: str, python: bool) -> dict[str, list[str]]
             commands["gdb"] = [*GDB_ALL_THREADS, "-p", pid_or_core]
         if python:
             commands["liveunwind --python"] = [*liveunwind, "pid", pid_or_core, "--python"]
+            commands["liveunwind --locals"] = [*liveunwind, "pid", pid_or_core, "--locals"]
         if python and shutil.which("pystack"):
             commands["pystack"] = ["pystack", "remote", "--native-all", pid_or_core]
             commands["pystack --native"] = ["pystack", "remote", "--native", pid_or_core]
+            commands["pystack --native --locals"] = [
+                "pystack", "remote", "--native", "--locals", pid_or_core
+            ]  # fmt: skip
         if python and shutil.which("py-spy"):
             commands["py-spy"] = ["py-spy", "dump", "--native", "--pid", pid_or_core]
     else:
@@ -279,13 +283,14 @@ def format_table(results: dict) -> str:
             )
             ratio = wall["median"] / ours
             lines.append(f"{name:38} {tool:19} {wall_text:>20} {freeze_text:>22} {ratio:>8.2f}x")
-        python_row, pystack_row = (
-            entry["tools"].get("liveunwind --python"),
-            entry["tools"].get("pystack --native"),
-        )
-        if python_row and pystack_row:
-            share = python_row["wall_s"]["median"] / pystack_row["wall_s"]["median"]
-            lines.append(f"{'':38} liveunwind --python / pystack --native: {share:.2f}x wall")
+        for ours_name, theirs_name in (
+            ("liveunwind --python", "pystack --native"),
+            ("liveunwind --locals", "pystack --native --locals"),
+        ):
+            ours_row, theirs_row = entry["tools"].get(ours_name), entry["tools"].get(theirs_name)
+            if ours_row and theirs_row:
+                share = ours_row["wall_s"]["median"] / theirs_row["wall_s"]["median"]
+                lines.append(f"{'':38} {ours_name} / {theirs_name}: {share:.2f}x wall")
         if "warm_frames_per_s" in entry:
             lines.append(f"{'':38} warm repeat mode: {entry['warm_frames_per_s']:,.0f} frames/s")
         if "frames_equal_gdb" in entry:

@@ -10,6 +10,9 @@ Names are imported lazily so that ``import liveunwind`` stays cheap.
 
 from __future__ import annotations
 
+import os
+import sys
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -44,6 +47,42 @@ _EXPORTS = {
     "Frame": "liveunwind.frames",
     "ThreadBacktrace": "liveunwind.frames",
 }
+
+
+def _end_quietly_while_starting() -> None:
+    """Run as the command, SIGINT or SIGTERM before it is ready ends it at once and silently.
+
+    This package is the first of liveunwind's code the command runs (``python
+    -m liveunwind`` imports it first; the ``liveunwind`` script imports
+    ``liveunwind.cli`` through it).  Until the command installs its own
+    handlers (``cli.run``) nothing is held and nothing written, so exiting
+    on the spot, 128 + the signal's number as shells report it, is all there
+    is to do — where a KeyboardInterrupt in the middle of an import would
+    print a traceback.  Imported as a library, nothing changes.
+    """
+    if not _run_as_the_command():
+        return
+    # Python loaded _signal (the C module under signal.py) before any of this:
+    # taking it is a lookup, where importing signal.py would be half a
+    # millisecond of import machinery a Ctrl-C could still land in.
+    signals = sys.modules.get("_signal") or __import__("signal")
+
+    def end(signum: int, _frame: object) -> None:
+        os._exit(128 + signum)
+
+    for signum in (signals.SIGINT, signals.SIGTERM):
+        signals.signal(signum, end)
+
+
+def _run_as_the_command() -> bool:
+    """Whether Python was started as ``python -m liveunwind`` or as the ``liveunwind`` script."""
+    arguments = sys.orig_argv
+    if "-m" in arguments[:-1]:
+        return arguments[arguments.index("-m") + 1] == "liveunwind"
+    return bool(sys.argv) and os.path.basename(sys.argv[0]) == "liveunwind"
+
+
+_end_quietly_while_starting()
 
 
 def __getattr__(name: str) -> Any:

@@ -20,6 +20,7 @@ class Method(Enum):
     COMPACT = "compact"
     DYNAMIC = "dynamic"
     SIGNAL = "signal"  # registers the kernel saved in a signal frame
+    GOROUTINE = "goroutine"  # registers Go saved in g.sched when it switched to its g0 stack
     FRAMEPOINTER = "framepointer"
     PROLOGUE = "prologue"  # the function's own code, read from its start (no table covers it)
     LEAF = "leaf"  # frame 0 had not built a frame: return address at [sp] or in LR
@@ -61,6 +62,10 @@ class StopReason(Enum):
     #: a task in uninterruptible sleep): no registers, so no frames; its kernel
     #: state and wait channel are the detail.  The other threads were walked.
     NOT_STOPPED = "thread did not stop"
+    #: A walk that guessed read a return address of 0: where a guess placed the
+    #: stack, that proves no end; only a table's undefined return address, Go's
+    #: top frames or the program's entry function do.
+    NO_OUTERMOST_FRAME = "no outermost frame"
 
 
 class SourceLocation(namedtuple("SourceLocation", "function file line")):
@@ -72,6 +77,70 @@ class SourceLocation(namedtuple("SourceLocation", "function file line")):
     line: int | None
 
 
+class PythonValue:
+    """A Python local variable's value (``--python --locals``), as read from the target.
+
+    ``type`` is the object's type name (``int``, ``str``, ``NoneType``, or
+    whatever ``tp_name`` says).  Values of the simple types — None, bool,
+    int, float, str, bytes — are read into ``value``; every other object is
+    its type and ``address``.  ``truncated`` says the value was cut at the
+    bounds of :mod:`liveunwind.cpython.values` (a str, bytes or int that long
+    shows its start).
+    """
+
+    __slots__ = ("address", "truncated", "type", "value")
+
+    def __init__(
+        self,
+        type_name: str,
+        value: object = None,
+        *,
+        address: int | None = None,
+        truncated: bool = False,
+    ) -> None:
+        self.type = type_name
+        self.value = value
+        #: Where the object is, for an object whose value is not read (None otherwise).
+        self.address = address
+        self.truncated = truncated
+
+    def text(self) -> str:
+        """As Python's ``repr`` gives it, or ``<TYPE object at 0x…>``; a cut value ends in ``…``."""
+        if self.address is not None:
+            return f"<{self.type} object at {self.address:#x}>"
+        shown = repr(self.value)
+        return f"{shown}…" if self.truncated else shown
+
+    def as_json(self) -> object:
+        """The JSON value: the value itself where JSON holds it exactly, else an object.
+
+        None, bool, int, finite float and str values that were read whole
+        are themselves; bytes, a cut value and a float JSON cannot hold are
+        ``{"type", "repr", "truncated"}``; any other object ``{"type", "address"}``.
+        """
+        if self.address is not None:
+            return {"type": self.type, "address": self.address}
+        value = self.value
+        exact = value is None or isinstance(value, (bool, int, str))
+        if isinstance(value, float):
+            exact = value == value and abs(value) != float("inf")
+        if exact and not self.truncated:
+            return value
+        return {"type": self.type, "repr": repr(value), "truncated": self.truncated}
+
+    def __repr__(self) -> str:
+        return f"<PythonValue {self.type} {self.text()}>"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PythonValue):
+            return NotImplemented
+        mine = (self.type, self.value, self.address, self.truncated)
+        return mine == (other.type, other.value, other.address, other.truncated)
+
+    def __hash__(self) -> int:
+        return hash((self.type, self.address, self.truncated))
+
+
 class PythonFrame:
     """One Python frame (``--python``): its function's qualified name, its file, its line.
 
@@ -79,13 +148,25 @@ class PythonFrame:
     import path, where a named tuple's class costs more than this one.
     """
 
-    __slots__ = ("file", "function", "line")
+    __slots__ = ("file", "function", "interpreter", "line", "locals")
 
-    def __init__(self, function: str, file: str, line: int | None) -> None:
+    def __init__(
+        self,
+        function: str,
+        file: str,
+        line: int | None,
+        local_values: dict[str, PythonValue] | None = None,
+        interpreter: int = 0,
+    ) -> None:
         self.function = function
         self.file = file
         #: None where the code has no line for the instruction (CPython's -1).
         self.line = line
+        #: The id of the interpreter running it: 0 for the main one, else a subinterpreter's.
+        self.interpreter = interpreter
+        #: With ``--locals``: the frame's arguments and local variables that have a
+        #: value, by name, in the code's order (``f_locals``); None without it.
+        self.locals = local_values
 
     def __repr__(self) -> str:
         return f"<PythonFrame {self.function} {self.file}:{self.line}>"
@@ -99,7 +180,47 @@ class PythonFrame:
         return hash((self.function, self.file, self.line))
 
     def as_dict(self) -> dict[str, object]:
-        return {"function": self.function, "file": self.file, "line": self.line}
+        fields: dict[str, object] = {
+            "function": self.function,
+            "file": self.file,
+            "line": self.line,
+            "interpreter": self.interpreter,
+        }
+        if self.locals is not None:
+            fields["locals"] = {name: value.as_json() for name, value in self.locals.items()}
+        return fields
+
+
+class PythonTask:
+    """An asyncio task (``--python --tasks``): its name, the thread running it, its await chain.
+
+    ``frames`` are the coroutines it is suspended in, innermost first, as
+    following ``cr_await`` from the task's coroutine gives them; a task that
+    runs now (``thread`` is the id of the thread running it) has only its
+    outermost coroutine here, the rest being on that thread's stack.
+    """
+
+    __slots__ = ("address", "frames", "name", "thread")
+
+    def __init__(
+        self, name: str, thread: int | None, frames: list[PythonFrame], address: int
+    ) -> None:
+        self.name = name
+        self.thread = thread
+        self.frames = frames
+        #: Where the task object is.
+        self.address = address
+
+    def __repr__(self) -> str:
+        return f"<PythonTask {self.name!r} thread={self.thread} {len(self.frames)} frames>"
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "thread": self.thread,
+            "address": self.address,
+            "frames": [frame.as_dict() for frame in self.frames],
+        }
 
 
 class Frame:
@@ -270,7 +391,7 @@ class CrashInfo(
 class Backtrace:
     """Every requested thread of one target at one moment."""
 
-    __slots__ = ("arch", "crash", "pid", "problems", "threads", "timings")
+    __slots__ = ("arch", "crash", "pid", "problems", "tasks", "threads", "timings")
 
     def __init__(
         self,
@@ -281,6 +402,8 @@ class Backtrace:
         timings: dict[str, float] | None = None,
         crash: CrashInfo | None = None,
     ) -> None:
+        #: With ``--tasks``: every asyncio task of the process (None without it).
+        self.tasks: list[PythonTask] | None = None
         self.pid = pid
         self.threads = threads
         self.arch = arch

@@ -14,12 +14,14 @@ table's decoder (``formats/unwind/``) and the factory that finds it in a file
 (``modules/sources.py``), or a strategy's module (``unwinder/strategies/``) —
 and their tests.
 
-Three methods of :class:`~liveunwind.frames.Method` belong to no source:
+Four methods of :class:`~liveunwind.frames.Method` belong to no source:
 ``context`` (frame 0, the thread's own registers), ``signal`` (the kernel's
-sigreturn trampoline, recognised by its code whatever the sources) and
-``leaf`` (frame 0 before its prologue, which the stepper checks before the
-other strategies whenever any strategy is chosen: following the frame pointer
-or scanning from there would skip its caller).  A strategy that reads the
+sigreturn trampoline, recognised by its code whatever the sources),
+``goroutine`` (the registers Go saved when a goroutine switched to its
+scheduler stack, ``unwinder/goswitch.py``) and ``leaf`` (frame 0 before its
+prologue, which the stepper checks before the other strategies whenever any
+strategy is chosen: following the frame pointer or scanning from there would
+skip its caller).  A strategy that reads the
 function's own code sees for itself whether the frame is built yet, and is
 tried before the leaf check (``before_leaf``).
 """

@@ -9,6 +9,7 @@ looks at them.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -17,6 +18,20 @@ import pytest
 
 from tests.support.builds import FAMILIES, build
 from tests.support.programs import READY_TIMEOUT, RunningProgram, RunProgram, start_program
+
+# -- no network unless a test asks --------------------------------------------------------
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_debuginfod_servers() -> Iterator[None]:
+    """Takes away a DEBUGINFOD_URLS this machine's profile set (Debian's points at
+    debuginfod.debian.net): a plain backtrace of a stripped library would ask it.
+    The debuginfod tests set their own servers."""
+    urls = os.environ.pop("DEBUGINFOD_URLS", None)
+    yield
+    if urls is not None:
+        os.environ["DEBUGINFOD_URLS"] = urls
+
 
 # -- the test program families --------------------------------------------------------------
 

@@ -93,6 +93,8 @@ def open_core(
         backtrace = Backtracer(asked).backtrace(space, phases.seconds)
         backtrace.crash = space.crash_info()
         backtrace.problems = sorted({*backtrace.problems, *space.problems})
+        if asked.verbose:  # which file stands for each recorded path that is not here
+            backtrace.problems += space.matches
     phases.total()
     return backtrace
 

@@ -39,7 +39,9 @@ class Backtracer:
         if options.python:
             from liveunwind.cpython.reader import PythonReader
 
-            self.python = PythonReader(live_pid)
+            self.python = PythonReader(
+                live_pid, with_locals=options.python_locals, with_tasks=options.python_tasks
+            )
 
     @property
     def modules(self) -> ModuleMap | None:

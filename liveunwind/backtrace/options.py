@@ -31,7 +31,17 @@ class BacktraceOptions:
 
     #: Every option, in the order of ``__init__`` (which :meth:`__repr__` follows): a new
     #: option is named here and in ``__init__``, with its default and what it asks for.
-    __slots__ = ("max_frames", "unwinders", "symbols", "verbose", "debug_dirs", "lines", "python")
+    __slots__ = (
+        "max_frames",
+        "unwinders",
+        "symbols",
+        "verbose",
+        "debug_dirs",
+        "lines",
+        "python",
+        "python_locals",
+        "python_tasks",
+    )
 
     def __init__(
         self,
@@ -43,6 +53,8 @@ class BacktraceOptions:
         debug_dirs: Sequence[str] = (),
         lines: bool = False,
         python: bool = False,
+        python_locals: bool = False,
+        python_tasks: bool = False,
     ) -> None:
         #: Each walk stops after this many frames; 0 is no limit.
         self.max_frames = max_frames
@@ -58,6 +70,10 @@ class BacktraceOptions:
         self.lines = lines
         #: Give each frame of CPython's eval loop the Python frames it runs.
         self.python = python
+        #: With ``python``: give each Python frame its arguments and local variables.
+        self.python_locals = python_locals
+        #: With ``python``: list the asyncio tasks, each with its await chain (3.14+).
+        self.python_tasks = python_tasks
 
     def __setattr__(self, name: str, value: object) -> None:
         """Each option is set once, by ``__init__``: a changed option would change a hash."""

@@ -69,6 +69,10 @@ def gdb_remote(
             stopping.stop()
             backtrace = Backtracer(asked).backtrace(target, phases.seconds)
             backtrace.problems = sorted({*backtrace.problems, *target.problems})
+            if asked.verbose:
+                backtrace.problems += target.matches
+                if target.stopped_how:
+                    backtrace.problems.append(f"the target was {target.stopped_how}")
     finally:
         if stats is not None:
             stats.update(target.stats)

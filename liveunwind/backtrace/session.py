@@ -20,9 +20,11 @@ if TYPE_CHECKING:
     from liveunwind.backtrace.options import BacktraceOptions
     from liveunwind.cpython.reader import PythonReader
     from liveunwind.frames import Backtrace
+    from liveunwind.modules.module import Module
     from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.targets.base import AddressSpace
     from liveunwind.targets.live.ptrace import PtraceProcess
+    from liveunwind.unwinder.cache import UnwindCache
 
 
 class Session:
@@ -53,6 +55,16 @@ class Session:
         self.stop_timeout = stop_timeout
         self._backtracer = Backtracer(chosen(options, keywords), live_pid=pid)
 
+    @property
+    def cache(self) -> UnwindCache:
+        """What the session learned per pc; its ``generation`` counts the module map's moves."""
+        return self._backtracer.cache
+
+    @property
+    def modules(self) -> ModuleMap | None:
+        """The module map of the last backtrace (what the session keeps of the process's files)."""
+        return self._backtracer.modules
+
     def backtrace(self) -> Backtrace:
         """Stops the process, takes what unwinding needs, lets it go, and unwinds.
 
@@ -72,6 +84,7 @@ class Session:
             running = self._map_running(process, perf_map) if self.snapshot else None
             jit_possible = running is not None and self._find_registry_roots(running)
             python = self._read_python_ahead(running)
+            go = self._find_go(running)
         attaching = phases.timed("attach")
         with process:
             stopped = attaching.stop()
@@ -88,6 +101,11 @@ class Session:
                 if python is not None:
                     with phases.timed("python_copy"):
                         python.capture(snapshot)
+                if go is not None:
+                    from liveunwind.unwinder import goswitch
+
+                    with phases.timed("go_copy"):
+                        goswitch.capture(snapshot, go)
             else:
                 backtrace = self._backtracer.backtrace(
                     process,
@@ -139,6 +157,19 @@ class Session:
         if python is None or running is None or not python.before_stop(running):
             return None
         return python
+
+    def _find_go(self, running: ModuleMap | None) -> Module | None:
+        """The Go program of the running process, its scheduler's layout read; or None.
+
+        A thread stopped on Go's scheduler stack is followed into its
+        goroutine from what the stop copies of the Ms and goroutines
+        (``unwinder/goswitch.py``); their layout is read here, before it.
+        """
+        if running is None:
+            return None
+        from liveunwind.unwinder.goswitch import prepare
+
+        return prepare(running)
 
     def _copy_registry(self, space: AddressSpace, perf_map: str) -> ModuleMap:
         """While the process is stopped: reads its JIT registry into the snapshot.

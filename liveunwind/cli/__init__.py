@@ -2,16 +2,19 @@
 
 Exit codes: 0 every thread's walk reached the end of its stack, 1 some
 thread's walk ended early, 2 the target could not be used, 64 usage error,
-130 interrupted.
-Every failure is one line on stderr, never a traceback.
+74 an output could not be written (a full disk), 130 interrupted
+(SIGINT), 143 terminated (SIGTERM).  Every failure is one line on stderr,
+never a traceback, and the target is left as it was found.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 
+from liveunwind.cli.output import OutputError, emit
 from liveunwind.cli.parse import (
     Command,
     HelpRequested,
@@ -33,7 +36,9 @@ if TYPE_CHECKING:
 
 EXIT_COMPLETE = 0
 EXIT_INCOMPLETE = 1
-EXIT_INTERRUPTED = 130
+#: 128 + the signal's number, as shells report a command a signal ended.
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+EXIT_TERMINATED = 128 + signal.SIGTERM
 
 
 def _count(text: str) -> int:
@@ -144,11 +149,32 @@ def _walk_options() -> list[Option]:
         ),
         Option(
             "--python",
-            "show the Python frames each frame of CPython's eval loop runs (CPython 3.11-3.14)",
+            "show the Python frames each frame of CPython's eval loop runs (CPython 3.11-3.15)",
+            value=False,
+        ),
+        Option(
+            "--locals",
+            "show each Python frame's arguments and local variables (implies --python)",
+            value=False,
+        ),
+        Option(
+            "--tasks",
+            "list the asyncio tasks with the coroutines each awaits in, CPython 3.14+ "
+            "(implies --python)",
             value=False,
         ),
         Option("--stats", "print time spent per phase (and the freeze) to stderr", value=False),
     ]
+
+
+def _per_thread_option() -> Option:
+    """``--per-thread``: folded stacks, flame graph and thread table by tid, not by name."""
+    return Option(
+        "--per-thread",
+        "count each thread apart (name-tid) instead of every thread of a name together "
+        "(the default, which keeps a run over short-lived threads bounded)",
+        value=False,
+    )
 
 
 def _file_tables() -> tuple[str, ...]:
@@ -190,6 +216,7 @@ def commands() -> list[Command]:
                 "print folded stacks (thread;outer;...;inner count) over all backtraces",
                 value=False,
             ),
+            _per_thread_option(),
             Option(
                 "--stack-cap",
                 "bytes of each thread stack to copy, from the stack pointer up "
@@ -221,7 +248,7 @@ def commands() -> list[Command]:
         [
             Positional(
                 "core",
-                "the core file (.gz, .xz, .zst and .bz2 are read as they are; lz4: lz4 -d first)",
+                "the core file (.gz, .xz, .zst, .bz2 and .lz4 are read as they are)",
             ),
             Positional("executable", "the program that dumped it", optional=True),
         ],
@@ -313,32 +340,81 @@ def commands() -> list[Command]:
                 "write folded stacks (thread;outer;...;inner count) to FILE",
                 metavar="FILE",
             ),
+            _per_thread_option(),
             Option(
                 "--merge",
-                "one tower for all threads in --svg and --collapsed-out (default: one per thread)",
+                "one tower for all threads in --svg and --collapsed-out "
+                "(default: one per thread name)",
                 value=False,
             ),
             # Per-frame notes have no place in a sum of samples: every walk option but --verbose.
-            *(option for option in _walk_options() if option.name != "--verbose"),
+            *(
+                option
+                for option in _walk_options()
+                if option.name not in ("--verbose", "--locals", "--tasks")
+            ),
         ],
     )
     return [pid, core, remote, info, profile]
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM, raised where the command is, so that what it holds is let go.
+
+    A KeyboardInterrupt, so that whatever ends early on Ctrl-C ends on
+    SIGTERM too; ``exit_code`` says which it was.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.exit_code = 128 + signum
+
+
+def _raise_interrupted(signum: int, _frame: object) -> None:
+    """The first SIGINT or SIGTERM: ignore the next ones, unwind from here.
+
+    The way out (letting go of the target, removing a half-written
+    temporary file, one line on stderr) is short and must not itself be cut
+    short by a second Ctrl-C; SIGKILL still ends everything.
+    """
+    for each in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(each, signal.SIG_IGN)
+    raise Interrupted(signum)
+
+
+def _exit_at_once(signum: int, _frame: object) -> None:
+    """Once everything is written: a signal ends the process, 128 + its number."""
+    os._exit(128 + signum)
+
+
 def run() -> None:
     """The command's entry point: :func:`main`, then exit without tearing Python down.
 
-    Tearing down the interpreter (freeing every module, mapping and cached
-    table) takes 5–10 ms after a cold backtrace, a quarter of the whole run,
-    and nothing needs it: the target is already let go and every file was
-    only read.  So the output is flushed and the process ends at once.
+    SIGINT and SIGTERM raise :class:`Interrupted` wherever the command is
+    (a live target holds them back until it is let go), and end it with
+    130 or 143.  Tearing down the interpreter (freeing every module,
+    mapping and cached table) takes 5–10 ms after a cold backtrace, a
+    quarter of the whole run, and nothing needs it: the target is already
+    let go and every file was only read.  So the output is flushed and the
+    process ends at once.
     """
-    status = main()
+    try:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, _raise_interrupted)
+        status = main()
+    except KeyboardInterrupt as interrupt:  # it came while main() was saying something else
+        status = getattr(interrupt, "exit_code", EXIT_INTERRUPTED)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _exit_at_once)
     for stream in (sys.stdout, sys.stderr):
-        try:  # noqa: SIM105 (contextlib.suppress would import contextlib for this alone)
+        try:
             stream.flush()
         except (BrokenPipeError, ValueError):
             pass  # the reader went away (or the stream is closed): nothing left to say
+        except OSError as error:  # stdout on a full disk
+            if status != OutputError.exit_code:  # else main() said so already
+                print(f"liveunwind: cannot write the output: {error.strerror}", file=sys.stderr)
+                status = OutputError.exit_code
     os._exit(status)
 
 
@@ -348,18 +424,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LiveUnwindError as error:
         print(f"liveunwind: {error}", file=sys.stderr)
         return error.exit_code
-    except KeyboardInterrupt:
-        print("liveunwind: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as interrupt:
+        return _interrupted(interrupt)
     except RuntimeError as error:
         # Python 3.11 wraps a Ctrl-C that lands while a class body binds a
         # descriptor (a lazy import defining a class) in a RuntimeError.
         if not isinstance(error.__cause__, KeyboardInterrupt):
             raise
-        print("liveunwind: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return _interrupted(error.__cause__)
     except BrokenPipeError:
         return EXIT_COMPLETE
+
+
+def _interrupted(interrupt: KeyboardInterrupt) -> int:
+    """One line for a SIGINT (or a KeyboardInterrupt of the API) or a SIGTERM; its exit code."""
+    status = getattr(interrupt, "exit_code", EXIT_INTERRUPTED)
+    print(
+        f"liveunwind: {'terminated' if status == EXIT_TERMINATED else 'interrupted'}",
+        file=sys.stderr,
+    )
+    return status
 
 
 def _run(argv: Sequence[str] | None) -> int:
@@ -371,16 +455,16 @@ def _run(argv: Sequence[str] | None) -> int:
             sys.argv[1:] if argv is None else argv,
         )
     except HelpRequested as help:
-        sys.stdout.write(help.text)
+        emit(help.text)
         return EXIT_COMPLETE
     except VersionRequested:
-        sys.stdout.write(f"liveunwind {_version()}\n")
+        emit(f"liveunwind {_version()}\n")
         return EXIT_COMPLETE
     if arguments.command == "unwind-info":
         from liveunwind.cli.unwindinfo import describe_file
 
         text, found = describe_file(arguments.file, arguments.format, arguments.pc)
-        sys.stdout.write(text)
+        emit(text)
         return EXIT_COMPLETE if found else EXIT_INCOMPLETE
     from liveunwind.sources import parse_unwinders
 
@@ -445,9 +529,13 @@ def _remote_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> i
 
 
 def _pid_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> int:
-    """``liveunwind pid``: one backtrace, or ``--repeat`` of them printed as they come."""
+    """``liveunwind pid``: one backtrace, or ``--repeat`` of them printed as they come.
+
+    ``--collapsed`` counts each backtrace's stacks as it comes (by thread
+    name, or by tid with ``--per-thread``), bounded as ``profile`` is; what
+    was counted together is said on stderr.
+    """
     from liveunwind.backtrace.session import Session
-    from liveunwind.cli.report import format_collapsed
 
     session = Session(
         arguments.pid,
@@ -458,19 +546,27 @@ def _pid_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> int:
         total_cap=arguments.total_stack_cap,
         stop_timeout=arguments.stop_timeout,
     )
-    samples = []
+    folded = None
+    if arguments.collapsed:
+        from liveunwind.backtrace.profile import Profile
+
+        folded = Profile(arguments.pid, 1.0, per_thread=arguments.per_thread)
     status = EXIT_COMPLETE
     for index in range(max(arguments.repeat, 1)):
         if index and arguments.interval:
             time.sleep(arguments.interval)
         backtrace = session.backtrace()
-        if arguments.collapsed:
-            samples.append(backtrace)
+        if folded is not None:
+            folded.add(backtrace)
             status = _stats(arguments, backtrace, status)
         else:
             status = max(status, _print(arguments, backtrace))
-    if arguments.collapsed:
-        sys.stdout.write(format_collapsed(samples))
+    if folded is not None:
+        from liveunwind.cli.profile import folding_notes, format_folded
+
+        emit(format_folded(folded))
+        for note in folding_notes(folded):
+            print(f"liveunwind: {note}", file=sys.stderr)
     return status
 
 
@@ -478,7 +574,8 @@ def _backtrace_options(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -
     """What the flags of :func:`_walk_options` ask for, as every walking command passes it on.
 
     ``profile`` takes ``--python`` too (its folded stacks then have a level
-    per Python frame), but not ``--verbose``.
+    per Python frame), but not ``--verbose``, ``--locals`` or ``--tasks``;
+    those two imply ``--python``.
     """
     from liveunwind.backtrace.options import BacktraceOptions
 
@@ -489,7 +586,11 @@ def _backtrace_options(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -
         verbose=getattr(arguments, "verbose", False),  # profile has no --verbose
         debug_dirs=tuple(arguments.debug_dir),
         lines=arguments.lines,
-        python=arguments.python,
+        python=arguments.python
+        or getattr(arguments, "locals", False)
+        or getattr(arguments, "tasks", False),
+        python_locals=getattr(arguments, "locals", False),
+        python_tasks=getattr(arguments, "tasks", False),
     )
 
 
@@ -503,12 +604,9 @@ def _print(arguments: SimpleNamespace, backtrace: Backtrace) -> int:
     from liveunwind.cli.report import format_json, format_text
 
     if arguments.json:
-        sys.stdout.write(format_json(backtrace))
+        emit(format_json(backtrace))
     else:
-        sys.stdout.write(
-            format_text(backtrace, symbols=not arguments.no_symbols, verbose=arguments.verbose)
-        )
-    sys.stdout.flush()
+        emit(format_text(backtrace, symbols=not arguments.no_symbols, verbose=arguments.verbose))
     return _stats(arguments, backtrace, EXIT_COMPLETE)
 
 

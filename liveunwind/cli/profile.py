@@ -4,33 +4,44 @@ The report opens with the threads sorted by CPU (the kernel's count, not
 the samples'), then the stacks most often seen running.  ``--json`` prints
 the same as one document (``schemas/profile.schema.json``);
 ``--collapsed-out`` and ``--svg`` write the folded stacks and the flame
-graph.  Ctrl-C (or SIGTERM, as ``timeout`` sends) ends sampling early and
-everything is still written.  While sampling, one line of progress is kept
+graph, each whole or not at all.  Threads are counted by name (a
+thread-per-request server's threads under one name), ``--per-thread``
+keeps them apart by tid.  Ctrl-C (or SIGTERM, as ``timeout`` sends) ends
+sampling early and everything is still written; a second one while the
+files are written ends liveunwind (130 or 143) and leaves no file half
+written.  While sampling, one line of progress is kept
 up to date on stderr when stderr is a terminal.
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import time
 
-from liveunwind.backtrace.profile import END_DURATION, MAX_RATE, record
-from liveunwind.errors import UsageError
+from liveunwind.backtrace.profile import (
+    END_DURATION,
+    MAX_FRAMES,
+    MAX_NAMES,
+    MAX_RATE,
+    MAX_STACKS,
+    OVERFLOW,
+    record,
+)
+from liveunwind.cli.output import AtomicFile, emit
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import FrameType, SimpleNamespace
-    from typing import Any, TextIO
+    from typing import Any
 
     from liveunwind.backtrace.options import BacktraceOptions
     from liveunwind.backtrace.profile import Profile, ThreadProfile
 
 #: The shape of the ``profile --json`` document and the ``$id`` of its schema;
 #: any change of shape raises the version (the schema is closed).
-SCHEMA_VERSION = 1
-SCHEMA_ID = "urn:liveunwind:profile:1"
+SCHEMA_VERSION = 2
+SCHEMA_ID = "urn:liveunwind:profile:2"
 #: Stacks in the text summary, and frames shown of each (innermost first).
 HOTTEST = 10
 SHOWN_FRAMES = 8
@@ -53,58 +64,56 @@ def profile_command(arguments: SimpleNamespace, options: BacktraceOptions) -> in
     """Samples ``arguments.pid``, writes the requested files and prints the report.
 
     Exit status as for ``pid``: 0 if every walk of every sample reached the
-    end of its stack, 1 if some ended early.
+    end of its stack, 1 if some ended early.  The files are written whole or
+    not at all (:class:`~liveunwind.cli.output.AtomicFile`).
     """
     from liveunwind.backtrace.session import Session
 
     session = Session(arguments.pid, threads=arguments.threads, options=options)
-    outputs = _open_outputs(arguments.svg, arguments.collapsed_out)
     progress = _Progress(arguments.pid, arguments.duration) if sys.stderr.isatty() else None
+    outputs = _open_outputs(arguments.svg, arguments.collapsed_out)
     try:
-        with _StopRequest() as stop:
-            profile = record(
-                session,
-                rate=arguments.rate,
-                duration=arguments.duration,
-                should_stop=stop.requested,
-                on_sample=progress.update if progress is not None else None,
-            )
-    except BaseException:
-        for path, stream in outputs.values():
-            stream.close()
-            os.unlink(path)  # empty: nothing was sampled
-        raise
-    finally:
-        if progress is not None:
-            progress.finish()
-    if "folded" in outputs:
-        with outputs["folded"][1] as stream:
-            stream.write(format_folded(profile, merge=arguments.merge))
-    if "svg" in outputs:
-        with outputs["svg"][1] as stream:
-            stream.write(render_svg(profile, merge=arguments.merge))
+        try:
+            with _StopRequest() as stop:
+                profile = record(
+                    session,
+                    rate=arguments.rate,
+                    duration=arguments.duration,
+                    per_thread=arguments.per_thread,
+                    should_stop=stop.requested,
+                    on_sample=progress.update if progress is not None else None,
+                )
+        finally:
+            if progress is not None:
+                progress.finish()
+        if "folded" in outputs:
+            outputs["folded"].commit(format_folded(profile, merge=arguments.merge))
+        if "svg" in outputs:
+            outputs["svg"].commit(render_svg(profile, merge=arguments.merge))
+    finally:  # interrupted, or an output failed: no temporary file is left behind
+        for output in outputs.values():
+            output.discard()
     if arguments.json:
-        sys.stdout.write(format_json(profile))
+        emit(format_json(profile))
     else:
-        written = {kind: path for kind, (path, _) in outputs.items()}
-        sys.stdout.write(format_text(profile, written))
+        written = {kind: output.path for kind, output in outputs.items()}
+        emit(format_text(profile, written))
     if arguments.stats:
         print(f"liveunwind: stats: {format_stats(profile)}", file=sys.stderr)
     return 0 if not profile.incomplete else 1
 
 
-def _open_outputs(svg: str | None, folded: str | None) -> dict[str, tuple[str, TextIO]]:
-    """The output files, opened before sampling: a path that cannot be written fails at once."""
-    outputs: dict[str, tuple[str, TextIO]] = {}
-    for kind, path in (("folded", folded), ("svg", svg)):
-        if path is None:
-            continue
-        try:
-            outputs[kind] = (path, open(path, "w", encoding="utf-8"))  # noqa: SIM115 (closed when written)
-        except OSError as error:
-            for _, stream in outputs.values():
-                stream.close()
-            raise UsageError(f"cannot write {path}: {error.strerror}") from None
+def _open_outputs(svg: str | None, folded: str | None) -> dict[str, AtomicFile]:
+    """The output files, begun before sampling: a path that cannot be written fails at once."""
+    outputs: dict[str, AtomicFile] = {}
+    try:
+        for kind, path in (("folded", folded), ("svg", svg)):
+            if path is not None:
+                outputs[kind] = AtomicFile(path)
+    except BaseException:
+        for output in outputs.values():
+            output.discard()
+        raise
     return outputs
 
 
@@ -171,15 +180,18 @@ def format_folded(profile: Profile, *, merge: bool = False) -> str:
 def render_svg(profile: Profile, *, merge: bool = False) -> str:
     from liveunwind.cli.flamegraph import render
 
-    main = profile.threads.get(profile.pid)
-    name = f" ({main.name})" if main is not None and main.name else ""
-    towers = "all threads merged" if merge else "one tower per thread"
+    name = f" ({profile.main_name})" if profile.main_name else ""
+    towers = "all threads merged" if merge else _towers(profile)
     return render(
         profile.folded(merge=merge),
         title=f"liveunwind profile of process {profile.pid}{name}",
         subtitle=f"{_summary(profile)}; {towers}",
         threads=not merge,
     )
+
+
+def _towers(profile: Profile) -> str:
+    return "one tower per thread" if profile.per_thread else "one tower per thread name"
 
 
 def _summary(profile: Profile) -> str:
@@ -201,7 +213,8 @@ def format_text(profile: Profile, written: dict[str, str]) -> str:
     if not hottest:
         lines.append("  no thread was seen running")
     for thread, stack, count in hottest:
-        share = 100.0 * count / profile.samples
+        # Of the samples that held the thread (every thread of the name, for a name).
+        share = 100.0 * count / max(thread.samples, 1)
         lines.append(f"  {share:5.1f} %  {count:6}  {thread.label}  {_shown_stack(stack)}")
     notes = _notes(profile)
     if notes:
@@ -216,7 +229,7 @@ def format_text(profile: Profile, written: dict[str, str]) -> str:
 def _thread_table(threads: list[ThreadProfile], profile: Profile) -> list[str]:
     width = min(max((len(thread.name) for thread in threads), default=4), 24)
     width = max(width, 4)
-    tid_width = max((len(str(thread.tid)) for thread in threads), default=3)
+    tid_width = max((len(_tid_column(thread)) for thread in threads), default=3)
     tid_width = max(tid_width, 3)
     rows = [
         f"  {'TID':>{tid_width}}  {'NAME':<{width}}  {'CPU %':>6}  {'SAMPLES':>7}  TOP FUNCTION"
@@ -228,11 +241,16 @@ def _thread_table(threads: list[ThreadProfile], profile: Profile) -> list[str]:
         if top is not None:
             function, count = top
             where = f"{_clip(function, 60)} ({100.0 * count / max(thread.samples, 1):.0f} %)"
+        tid, name = _tid_column(thread), _clip(thread.name, width)
         rows.append(
-            f"  {thread.tid:>{tid_width}}  {_clip(thread.name, width):<{width}}  {cpu:>6}  "
-            f"{thread.samples:>7}  {where}"
+            f"  {tid:>{tid_width}}  {name:<{width}}  {cpu:>6}  {thread.samples:>7}  {where}"
         )
     return rows
+
+
+def _tid_column(thread: ThreadProfile) -> str:
+    """The thread's tid, or how many threads of its name were counted together: ``×37``."""
+    return str(thread.tid) if thread.thread_count <= 1 else f"×{thread.thread_count}"
 
 
 def _shown_stack(stack: tuple[str, ...]) -> str:
@@ -256,16 +274,38 @@ def _notes(profile: Profile) -> list[str]:
             if thread.incomplete
         )
         notes.append(f"note: {profile.incomplete} of {walks} walks ended early ({ended})")
-    if profile.overflowed:
-        notes.append(
-            f"note: {profile.overflowed} samples had a stack beyond the {profile.distinct} "
-            "distinct ones kept; they are counted under one name"
+        why = "; ".join(
+            f"{reason}: {count}" for reason, count in profile.incomplete_reasons.most_common()
         )
+        notes.append(f"note: why they ended early: {why}")
+    notes += folding_notes(profile)
     if profile.missed:
         notes.append(
             f"note: {profile.missed} samples were not taken: sampling fell behind the schedule"
         )
     notes += [f"note: {problem}" for problem in profile.problems]
+    return notes
+
+
+def folding_notes(profile: Profile) -> list[str]:
+    """What was counted together to bound memory: stacks beyond the bound, threads by name."""
+    notes = []
+    if profile.overflowed:
+        notes.append(
+            f"note: {profile.overflowed} samples had a stack beyond those kept (at most "
+            f"{MAX_STACKS:,} stacks, {MAX_FRAMES:,} frames, {MAX_NAMES:,} names); they are "
+            f"counted under {OVERFLOW[0]}"
+        )
+    if profile.threads_folded:
+        how = (
+            f"{profile.threads_by_name} beyond the threads kept apart"
+            if profile.per_thread
+            else "--per-thread keeps them apart"
+        )
+        notes.append(
+            f"note: {profile.threads_seen} threads were seen; {profile.threads_folded} were "
+            f"counted together with another of their name ({how})"
+        )
     return notes
 
 
@@ -288,11 +328,18 @@ def to_json_document(profile: Profile) -> dict[str, Any]:
         "end_detail": profile.end_detail,
         "cpu_percent": profile.cpu_percent,
         "incomplete": profile.incomplete,
+        "incomplete_reasons": dict(profile.incomplete_reasons.most_common()),
         "problems": profile.problems,
+        "per_thread": profile.per_thread,
+        "threads_seen": profile.threads_seen,
+        "threads_folded": profile.threads_folded,
+        "stacks_kept": profile.distinct,
+        "stacks_overflowed": profile.overflowed,
         "threads": [
             {
                 "tid": thread.tid,
                 "name": thread.name,
+                "thread_count": thread.thread_count,
                 "cpu_percent": thread.cpu_percent,
                 "samples": thread.samples,
                 "running": thread.running,

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import os
-from collections import Counter
 
 from liveunwind.frames import StopReason
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable
     from typing import Any
 
     from liveunwind.frames import (
@@ -17,6 +15,7 @@ if TYPE_CHECKING:
         CrashInfo,
         Frame,
         PythonFrame,
+        PythonTask,
         SourceLocation,
         ThreadBacktrace,
     )
@@ -25,8 +24,8 @@ if TYPE_CHECKING:
 #: describes it (``schemas/backtrace.schema.json``, shipped in the package).  Any
 #: change to the document's shape raises the version: the schema is closed, so
 #: even a new field would fail validation against the old one.
-SCHEMA_VERSION = 3
-SCHEMA_ID = "urn:liveunwind:backtrace:3"
+SCHEMA_VERSION = 4
+SCHEMA_ID = "urn:liveunwind:backtrace:4"
 
 
 def format_text(backtrace: Backtrace, *, symbols: bool = True, verbose: bool = False) -> str:
@@ -37,9 +36,21 @@ def format_text(backtrace: Backtrace, *, symbols: bool = True, verbose: bool = F
     ]
     if backtrace.crash is not None:
         blocks.insert(0, _crash_text(backtrace.crash))
+    if backtrace.tasks is not None:
+        blocks.append(_tasks_text(backtrace.tasks))
     if backtrace.problems:
         blocks.append("\n".join(f"note: {problem}" for problem in backtrace.problems))
     return "\n\n".join(blocks) + "\n"
+
+
+def _tasks_text(tasks: list[PythonTask]) -> str:
+    """``asyncio tasks:``, then each task, the thread running it, and its await chain."""
+    lines = [f"asyncio tasks ({len(tasks)}):"]
+    for task in tasks:
+        running = f" (running on thread {task.thread})" if task.thread is not None else ""
+        lines.append(f"  Task {task.name!r} at {task.address:#x}{running}:")
+        lines.extend(f"    {line}" for frame in task.frames for line in _python_lines(frame))
+    return "\n".join(lines)
 
 
 def _crash_text(crash: CrashInfo) -> str:
@@ -96,14 +107,20 @@ def _frame_text(frame: Frame, width: int, symbols: bool) -> list[str]:
     lines.append("  " + "  ".join(parts) + _source(frame))
     if frame.python:
         blank = f"  {' ' * (width + 1)}  {' ' * 18}  "
-        lines.extend(f"{blank}{_python_text(place)}" for place in frame.python)
+        for python in frame.python:
+            lines.extend(f"{blank}{line}" for line in _python_lines(python))
     return lines
 
 
-def _python_text(place: PythonFrame) -> str:
-    """``[py] function (file:line)``."""
+def _python_lines(place: PythonFrame) -> list[str]:
+    """``[py] function (file:line)`` (``[py interp N]`` in a subinterpreter); with
+    ``--locals``, a ``name = value`` line per variable."""
     where = place.file if place.line is None else f"{place.file}:{place.line}"
-    return f"[py] {place.function} ({where})"
+    interpreter = f" interp {place.interpreter}" if place.interpreter else ""
+    lines = [f"[py{interpreter}] {place.function} ({where})"]
+    if place.locals:
+        lines.extend(f"       {name} = {value.text()}" for name, value in place.locals.items())
+    return lines
 
 
 def _unplaced_text(thread: ThreadBacktrace) -> str:
@@ -111,7 +128,8 @@ def _unplaced_text(thread: ThreadBacktrace) -> str:
     if not thread.python_unplaced:
         return ""
     lines = ["", "  note: Python frames not placed on a native frame (innermost first):"]
-    lines.extend(f"    {_python_text(place)}" for place in thread.python_unplaced)
+    for place in thread.python_unplaced:
+        lines.extend(f"    {line}" for line in _python_lines(place))
     return "\n".join(lines)
 
 
@@ -141,6 +159,11 @@ def to_json_document(backtrace: Backtrace) -> dict[str, Any]:
         "complete": backtrace.complete,
         "crash": None if backtrace.crash is None else _crash_json(backtrace.crash),
         "problems": backtrace.problems,
+        **(
+            {}
+            if backtrace.tasks is None
+            else {"tasks": [task.as_dict() for task in backtrace.tasks]}
+        ),
         "threads": [
             {
                 "tid": thread.tid,
@@ -187,20 +210,3 @@ def format_json(backtrace: Backtrace) -> str:
     import json  # only --json needs it; it costs several ms at start-up
 
     return json.dumps(to_json_document(backtrace), indent=2) + "\n"
-
-
-def format_collapsed(backtraces: Iterable[Backtrace]) -> str:
-    """Folded stacks, as flame-graph tools read them: ``thread;outer;…;inner count``.
-
-    Identical stacks of threads with the same name are counted together,
-    across every backtrace given (one per ``--repeat`` sample).  The levels
-    are the profile's: with ``--python`` a level per Python frame under the
-    eval-loop frame that runs it, with ``--lines`` one per inlined call.
-    """
-    from liveunwind.backtrace.profile import stack_of  # the profile's names, one rule
-
-    counts: Counter[str] = Counter()
-    for backtrace in backtraces:
-        for thread in backtrace.threads:
-            counts[";".join([thread.name or str(thread.tid), *stack_of(thread)])] += 1
-    return "".join(f"{stack} {count}\n" for stack, count in sorted(counts.items()))

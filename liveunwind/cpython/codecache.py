@@ -18,19 +18,38 @@ from liveunwind.errors import FormatError
 class RawCode:
     """What was read of one code object: the fields, and the bytes of its names and line table."""
 
-    __slots__ = ("fields", "file", "linetable", "lines", "qualname", "start")
+    __slots__ = (
+        "address",
+        "fields",
+        "file",
+        "linetable",
+        "lines",
+        "local_slots",
+        "locals_in_dict",
+        "qualname",
+        "start",
+    )
 
     def __init__(
         self,
         fields: objects.CodeFields,
+        address: int,
         start: int,
         qualname: tuple[objects.StringShape, bytes] | None,
         file: tuple[objects.StringShape, bytes] | None,
         linetable: bytes | None,
     ) -> None:
         self.fields = fields
+        #: Address of the code object.
+        self.address = address
         #: Address of the code's first instruction (``co_code_adaptive``).
         self.start = start
+        #: With ``--locals``: the name and kind of each slot of its frames' variables
+        #: (``co_localsplusnames``, ``co_localspluskinds``), read the first time asked.
+        self.local_slots: tuple[tuple[str, int], ...] | None = None
+        #: Module and class-body code (not CO_OPTIMIZED) keeps its variables in a dict,
+        #: the namespace it runs in, which --locals does not read.
+        self.locals_in_dict = False
         self.qualname = qualname
         self.file = file
         self.linetable = linetable

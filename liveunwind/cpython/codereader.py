@@ -65,6 +65,7 @@ def read_codes(memory: Memory, collected: Collected, addresses: list[int]) -> No
     for address, fields in new:
         raw = RawCode(
             fields,
+            address,
             address + layout.code_adaptive,
             _read_string(memory, interpreter, fields.qualname, collected.problems),
             _read_string(memory, interpreter, fields.filename, collected.problems),

@@ -14,21 +14,39 @@ if TYPE_CHECKING:
     from liveunwind.cpython.codecache import RawCode
     from liveunwind.cpython.interpreter import Interpreter
     from liveunwind.cpython.memory import Data
+    from liveunwind.frames import PythonValue
 
     #: One frame as read in the stop: its code object's address, where it is in the
-    #: code, and whether a generator owns it.  A tuple: the stop makes one per frame.
-    RawFrame = tuple[int, int, bool]
+    #: code, whether a generator owns it, and its own address.  A tuple: the stop makes
+    #: one per frame.
+    RawFrame = tuple[int, int, bool, int]
 
 
 class RawThread:
     """One thread state as read: its native id and its frames in runs (anchor, frames)."""
 
-    __slots__ = ("datastack", "frame", "native_id", "outside", "runs", "stack", "thread_state")
+    __slots__ = (
+        "datastack",
+        "frame",
+        "interpreter",
+        "native_id",
+        "outside",
+        "runs",
+        "stack",
+        "thread_state",
+    )
 
     def __init__(
-        self, thread_state: int, native_id: int, frame: int, datastack: tuple[int, int]
+        self,
+        thread_state: int,
+        native_id: int,
+        frame: int,
+        datastack: tuple[int, int],
+        interpreter: int = 0,
     ) -> None:
         self.thread_state = thread_state
+        #: The id of the interpreter the thread state belongs to (0: the main one).
+        self.interpreter = interpreter
         #: The kernel's id of the thread (``native_thread_id``).
         self.native_id = native_id
         #: ``cframe`` (3.11, 3.12) or ``current_frame`` (3.13+).
@@ -68,10 +86,25 @@ class RawThread:
         return bool(start) and 0 < end - start <= MAX_CHUNK_PREFETCH
 
 
+class RawTask:
+    """One task as read: where it is, its name, the thread running it, its coroutines' frames.
+
+    ``chain`` holds (code object, instruction pointer) per coroutine, outermost first.
+    """
+
+    __slots__ = ("address", "chain", "name", "thread")
+
+    def __init__(self, address: int, name: str, thread: int | None) -> None:
+        self.address = address
+        self.name = name
+        self.thread = thread
+        self.chain: list[tuple[int, int]] = []
+
+
 class Collected:
     """Everything a walk read: threads, the code objects they run, and what went wrong."""
 
-    __slots__ = ("codes", "interpreter", "interpreters", "problems", "threads")
+    __slots__ = ("codes", "interpreter", "interpreters", "locals", "problems", "tasks", "threads")
 
     def __init__(self, interpreter: Interpreter) -> None:
         self.interpreter = interpreter
@@ -81,3 +114,7 @@ class Collected:
         #: Code object address → what was read of it (None: unreadable or not a code object).
         self.codes: dict[int, RawCode | None] = {}
         self.problems: list[str] = []
+        #: With ``--locals``: each frame's variables, by the frame's address.
+        self.locals: dict[int, dict[str, PythonValue]] | None = None
+        #: With ``--tasks``: the asyncio tasks found, as read.
+        self.tasks: list[RawTask] | None = None

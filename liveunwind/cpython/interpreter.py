@@ -14,7 +14,7 @@ with a note saying so: an unknown layout would only print garbage.
 from __future__ import annotations
 
 from liveunwind.arch.base import WORD_MASK
-from liveunwind.cpython import layouts, objects
+from liveunwind.cpython import layouts, objects, values
 from liveunwind.cpython.codecache import CodeCache
 from liveunwind.errors import FormatError, MemoryReadError
 
@@ -22,7 +22,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from liveunwind.cpython.layouts import Layout
+    from liveunwind.cpython.layouts import AsyncioLayout, Layout
     from liveunwind.formats.elf import ElfImage
     from liveunwind.modules.module import Module
     from liveunwind.targets.base import AddressSpace
@@ -53,9 +53,12 @@ class Interpreter:
         #: ``PY_VERSION_HEX`` of the binary.
         self.version = version
         self.layout = layout
-        #: Addresses of ``PyCode_Type``, ``PyUnicode_Type`` and ``PyBytes_Type``, where found.
+        #: Addresses of ``PyCode_Type``, ``PyUnicode_Type``, ``PyBytes_Type`` and the
+        #: symbols of :data:`~liveunwind.cpython.values.VALUE_SYMBOLS`, where found.
         self.types = types
         self.codes = CodeCache()
+        #: Where asyncio keeps its tasks (3.14+), found by the reader when ``--tasks`` asks.
+        self.asyncio: AsyncioLayout | None = None
         #: What the last walk read (``_PyRuntime``'s head, interpreters, thread states,
         #: the used parts of the frame stacks with room to grow, frames outside them and
         #: the code objects' headers), sorted and coalesced: the next walk fetches it
@@ -193,12 +196,12 @@ def _interpreter(
             _static_bytes(space, symbols.image, runtime, bias, size), version
         )
     types = {}
-    for name in ("PyCode_Type", "PyUnicode_Type", "PyBytes_Type"):
+    for name in ("PyCode_Type", "PyUnicode_Type", "PyBytes_Type", *values.VALUE_SYMBOLS):
         found = symbols.find(name)
-        if found is None:
-            problems.append(f"python: {module.name}: no {name}; its objects are not type-checked")
-        else:
+        if found is not None:
             types[name] = (found + bias) & WORD_MASK
+        elif name not in values.VALUE_SYMBOLS:
+            problems.append(f"python: {module.name}: no {name}; its objects are not type-checked")
     return Interpreter(module.path, (runtime + bias) & WORD_MASK, version, layout, types)
 
 

@@ -74,7 +74,10 @@ class Layout:
         "code_filename",
         "code_firstlineno",
         "code_firsttraceable",
+        "code_flags",
         "code_linetable",
+        "code_localsplusnames",
+        "code_localspluskinds",
         "code_name",
         "code_qualname",
         "compact_size",
@@ -85,8 +88,19 @@ class Layout:
         "frame_owner",
         "frame_previous",
         "frame_instr",
+        "frame_localsplus",
+        "frame_stackpointer",
+        "awaited_depth",
+        "float_value",
+        "free_threaded",
+        "gen_frame_state",
+        "gen_iframe",
+        "interp_id",
         "interp_next",
         "interp_threads_head",
+        "long_digits",
+        "long_size",
+        "long_tagged",
         "minor",
         "object_type",
         "runtime_interpreters_head",
@@ -97,9 +111,15 @@ class Layout:
         "tstate_native_thread_id",
         "tstate_next",
         "tstate_root_cframe",
+        "tuple_items",
+        "tuple_size",
+        "type_name",
+        "yield_from_states",
     )
 
-    def __init__(self, minor: tuple[int, int], source: str, **offsets: int | None) -> None:
+    def __init__(
+        self, minor: tuple[int, int], source: str, **offsets: int | tuple[int, ...] | None
+    ) -> None:
         #: The (major, minor) version the layout is for.
         self.minor = minor
         #: Where it came from: "built in" or "_Py_DebugOffsets".
@@ -115,11 +135,25 @@ class Layout:
         self.entry_owner: int | None = None
         #: Low bits of ``f_executable`` that tag the reference (3.14's _PyStackRef).
         self.executable_tag_bits = 0
+        #: What ``--tasks`` reads of a coroutine (3.14+, else None): the frame it embeds
+        #: (``gi_iframe``), its state (``gi_frame_state``, an int8), the values of that
+        #: state in which it awaits another object (the top of its frame's stack, at
+        #: ``stackpointer``).
+        self.gen_iframe: int | None = None
+        self.gen_frame_state: int | None = None
+        self.frame_stackpointer: int | None = None
+        self.yield_from_states: tuple[int, ...] = ()
+        #: A build without the GIL (``--disable-gil``: 3.13t): its objects' headers are
+        #: larger, which the published offsets already say.
+        self.free_threaded = False
+        self.awaited_depth = 1
         for name, value in offsets.items():
             setattr(self, name, value)
         # Type-checking aids: every int field is set by the tables below.
         self.runtime_interpreters_head: int
         self.interp_next: int
+        #: The interpreter's id (``interp.id``: 0 for the main one).
+        self.interp_id: int
         self.interp_threads_head: int
         self.tstate_next: int
         self.tstate_interp: int
@@ -147,9 +181,26 @@ class Layout:
         self.compact_size: int
         self.bytes_size: int
         self.bytes_sval: int
+        # What --locals reads: a frame's local variables (``localsplus``), the code
+        # object's names and kinds of them, and the objects simple values are.
+        self.frame_localsplus: int
+        #: ``co_flags``: whether the code keeps its variables in slots (CO_OPTIMIZED).
+        self.code_flags: int
+        self.code_localsplusnames: int
+        self.code_localspluskinds: int
+        self.tuple_size: int
+        self.tuple_items: int
+        self.float_value: int
+        #: ``ob_size`` (3.11: its sign is the int's) or ``lv_tag`` (3.12+: digits << 3 | sign).
+        self.long_size: int
+        self.long_tagged: bool
+        self.long_digits: int
+        #: ``tp_name`` of a type object: the C string its name is.
+        self.type_name: int
 
     def __repr__(self) -> str:
-        return f"<Layout CPython {self.minor[0]}.{self.minor[1]} ({self.source})>"
+        threaded = "t" if self.free_threaded else ""
+        return f"<Layout CPython {self.minor[0]}.{self.minor[1]}{threaded} ({self.source})>"
 
     @property
     def tstate_read_size(self) -> int:
@@ -202,6 +253,16 @@ def _common(**offsets: int | None) -> dict[str, int | None]:
         "bytes_size": 16,
         "bytes_sval": 32,
         "runtime_interpreters_head": 40,
+        "frame_localsplus": 72,
+        "code_flags": 48,
+        "code_localsplusnames": 96,
+        "code_localspluskinds": 104,
+        "tuple_size": 16,
+        "tuple_items": 24,
+        "float_value": 16,
+        "long_size": 16,
+        "long_digits": 24,
+        "type_name": 24,
     }
     shared.update(offsets)
     return shared
@@ -212,6 +273,7 @@ LAYOUT_3_11 = Layout(
     (3, 11),
     "built in",
     **_common(
+        interp_id=48,
         interp_threads_head=16,
         tstate_native_thread_id=160,
         tstate_datastack=296,
@@ -228,6 +290,7 @@ LAYOUT_3_11 = Layout(
         code_adaptive=184,
         ascii_size=48,
         compact_size=72,
+        long_tagged=False,
     ),
 )
 
@@ -236,6 +299,7 @@ LAYOUT_3_12 = Layout(
     (3, 12),
     "built in",
     **_common(
+        interp_id=8,
         interp_threads_head=72,
         tstate_native_thread_id=144,
         tstate_datastack=232,
@@ -252,6 +316,7 @@ LAYOUT_3_12 = Layout(
         code_adaptive=192,
         ascii_size=40,
         compact_size=56,
+        long_tagged=True,
     ),
 )
 
@@ -294,7 +359,8 @@ _DEBUG_RECORD_3_13 = (
 )
 
 # 3.14 added fields to interpreter_state, interpreter_frame and code_object,
-# and a set_object group; the groups after unicode_object are not read.
+# and a set_object group; of the groups after unicode_object, gen_object is read
+# (asyncio tasks' coroutines).
 _DEBUG_RECORD_3_14 = (
     ("", "version free_threaded"),
     ("runtime_state", "size finalizing interpreters_head"),
@@ -327,6 +393,42 @@ _DEBUG_RECORD_3_14 = (
     ("long_object", "size lv_tag ob_digit"),
     ("bytes_object", "size ob_size ob_sval"),
     ("unicode_object", "size state length asciiobject_size"),
+    ("gc", "size collecting"),
+    ("gen_object", "size gi_name gi_iframe gi_frame_state"),
+    ("llist_node", "next prev"),
+)
+
+# 3.15 added fields to thread_state (base_frame and the profiler's last frame after
+# current_frame; the GIL and exception fields after status), an err_stackitem group
+# after it, two type_object fields, a heap_type_object group and
+# unicode_object.compactunicodeobject_size.
+_DEBUG_RECORD_3_15 = (
+    ("", "version free_threaded"),
+    ("runtime_state", "size finalizing interpreters_head"),
+    _DEBUG_RECORD_3_14[2],
+    (
+        "thread_state",
+        "size prev next interp current_frame base_frame last_profiled_frame"
+        " last_profiled_frame_seq thread_id native_thread_id datastack_chunk status holds_gil"
+        " gil_requested current_exception exc_state",
+    ),
+    ("err_stackitem", "exc_value"),
+    _DEBUG_RECORD_3_14[4],
+    _DEBUG_RECORD_3_14[5],
+    ("pyobject", "size ob_type"),
+    ("type_object", "size tp_name tp_repr tp_flags tp_basicsize tp_dictoffset"),
+    ("heap_type_object", "size ht_cached_keys"),
+    ("tuple_object", "size ob_item ob_size"),
+    ("list_object", "size ob_item ob_size"),
+    ("set_object", "size used table mask"),
+    ("dict_object", "size ma_keys ma_values"),
+    ("float_object", "size ob_fval"),
+    ("long_object", "size lv_tag ob_digit"),
+    ("bytes_object", "size ob_size ob_sval"),
+    ("unicode_object", "size state length asciiobject_size compactunicodeobject_size"),
+    ("gc", "size collecting frame generation_stats_size generation_stats"),
+    ("gen_object", "size gi_name gi_iframe gi_frame_state"),
+    ("llist_node", "next prev"),
 )
 
 #: Per minor version: the record's layout, the owner value of an eval call's entry frame
@@ -335,7 +437,15 @@ _DEBUG_RECORD_3_14 = (
 _DEBUG_RECORDS = {
     (3, 13): (_DEBUG_RECORD_3_13, 3, 0),
     (3, 14): (_DEBUG_RECORD_3_14, 3, 1),
+    (3, 15): (_DEBUG_RECORD_3_15, 3, 1),
 }
+
+
+#: Per minor version with coroutine offsets: the ``gi_frame_state`` values of a coroutine
+#: suspended in ``await`` of another object (FRAME_SUSPENDED_YIELD_FROM, and 3.15's
+#: FRAME_SUSPENDED_YIELD_FROM_LOCKED, from pycore_frame.h), and how deep in its frame's
+#: stack that object lies (3.15 keeps a NULL above it: ``_PyFrame_StackPeek(frame, 2)``).
+_YIELD_FROM = {(3, 14): ((-1,), 1), (3, 15): ((2, 3), 2)}
 
 
 def debug_record_positions(minor: tuple[int, int]) -> dict[str, int]:
@@ -393,16 +503,30 @@ def layout_from_debug_offsets(data: bytes, hex_version: int) -> Layout:
             f"_Py_DebugOffsets says CPython {version_text(published)}, "
             f"the binary says {version_text(hex_version)}"
         )
-    if field("free_threaded"):
-        raise FormatError("free-threaded CPython builds are not supported")
+    free_threaded = bool(field("free_threaded"))
+    if free_threaded and minor >= (3, 14):
+        # Each thread runs its own copy of a code object's bytecode there (co_tlbc,
+        # tlbc_index): no such build could be had here to test reading it.
+        raise FormatError(
+            f"free-threaded CPython {minor[0]}.{minor[1]}: its per-thread bytecode copies "
+            "are not read yet (3.13t is)"
+        )
     checked: dict[str, int] = {}
     for group, names in (
         ("runtime_state", "interpreters_head"),
-        ("interpreter_state", "next threads_head"),
+        ("interpreter_state", "id next threads_head"),
         ("thread_state", "next interp current_frame native_thread_id datastack_chunk"),
         ("interpreter_frame", "previous executable instr_ptr owner"),
-        ("code_object", "filename name qualname linetable firstlineno co_code_adaptive"),
+        (
+            "code_object",
+            "filename name qualname linetable firstlineno co_code_adaptive argcount"
+            " localsplusnames localspluskinds",
+        ),
         ("pyobject", "ob_type"),
+        ("type_object", "tp_name"),
+        ("tuple_object", "ob_item ob_size"),
+        ("float_object", "ob_fval"),
+        ("long_object", "lv_tag ob_digit"),
         ("bytes_object", "ob_size ob_sval"),
         ("unicode_object", "state length asciiobject_size"),
     ):
@@ -416,11 +540,33 @@ def layout_from_debug_offsets(data: bytes, hex_version: int) -> Layout:
                     f"_Py_DebugOffsets: {group}.{name} = {value} lies outside its {size} bytes"
                 )
             checked[f"{group}.{name}"] = value
+    coroutines: dict[str, int | tuple[int, ...]] = {}
+    if "gen_object.gi_iframe" in positions:
+        size = field("gen_object.size")
+        frame_size = field("interpreter_frame.size")
+        for name, value, within in (
+            ("gen_iframe", field("gen_object.gi_iframe"), size),
+            ("gen_frame_state", field("gen_object.gi_frame_state"), size),
+            ("frame_stackpointer", field("interpreter_frame.stackpointer"), frame_size),
+        ):
+            if value >= within:
+                raise FormatError(f"_Py_DebugOffsets: {name} = {value} lies outside its object")
+            coroutines[name] = value
+        coroutines["yield_from_states"], coroutines["awaited_depth"] = _YIELD_FROM[minor]
+    if checked["code_object.argcount"] < 4:
+        raise FormatError("_Py_DebugOffsets: code_object.argcount leaves no room for co_flags")
+    # The local variables follow the frame: their offset is the frame's size.
+    localsplus = field("interpreter_frame.localsplus")
+    if localsplus > field("interpreter_frame.size"):
+        raise FormatError(
+            f"_Py_DebugOffsets: interpreter_frame.localsplus = {localsplus} lies past the frame"
+        )
     ascii_size = checked["unicode_object.asciiobject_size"]
     return Layout(
         minor,
         "_Py_DebugOffsets",
         runtime_interpreters_head=checked["runtime_state.interpreters_head"],
+        interp_id=checked["interpreter_state.id"],
         interp_next=checked["interpreter_state.next"],
         interp_threads_head=checked["interpreter_state.threads_head"],
         tstate_next=checked["thread_state.next"],
@@ -448,4 +594,86 @@ def layout_from_debug_offsets(data: bytes, hex_version: int) -> Layout:
         compact_size=ascii_size + 16,
         bytes_size=checked["bytes_object.ob_size"],
         bytes_sval=checked["bytes_object.ob_sval"],
+        frame_localsplus=localsplus,
+        # co_flags is not published; in every version with the record it is the int
+        # before co_argcount (tests/system: offsetof() from each version's headers).
+        code_flags=checked["code_object.argcount"] - 4,
+        code_localsplusnames=checked["code_object.localsplusnames"],
+        code_localspluskinds=checked["code_object.localspluskinds"],
+        type_name=checked["type_object.tp_name"],
+        tuple_size=checked["tuple_object.ob_size"],
+        tuple_items=checked["tuple_object.ob_item"],
+        float_value=checked["float_object.ob_fval"],
+        long_size=checked["long_object.lv_tag"],
+        long_tagged=True,
+        long_digits=checked["long_object.ob_digit"],
+        free_threaded=free_threaded,
+        **coroutines,
     )
+
+
+# -- asyncio (3.14+) ------------------------------------------------------------------
+
+#: The ``_AsyncioDebug`` record (the ``.AsyncioDebug`` section of the module that holds
+#: ``_asyncio``: lib-dynload's _asyncio.so in 3.14, the interpreter itself in 3.15): one
+#: uint64 per name, groups in order.
+_ASYNCIO_RECORD = (
+    (
+        "asyncio_task_object",
+        "size task_name task_awaited_by task_is_task task_awaited_by_is_set task_coro task_node",
+    ),
+    ("asyncio_interpreter_state", "size asyncio_tasks_head"),
+    ("asyncio_thread_state", "size asyncio_running_loop asyncio_running_task asyncio_tasks_head"),
+)
+#: The section that holds it.
+ASYNCIO_SECTION = ".AsyncioDebug"
+
+
+class AsyncioLayout:
+    """Where ``--tasks`` finds asyncio's tasks: per thread state and interpreter, and in a task.
+
+    A C ``asyncio.Task`` is linked (``task_node``, a ``llist_node``) into its
+    thread's list of tasks, or, once that thread ended, its interpreter's;
+    the thread state names the task it runs now.
+    """
+
+    __slots__ = (
+        "interp_tasks_head",
+        "task_coro",
+        "task_name",
+        "task_node",
+        "tstate_running_task",
+        "tstate_tasks_head",
+    )
+
+    def __init__(self, fields: dict[str, int]) -> None:
+        self.task_name = fields["asyncio_task_object.task_name"]
+        self.task_coro = fields["asyncio_task_object.task_coro"]
+        self.task_node = fields["asyncio_task_object.task_node"]
+        self.interp_tasks_head = fields["asyncio_interpreter_state.asyncio_tasks_head"]
+        self.tstate_running_task = fields["asyncio_thread_state.asyncio_running_task"]
+        self.tstate_tasks_head = fields["asyncio_thread_state.asyncio_tasks_head"]
+
+
+def asyncio_record_size() -> int:
+    return 8 * sum(len(names.split()) for _, names in _ASYNCIO_RECORD)
+
+
+def asyncio_layout(data: bytes) -> AsyncioLayout:
+    """The layout an ``_AsyncioDebug`` record gives; every offset must lie inside its size."""
+    if len(data) < asyncio_record_size():
+        raise FormatError("_AsyncioDebug: record cut short")
+    fields: dict[str, int] = {}
+    at = 0
+    for group, names in _ASYNCIO_RECORD:
+        size = int(_U64.unpack_from(data, at)[0])
+        if not 0 < size <= MAX_STRUCT_SIZE:
+            raise FormatError(f"_AsyncioDebug: {group} claims {size} bytes")
+        at += 8
+        for name in names.split()[1:]:
+            value = int(_U64.unpack_from(data, at)[0])
+            at += 8
+            if value >= size:
+                raise FormatError(f"_AsyncioDebug: {group}.{name} = {value} lies outside it")
+            fields[f"{group}.{name}"] = value
+    return AsyncioLayout(fields)

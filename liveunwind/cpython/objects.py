@@ -148,11 +148,16 @@ class StringShape:
     non-compact string).
     """
 
-    __slots__ = ("codec", "inline", "length", "offset", "size")
+    __slots__ = ("codec", "inline", "length", "offset", "size", "truncated")
 
-    def __init__(self, layout: Layout, header: bytes) -> None:
+    def __init__(self, layout: Layout, header: bytes, keep: int | None = None) -> None:
+        """``keep``: read only the first ``keep`` characters of a longer string (``truncated``)
+        instead of refusing one longer than :data:`MAX_STRING_LENGTH`."""
         length = word(header, layout.ascii_length)
-        if length > MAX_STRING_LENGTH:
+        self.truncated = keep is not None and length > keep
+        if keep is not None:
+            length = min(length, keep)
+        elif length > MAX_STRING_LENGTH:
             raise FormatError(f"str of {length} characters (more than {MAX_STRING_LENGTH})")
         state = int(_U32.unpack_from(header, layout.ascii_state)[0])
         kind, compact, ascii = (state >> 2) & 7, (state >> 5) & 1, (state >> 6) & 1

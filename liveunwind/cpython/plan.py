@@ -64,7 +64,7 @@ def _read_ranges(collected: Collected, codes: list[int]) -> list[tuple[int, int]
         *(
             (address + offset, 8)
             for address in collected.interpreters
-            for offset in (layout.interp_next, layout.interp_threads_head)
+            for offset in (layout.interp_next, layout.interp_threads_head, layout.interp_id)
         ),
         *((thread.thread_state, layout.tstate_read_size) for thread in collected.threads),
         *(

@@ -16,8 +16,9 @@ import contextlib
 from liveunwind.cpython.interpreter import find_interpreter
 from liveunwind.cpython.memory import Memory
 from liveunwind.cpython.placement import place_all
-from liveunwind.cpython.stacks import describe
+from liveunwind.cpython.stacks import describe, describe_tasks
 from liveunwind.cpython.stop import capture, finish, prepare
+from liveunwind.cpython.tasks import find_asyncio
 from liveunwind.cpython.walk import collect
 from liveunwind.errors import LiveUnwindError
 
@@ -47,10 +48,18 @@ class PythonReader:
     target's calls :meth:`add_frames` alone.
     """
 
-    def __init__(self, live_pid: int | None = None) -> None:
+    def __init__(
+        self, live_pid: int | None = None, *, with_locals: bool = False, with_tasks: bool = False
+    ) -> None:
         """``live_pid`` is the pid of the live process whose backtraces these are (a
         session's): its threads may have other ids inside its pid namespace, the ids
-        the interpreter knows them by (see :func:`_match_namespaced_ids`)."""
+        the interpreter knows them by (see :func:`_match_namespaced_ids`).
+        ``with_locals``: each Python frame gets its variables (``--locals``);
+        ``with_tasks``: the backtrace gets the asyncio tasks (``--tasks``)."""
+        self._with_locals = with_locals
+        self._with_tasks = with_tasks
+        #: Why ``--tasks`` found no tasks to read, for the backtrace's problems.
+        self._task_problems: list[str] = []
         self._interpreter: Interpreter | None = None
         #: The module the interpreter was found in, as the module map hands it on.
         self._module: Module | None = None
@@ -100,14 +109,30 @@ class PythonReader:
         interpreter = self.interpreter(running)
         if interpreter is None:
             return False
+        self._find_asyncio(interpreter, running)
         process = running.space
         # The stop reads what this misses; a process that is gone fails its attach.
         with contextlib.suppress(LiveUnwindError, OSError):
-            prepare(process.read, interpreter, process.read_frozen_many)
+            prepare(
+                process.read,
+                interpreter,
+                process.read_frozen_many,
+                with_locals=self._with_locals,
+            )
         from liveunwind.targets.live.syscalls import PlannedRead
 
         self._planned = PlannedRead(interpreter.plan) if interpreter.plan else None
         return True
+
+    def _find_asyncio(self, interpreter: Interpreter, modules: ModuleMap) -> None:
+        """With ``--tasks``: where asyncio keeps its tasks, looked for until found.
+
+        asyncio may be imported at any time, so a search that found nothing
+        is made again in the next backtrace.
+        """
+        self._task_problems = []
+        if self._with_tasks and interpreter.asyncio is None:
+            interpreter.asyncio = find_asyncio(modules.space, modules.modules, self._task_problems)
 
     def capture(self, snapshot: Snapshot) -> None:
         """While the process is stopped: copies its Python stacks through the snapshot.
@@ -118,7 +143,14 @@ class PythonReader:
         interpreter, planned, self._planned = self._interpreter, self._planned, None
         if interpreter is not None:
             fetched = None if planned is None else (planned.ranges, snapshot.read_planned(planned))
-            self._captured = capture(snapshot, interpreter, snapshot.read_frozen_many, fetched)
+            self._captured = capture(
+                snapshot,
+                interpreter,
+                snapshot.read_frozen_many,
+                fetched,
+                with_locals=self._with_locals,
+                with_tasks=self._with_tasks,
+            )
 
     def add_frames(self, space: AddressSpace, modules: ModuleMap, backtrace: Backtrace) -> None:
         """Puts each thread's Python frames on the native frames of ``backtrace``.
@@ -132,12 +164,24 @@ class PythonReader:
         if collected is None:
             interpreter = self.interpreter(modules)
             if interpreter is not None:
-                collected = collect(Memory(space.read_frozen, space.read_frozen_many), interpreter)
-        problems = [*self._search_problems, *([] if collected is None else collected.problems)]
+                self._find_asyncio(interpreter, modules)
+                collected = collect(
+                    Memory(space.read_frozen, space.read_frozen_many),
+                    interpreter,
+                    with_locals=self._with_locals,
+                    with_tasks=self._with_tasks,
+                )
+        problems = [
+            *self._search_problems,
+            *self._task_problems,
+            *([] if collected is None else collected.problems),
+        ]
         if collected is not None:
             threads = describe(collected)
             if self._live_pid is not None:
                 _match_namespaced_ids(self._live_pid, backtrace, threads)
+            if self._with_tasks:
+                backtrace.tasks = describe_tasks(collected)
             placed = place_all(backtrace, threads)
             for thread in backtrace.threads:
                 found = placed.get(thread.tid)

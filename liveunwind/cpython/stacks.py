@@ -8,7 +8,7 @@ CPU-bound part of ``--python``.
 
 from __future__ import annotations
 
-from liveunwind.frames import PythonFrame
+from liveunwind.frames import PythonFrame, PythonTask
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -41,6 +41,20 @@ class PythonThread:
         self.thread_state = thread_state
         self.runs = runs
 
+    def join(self, runs: list[PythonRun]) -> None:
+        """Adds the runs of the thread's state in another interpreter.
+
+        A thread that entered a subinterpreter (``Interpreter.exec``) has a
+        thread state in each: its runs are put in native order by their
+        anchors where every run has one, else after the ones already here
+        (the interpreters are walked newest first, and the newest one entered
+        is the innermost).
+        """
+        joined = [*self.runs, *runs]
+        if all(run.anchor is not None for run in joined):
+            joined.sort(key=lambda run: run.anchor or 0)
+        self.runs = joined
+
     @property
     def frames(self) -> list[PythonFrame]:
         """Every Python frame of the thread, innermost first."""
@@ -53,21 +67,47 @@ class PythonThread:
 def describe(collected: Collected) -> list[PythonThread]:
     """The collected stacks as Python frames; reads nothing, so the target may run meanwhile.
 
+    A thread with a thread state in several interpreters (one that entered a
+    subinterpreter) is one thread, its runs in native order (see
+    :meth:`PythonThread.join`), each frame saying which interpreter runs it.
     Frames CPython itself does not show are left out as it leaves them out:
     a frame not yet started (before its first traceable instruction; 3.11
     and 3.12 only, the versions whose layout says where that is) and one
     whose code object could not be read.
     """
-    threads = []
+    threads: dict[int, PythonThread] = {}
+    local_values = collected.locals
     for raw in collected.threads:
         runs = []
         for anchor, frames in raw.runs:
             described = []
-            for address, instr, generator in frames:
+            for address, instr, generator, frame in frames:
                 code = collected.codes.get(address)
                 if code is None or not (generator or code.started(instr)):
                     continue
-                described.append(PythonFrame(code.function, code.filename, code.line_at(instr)))
+                shown = None if local_values is None else local_values.get(frame)
+                described.append(
+                    PythonFrame(
+                        code.function, code.filename, code.line_at(instr), shown, raw.interpreter
+                    )
+                )
             runs.append(PythonRun(anchor, described))
-        threads.append(PythonThread(raw.native_id, raw.thread_state, runs))
-    return threads
+        thread = threads.get(raw.native_id)
+        if thread is None:
+            threads[raw.native_id] = PythonThread(raw.native_id, raw.thread_state, runs)
+        else:
+            thread.join(runs)
+    return list(threads.values())
+
+
+def describe_tasks(collected: Collected) -> list[PythonTask]:
+    """The asyncio tasks read, each with its coroutines' frames innermost first."""
+    tasks = []
+    for raw in collected.tasks or ():
+        frames = []
+        for address, instr in reversed(raw.chain):
+            code = collected.codes.get(address)
+            if code is not None:
+                frames.append(PythonFrame(code.function, code.filename, code.line_at(instr)))
+        tasks.append(PythonTask(raw.name, raw.thread, frames, raw.address))
+    return tasks

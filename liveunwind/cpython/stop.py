@@ -13,8 +13,9 @@ says so of anything it had to read from the running process instead.
 from __future__ import annotations
 
 from liveunwind.cpython.codereader import read_codes
+from liveunwind.cpython.localvars import read_local_names, read_locals
 from liveunwind.cpython.memory import Memory
-from liveunwind.cpython.walk import collect, conclude, read_threads, walk_thread
+from liveunwind.cpython.walk import collect, collect_tasks, conclude, read_threads, walk_thread
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -24,7 +25,13 @@ if TYPE_CHECKING:
     from liveunwind.targets.base import AddressSpace
 
 
-def prepare(read: Read, interpreter: Interpreter, read_many: ReadMany | None = None) -> None:
+def prepare(
+    read: Read,
+    interpreter: Interpreter,
+    read_many: ReadMany | None = None,
+    *,
+    with_locals: bool = False,
+) -> None:
     """Before the stop: walks the still running process, for its code objects and the plan.
 
     The names and line tables of code objects never change, so reading
@@ -33,9 +40,13 @@ def prepare(read: Read, interpreter: Interpreter, read_many: ReadMany | None = N
     :class:`~liveunwind.cpython.codecache.CodeCache`) — and the walk leaves
     the plan of what the stop copies.  What the running process changes under this read costs
     nothing: an object that is not what it should be is not kept, and a
-    thread that moved is walked in the stop.
+    thread that moved is walked in the stop.  ``with_locals``, the names of
+    the code objects' variables are read ahead too, their values only in the stop.
     """
-    collect(Memory(read, read_many), interpreter)
+    memory = Memory(read, read_many)
+    collected = collect(memory, interpreter)
+    if with_locals:
+        read_local_names(memory, collected)
 
 
 class Captured:
@@ -64,6 +75,9 @@ def capture(
     interpreter: Interpreter,
     read_many: ReadMany | None = None,
     planned: Fetched | None = None,
+    *,
+    with_locals: bool = False,
+    with_tasks: bool = False,
 ) -> Captured:
     """While a live target is stopped: the part of the walk that must happen in the stop.
 
@@ -77,7 +91,10 @@ def capture(
     so the snapshot keeps every byte; ``read_many`` batches a level (see
     :class:`Memory`) and must read the same frozen memory.  ``planned`` is
     the plan as the caller already read it in the stop (ranges, results),
-    with a system call it made ready before the stop.
+    with a system call it made ready before the stop.  ``with_locals``, every
+    thread is walked in the stop and its frames' variables read there, so
+    that each value is of the stop's instant; ``with_tasks``, the asyncio
+    tasks and their await chains are read there too.
     """
     memory = Memory(space.read_frozen, read_many)
     collected = read_threads(memory, interpreter, planned)
@@ -86,10 +103,16 @@ def capture(
     known = interpreter.stacks
     record = interpreter.frame_record
     for thread in collected.threads:
-        if thread.unchanged(known.get(thread.thread_state)):
+        if not with_locals and thread.unchanged(known.get(thread.thread_state)):
             deferred.append(thread)
         else:
             walk_thread(memory, collected, thread, record, codes)
+    if with_tasks:
+        collect_tasks(memory, collected)
+    if with_locals:
+        read_codes(memory, collected, list(codes))
+        read_locals(memory, collected)
+        return Captured(memory, collected, deferred, list(codes))
     # Code objects whose header the stop copied are checked after it; the others,
     # with their names and line tables, now (a thread that moved to new code).
     size = interpreter.layout.code_read_size

@@ -21,7 +21,9 @@ from __future__ import annotations
 from liveunwind.cpython import objects
 from liveunwind.cpython.codereader import read_codes
 from liveunwind.cpython.collected import Collected, RawThread
+from liveunwind.cpython.localvars import read_locals
 from liveunwind.cpython.plan import leave_plan
+from liveunwind.cpython.tasks import read_tasks
 from liveunwind.errors import FormatError, MemoryReadError
 
 TYPE_CHECKING = False
@@ -43,13 +45,22 @@ MAX_EVAL_CALLS = MAX_FRAMES
 MAX_PLANNED_OUTSIDE = 1024
 
 
-def collect(memory: Memory, interpreter: Interpreter) -> Collected:
+def collect(
+    memory: Memory,
+    interpreter: Interpreter,
+    *,
+    with_locals: bool = False,
+    with_tasks: bool = False,
+) -> Collected:
     """Follows the interpreter's pointers: thread states, frame chains, code objects.
 
     Level by level, so that each level can be fetched in one batch: the
     thread states (a linked list, one by one), every thread's frame stack
     chunk, the frames (mostly inside those chunks), the code objects they
-    run, then the names and line tables of code objects not seen before.
+    run, then the names and line tables of code objects not seen before —
+    and, ``with_locals``, each frame's variables
+    (:mod:`~liveunwind.cpython.localvars`), ``with_tasks``, the asyncio tasks
+    (:mod:`~liveunwind.cpython.tasks`).
     """
     collected = read_threads(memory, interpreter)
     codes: dict[int, None] = {}  # ordered set: each code object once
@@ -57,7 +68,22 @@ def collect(memory: Memory, interpreter: Interpreter) -> Collected:
     for thread in collected.threads:
         walk_thread(memory, collected, thread, record, codes)
     read_codes(memory, collected, list(codes))
+    if with_locals:
+        read_locals(memory, collected)
+    if with_tasks:
+        collect_tasks(memory, collected)
     return conclude(collected, list(codes))
+
+
+def collect_tasks(memory: Memory, collected: Collected) -> None:
+    """The asyncio tasks, and the code objects their coroutines run (see :mod:`tasks`)."""
+    asyncio = collected.interpreter.asyncio
+    if asyncio is None:
+        collected.tasks = []
+        return
+    read_tasks(memory, collected, asyncio)
+    codes = {code: None for task in collected.tasks or () for code, _ in task.chain}
+    read_codes(memory, collected, [code for code in codes if code not in collected.codes])
 
 
 def read_threads(
@@ -147,6 +173,7 @@ def walk_thread(
 
 def _collect_thread_states(memory: Memory, collected: Collected, interp: int) -> None:
     layout = collected.interpreter.layout
+    identity = objects.word(memory.read(interp + layout.interp_id, 8), 0)
     tstate = objects.word(memory.read(interp + layout.interp_threads_head, 8), 0)
     size, unpack = layout.tstate_read_size, collected.interpreter.tstate_record.unpack
     seen: set[int] = set()
@@ -162,7 +189,7 @@ def _collect_thread_states(memory: Memory, collected: Collected, interp: int) ->
                 f"thread state {tstate:#x} does not point back at its interpreter: "
                 f"the {collected.interpreter.version_text} layout does not match this binary"
             )
-        collected.threads.append(RawThread(tstate, native_id, frame, (start, end)))
+        collected.threads.append(RawThread(tstate, native_id, frame, (start, end), identity))
         tstate = following
 
 
@@ -224,7 +251,7 @@ def _collect_frames(
                 firsts.append(address)
             code &= untag
             codes[code] = None
-            frames.append((code, instr, owner == _GENERATOR))
+            frames.append((code, instr, owner == _GENERATOR, address))
             if is_entry is not None and block[at + is_entry]:  # 3.11: an eval call's first frame
                 thread.runs.append((None, frames))
                 frames = []

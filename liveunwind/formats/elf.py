@@ -1,9 +1,15 @@
-"""A lean ELF64 reader over a buffer (an mmap of a file, or bytes from memory).
+"""A lean ELF64 reader over a buffer (a file's bytes read as needed, or bytes from memory).
 
 pyelftools builds an object per header and costs ~38 ms to import; a
 backtrace needs only program headers, a few sections by name and the
 build-id, so this reader slices them straight out of the buffer with
 ``struct``.  All offsets come from untrusted files and are bounds-checked.
+
+A file's buffer is filled as it is sliced: the image is given
+:class:`LazyBytes`, whose ``fill`` makes a range of the buffer hold the
+file's bytes before it is looked at (``targets.files.FileContents``, where
+the reading is), so that the reader does no I/O of its own and reads no more
+of a file than it decodes.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from liveunwind.errors import FormatError, UsageError
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import mmap
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
 ELF_MAGIC = b"\x7fELF"
 PT_LOAD = 1
@@ -84,12 +90,41 @@ class ElfSymbol:
         self.shndx = shndx
 
 
-class ElfImage:
-    """Headers and sections of one ELF64 image held in ``data``."""
+class LazyBytes:
+    """A buffer of a file's size that holds the file's bytes only where :meth:`fill` put them.
 
-    def __init__(self, data: bytes | memoryview | mmap.mmap, *, origin: str = "") -> None:
-        self.data = data
+    The contract between this reader and the one who reads the file
+    (``targets.files.FileContents``): ``data`` is the buffer, ``fill`` is
+    called before a range of it is looked at (and raises FormatError when
+    the file is no longer what it was), ``changed`` says whether it still is.
+    """
+
+    data: bytes | mmap.mmap
+
+    def fill(self, offset: int, size: int) -> None:
+        raise NotImplementedError
+
+    def changed(self) -> str | None:
+        """Why the file is no longer what was first read of it, or None if it still is."""
+        raise NotImplementedError
+
+
+class ElfImage:
+    """Headers and sections of one ELF64 image held in ``data``: bytes, or a file's LazyBytes."""
+
+    def __init__(
+        self, data: bytes | memoryview | mmap.mmap | LazyBytes, *, origin: str = ""
+    ) -> None:
         self.origin = origin or "ELF image"
+        #: The file's bytes as read, when they are (None: all of ``data`` is there).
+        self.source: LazyBytes | None = None
+        self._fill: Callable[[int, int], None] | None = None
+        if isinstance(data, LazyBytes):
+            self.source = data
+            self._fill = data.fill
+            data.fill(0, 64)
+            data = data.data
+        self.data = data
         if len(data) < 64 or bytes(data[:4]) != ELF_MAGIC:
             raise FormatError(f"{self.origin}: not an ELF file")
         if data[4] != 2:
@@ -122,7 +157,14 @@ class ElfImage:
                 f"{self.origin}: range {offset:#x}+{size:#x} is outside the file "
                 f"({len(self.data):#x} bytes)"
             )
+        if self._fill is not None:
+            self._fill(offset, size)
         return memoryview(self.data)[offset : offset + size]
+
+    def read(self, offset: int, size: int) -> bytes:
+        """Up to ``size`` bytes at file offset ``offset``: fewer where the file ends."""
+        size = min(size, len(self.data) - offset)
+        return bytes(self.slice(offset, size)) if size > 0 and offset >= 0 else b""
 
     # -- program headers ----------------------------------------------------
 
@@ -263,7 +305,10 @@ class ElfImage:
 
     @cached_property
     def _haystack(self) -> bytes | mmap.mmap:
-        """The image's bytes as something with ``find``: a memoryview is copied, once."""
+        """The image's bytes as something with ``find``: a memoryview is copied, once.
+
+        Only the ranges :meth:`find_symbol` has sliced (so filled) are searched.
+        """
         data = self.data
         return bytes(data) if isinstance(data, memoryview) else data
 

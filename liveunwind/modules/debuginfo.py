@@ -59,7 +59,7 @@ class DebugFile:
         self.image = image
         #: The file it came from (for MiniDebugInfo: the stripped file itself).
         self.path = path
-        #: ``build-id``, ``debuglink`` or ``gnu_debugdata``.
+        #: ``build-id``, ``debuglink``, ``gnu_debugdata`` or ``debuginfod``.
         self.how = how
 
 
@@ -162,7 +162,11 @@ def by_debuglink(
         debug = _open_image(candidate, problems)
         if debug is None:
             continue
-        actual = _crc32(debug.data)
+        try:
+            actual = _crc32(debug.slice(0, len(debug.data)))
+        except FormatError as error:  # the file changed while it was read
+            problems.append(str(error))
+            continue
         if actual != crc:
             problems.append(
                 f"{candidate}: CRC {actual:#010x} differs from the debuglink's {crc:#010x}"
@@ -200,6 +204,35 @@ def mini_debuginfo(image: ElfImage, path: str, problems: list[str]) -> DebugFile
     except FormatError as error:
         problems.append(str(error))
         return None
+
+
+# -- what an image carries ------------------------------------------------------
+
+#: Sections holding call-frame information: DWARF's two, and Go's own (see sources.py).
+_CFI_SECTIONS = (".eh_frame", ".debug_frame", ".zdebug_frame", ".gopclntab")
+_DWARF_INFO_SECTIONS = (".debug_info", ".zdebug_info")
+
+
+def has_cfi(image: ElfImage) -> bool:
+    """Whether ``image`` carries call-frame information with contents (not stripped to NOBITS)."""
+    return _has_contents(image, _CFI_SECTIONS)
+
+
+def has_dwarf(image: ElfImage) -> bool:
+    """Whether ``image`` carries ``.debug_info`` with contents (not stripped to NOBITS)."""
+    try:
+        return _has_contents(image, _DWARF_INFO_SECTIONS)
+    except FormatError:
+        return False
+
+
+def _has_contents(image: ElfImage, names: tuple[str, ...]) -> bool:
+    sections = image.sections
+    for name in names:
+        section = sections.get(name)
+        if section is not None and section.size and image.contents(section):
+            return True
+    return False
 
 
 # -- sections ------------------------------------------------------------------

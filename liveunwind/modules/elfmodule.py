@@ -7,11 +7,12 @@ time a pc lands in the module and kept on it; see
 
 from __future__ import annotations
 
+import os
 from functools import cached_property
 
 from liveunwind.errors import FormatError, LiveUnwindError
 from liveunwind.formats.elf import ElfImage
-from liveunwind.modules.debuginfo import DEFAULT_DEBUG_DIRS
+from liveunwind.modules.debuginfo import DEFAULT_DEBUG_DIRS, has_dwarf
 from liveunwind.modules.module import Module, RegistryRoots
 from liveunwind.modules.sources import DebugFileFrames, UnwindSource, unwind_tables
 from liveunwind.targets.files import map_elf
@@ -20,13 +21,17 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from liveunwind.formats.dwarf.info import DebugInfo
     from liveunwind.modules.debuginfo import DebugFile
     from liveunwind.modules.lines import ModuleLines
-    from liveunwind.modules.symbols import SymbolTable
+    from liveunwind.modules.module import SymbolLookup
     from liveunwind.targets.base import AddressSpace, Mapping
 
 #: Largest in-memory image (the vDSO) read from target memory.
 _MAX_MEMORY_IMAGE = 64 << 20
+#: The largest page size of the architectures liveunwind reads: a mapping's last page may
+#: run this far past the end of its file without the file having been cut short.
+_LARGEST_PAGE = 64 << 10
 
 
 class ElfModule(Module):
@@ -65,12 +70,43 @@ class ElfModule(Module):
         if not self.is_vdso:
             image = self.space.mapped_image(self._first_mapping)
             if image is not None:
-                return image
+                return self._checked(image)
         try:
-            return self._open_image()
+            image = self._open_image()
         except (FormatError, OSError, LiveUnwindError) as error:
             self.problems.append(str(error))
             return None
+        return image if image is None or self.is_vdso else self._checked(image)
+
+    def _checked(self, image: ElfImage) -> ElfImage | None:
+        """``image``, unless its file is shorter than what the target maps of it (a problem).
+
+        A file cut short since the target mapped it no longer holds the
+        code, tables and symbols the target runs with; what is left of it
+        is not used (a wrong frame is worse than a missing one).
+        """
+        mapped = max(mapping.offset + mapping.end - mapping.start for mapping in self.mappings)
+        if len(image.data) + _LARGEST_PAGE < mapped:
+            self.problems.append(
+                f"{image.origin}: is {len(image.data)} bytes, shorter than the {mapped} the "
+                "process maps of it: cut short since it was mapped, not used"
+            )
+            return None
+        return image
+
+    def unchanged(self) -> bool:
+        """False when the file read for the module changed since (size, mtime): read it anew.
+
+        Noted as a problem of the module; a later map of the same process
+        then opens the file again rather than taking this module over.
+        """
+        image = self.__dict__.get("image")  # only if opened: asking would open it
+        if image is None or image.source is None:
+            return True
+        why = image.source.changed()
+        if why is not None:
+            self.problems.append(f"{image.origin}: {why}; read again")
+        return why is None
 
     @property
     def _first_mapping(self) -> Mapping:
@@ -83,7 +119,11 @@ class ElfModule(Module):
             size = min(self.end - self.start, _MAX_MEMORY_IMAGE)
             return ElfImage(self.space.read(self.start, size), origin=self.path)
         file = self.space.open_mapped_file(self._first_mapping)
-        return None if file is None else map_elf(file)
+        if file is None:
+            return None
+        if file.note:
+            self.problems.append(file.note)
+        return map_elf(file)
 
     @cached_property
     def load_bias(self) -> int:
@@ -101,20 +141,50 @@ class ElfModule(Module):
 
     @cached_property
     def debug_file(self) -> DebugFile | None:
-        """The separate debug file (or MiniDebugInfo) of a stripped image, looked up on demand."""
+        """The separate debug file of a stripped image, looked up on demand.
+
+        Local files first (build-id directories, ``.gnu_debuglink``,
+        MiniDebugInfo); then, with ``DEBUGINFOD_URLS`` set and only for a
+        module that still lacks function symbols or CFI, debuginfod's debug
+        file.  A module with a ``.symtab`` and ``.eh_frame`` of its own never
+        asks a server.
+        """
         if self.image is None or self.is_vdso:
             return None
         from liveunwind.modules.debuginfo import find_debug_file
 
-        return find_debug_file(
+        local = find_debug_file(
             self.image, self.path, self.build_id, self.debug_dirs, problems=self.problems
         )
+        if not self.build_id or not os.environ.get("DEBUGINFOD_URLS"):
+            return local
+        if not self._lacks_symbols_or_cfi(local):
+            return local
+        from liveunwind.modules.debuginfod import debug_file
+
+        return debug_file(self.build_id, self.problems) or local
+
+    def _lacks_symbols_or_cfi(self, local: DebugFile | None) -> bool:
+        """Whether neither the image nor its local debug file has a ``.symtab``, or CFI."""
+        from liveunwind.modules.debuginfo import has_cfi
+        from liveunwind.modules.symbols import has_symtab
+
+        image = self.image
+        if image is None:
+            return False
+        images = [image] if local is None else [image, local.image]
+        try:
+            return not any(map(has_symtab, images)) or not any(map(has_cfi, images))
+        except FormatError as error:
+            self.problems.append(str(error))
+            return False
 
     @cached_property
     def lines(self) -> ModuleLines | None:
         """Source lines and inline scopes from the image's DWARF, its debug file's, or debuginfod's.
 
-        Looked for the first time a frame of the module asks (only with ``--lines``).
+        Looked for the first time a frame of the module asks: with ``--lines``, or
+        for function names where no file of the module has a ``.symtab``.
         """
         if self.is_vdso:
             return None
@@ -125,20 +195,33 @@ class ElfModule(Module):
     # -- symbols ------------------------------------------------------------
 
     @cached_property
-    def symbols(self) -> SymbolTable | None:
-        """Function symbols of the image and, when it has one, of its debug file."""
+    def symbols(self) -> SymbolLookup | None:
+        """Function symbols of the image and, when it has one, of its debug file.
+
+        Where neither has a ``.symtab``, the DWARF of either names the functions.
+        """
         if self.image is None:
             return None
-        from liveunwind.modules.symbols import SymbolTable
+        from liveunwind.modules.symbols import DwarfFunctions, SymbolTable, has_symtab
 
         images = [self.image]
         if self.debug_file is not None:
             images.append(self.debug_file.image)
         try:
-            return SymbolTable(*images)
+            table = SymbolTable(*images)
+            if any(map(has_symtab, images)) or not any(map(has_dwarf, images)):
+                return table
         except FormatError as error:
             self.problems.append(str(error))
             return None
+        return DwarfFunctions(self._debug_info, table)
+
+    def _debug_info(self) -> DebugInfo:
+        """The DWARF units of the module (FormatError when none can be read)."""
+        lines = self.lines
+        if lines is None:
+            raise FormatError(f"{self.path}: no DWARF")
+        return lines.info
 
     @cached_property
     def registry_roots(self) -> RegistryRoots:

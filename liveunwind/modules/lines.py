@@ -14,7 +14,8 @@ sections, else from its separate debug file (build-id, debuglink), else —
 when ``DEBUGINFOD_URLS`` is set — from a debuginfod server by build-id.
 Everything is read the first time a pc lands in the module and kept on a
 :class:`ModuleLines` that lives as long as the module does; nothing here is
-imported by a backtrace without ``--lines``.
+imported by a backtrace without ``--lines``, unless a module's functions are
+named from its DWARF (no file of it has a ``.symtab``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from liveunwind.modules.debuginfo import (
     ELFCOMPRESS_ZLIB,
     MAX_DECOMPRESSED_SECTION,
     SHF_COMPRESSED,
+    has_dwarf,
     section_data,
 )
 
@@ -272,18 +274,6 @@ def dwarf_image(module: LineModule) -> ElfImage | None:
     return None
 
 
-def has_dwarf(image: ElfImage) -> bool:
-    """Whether ``image`` carries ``.debug_info`` with contents (not stripped to NOBITS)."""
-    try:
-        for name in (".debug_info", ".zdebug_info"):
-            section = image.sections.get(name)
-            if section is not None and image.contents(section):
-                return True
-    except FormatError:
-        return False
-    return False
-
-
 def read_sections(
     image: ElfImage, ahead: bool = False
 ) -> tuple[Sections, dict[str, GrowingSection]]:
@@ -359,6 +349,7 @@ class GrowingSection:
         # mmap's default, a shared mapping, is memory of a file system, whose pages
         # are slower to fault in (Debian's libc's .debug_info inflated 72% in a fresh
         # process: 11.2-12.5 ms private, 11.9-17 ms shared, medians 1.5 ms apart).
+        # Anonymous, so no SIGBUS: no file behind it can shrink (targets.files reads files).
         flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
         self.data: mmap.mmap | bytearray = mmap.mmap(-1, size, flags) if size else bytearray()
         self.filled = 0

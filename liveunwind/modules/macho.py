@@ -16,11 +16,18 @@ from typing import TYPE_CHECKING, Any
 
 from liveunwind.arch import Arch, arch_by_macho_cpu_type
 from liveunwind.errors import FormatError
-from liveunwind.formats.macho import MachOHeader, MachOSection, MachOSegment, fat_slices
+from liveunwind.formats.macho import (
+    HEADER,
+    MAX_COMMAND_BYTES,
+    MachOHeader,
+    MachOSection,
+    MachOSegment,
+    fat_slices,
+)
 from liveunwind.modules.module import Module
 from liveunwind.modules.sources import UnwindSource
 from liveunwind.modules.symbols import SymbolMatch
-from liveunwind.targets.files import FileError, open_file
+from liveunwind.targets.files import FileContents, FileError, open_file
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -44,15 +51,20 @@ class MachOImage:
             file = open_file(path)
         except FileError as error:
             raise FormatError(str(error)) from None
-        with file:
-            if file.size > MAX_FILE_SIZE:
-                raise FormatError(
-                    f"{path}: {file.size} bytes, more than the {MAX_FILE_SIZE >> 20} MiB "
-                    "a Mach-O image may have"
-                )
-            whole = memoryview(file.map())
+        if file.size > MAX_FILE_SIZE:
+            file.close()
+            raise FormatError(
+                f"{path}: {file.size} bytes, more than the {MAX_FILE_SIZE >> 20} MiB "
+                "a Mach-O image may have"
+            )
+        try:  # read as needed into memory of our own: never an mmap of the file (SIGBUS)
+            self._contents = FileContents(file)
+        except FileError as error:
+            raise FormatError(str(error)) from None
+        #: Where the slice starts in the file.
+        self._base = 0
         try:
-            self._data, header, found = _slice_for(whole, arch)
+            self._data, header, found = self._slice_for(memoryview(self._contents.data), arch)
         except FormatError as error:
             raise FormatError(f"{path}: {error}") from None
         if header is None or found is None:
@@ -68,6 +80,46 @@ class MachOImage:
         self.text_base = text.vmaddr
         self.uuid = header.uuid
 
+    def _fill(self, offset: int, size: int) -> None:
+        """Makes ``size`` bytes at ``offset`` of the slice hold the file's (FormatError if not)."""
+        try:
+            self._contents.fill(self._base + offset, size)
+        except FileError as error:
+            raise FormatError(str(error)) from None
+
+    def _slice_for(
+        self, whole: memoryview, arch: Arch | None
+    ) -> tuple[memoryview, MachOHeader | None, Arch | None]:
+        """The bytes, header and Arch of the slice for ``arch`` (the first known one if None)."""
+        self._fill(0, 8 + 64 * 32)  # a universal header's most
+        slices = fat_slices(whole)
+        if slices is None:
+            header = self._header_at(whole)
+            found = arch_by_macho_cpu_type(header.cpu_type)
+            if found is not None and (arch is None or found is arch):
+                return whole, header, found
+            return whole, None, None
+        for piece in slices:
+            found = arch_by_macho_cpu_type(piece.cpu_type)
+            if found is None or (arch is not None and found is not arch):
+                continue
+            if piece.offset + piece.size > len(whole):
+                raise FormatError(f"the {found.name} slice runs past the end of the file")
+            self._base = piece.offset
+            view = whole[piece.offset : piece.offset + piece.size]
+            header = self._header_at(view)
+            if header.cpu_type != piece.cpu_type:
+                raise FormatError(f"the {found.name} slice holds another CPU type's header")
+            return view, header, found
+        return whole, None, None
+
+    def _header_at(self, view: memoryview) -> MachOHeader:
+        """The header at the start of ``view`` (the slice), its load commands read first."""
+        self._fill(0, HEADER.size)
+        if len(view) >= HEADER.size:
+            self._fill(HEADER.size, min(HEADER.unpack_from(view)[5], MAX_COMMAND_BYTES))
+        return MachOHeader(view)
+
     @property
     def build_id(self) -> bytes | None:
         """The UUID, under the name ELF modules use for their identity."""
@@ -79,6 +131,7 @@ class MachOImage:
             return None
         if section.offset + section.size > len(self._data):
             raise FormatError(f"{self.path}: {segment},{name} is truncated")
+        self._fill(section.offset, section.size)
         return bytes(self._data[section.offset : section.offset + section.size])
 
     def section(self, segment: str, name: str) -> MachOSection | None:
@@ -90,6 +143,7 @@ class MachOImage:
             if segment.vmaddr <= address and address + size <= segment.vmaddr + segment.filesize:
                 start = segment.fileoff + address - segment.vmaddr
                 if start + size <= len(self._data):
+                    self._fill(start, size)
                     return bytes(self._data[start : start + size])
         raise FormatError(f"{self.path}: {address:#x}+{size} is not in the file")
 
@@ -166,7 +220,11 @@ class MachOImage:
 
     def _symbol_records(self) -> list[tuple[int, str, int]]:
         """(address, name, section index) of defined, non-debug symbols in code sections."""
+        table = self._header.symtab
         try:
+            if table is not None:
+                self._fill(table.offset, table.count * 16)
+                self._fill(table.strings, table.strings_size)
             symbols = self._header.symbols(self._data)
         except FormatError as error:
             raise FormatError(f"{self.path}: {error}") from None
@@ -179,31 +237,6 @@ class MachOImage:
                 continue
             records.append((symbol.value, symbol.name, index))
         return records
-
-
-def _slice_for(
-    whole: memoryview, arch: Arch | None
-) -> tuple[memoryview, MachOHeader | None, Arch | None]:
-    """The bytes, header and Arch of the slice for ``arch`` (the first known one if None)."""
-    slices = fat_slices(whole)
-    if slices is None:
-        header = MachOHeader(whole)
-        found = arch_by_macho_cpu_type(header.cpu_type)
-        if found is not None and (arch is None or found is arch):
-            return whole, header, found
-        return whole, None, None
-    for piece in slices:
-        found = arch_by_macho_cpu_type(piece.cpu_type)
-        if found is None or (arch is not None and found is not arch):
-            continue
-        if piece.offset + piece.size > len(whole):
-            raise FormatError(f"the {found.name} slice runs past the end of the file")
-        view = whole[piece.offset : piece.offset + piece.size]
-        header = MachOHeader(view)
-        if header.cpu_type != piece.cpu_type:
-            raise FormatError(f"the {found.name} slice holds another CPU type's header")
-        return view, header, found
-    return whole, None, None
 
 
 class _RuleView:

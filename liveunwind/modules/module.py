@@ -109,6 +109,13 @@ class Module:
         """The module's unwind tables by source (``cfi``, ``sframe``, ``compact``), best first."""
         raise NotImplementedError
 
+    def unchanged(self) -> bool:
+        """Whether what the module read of its file still holds (a module that reads none: True).
+
+        Asked before a later map of the same process takes the module over.
+        """
+        return True
+
     def use_space(self, space: AddressSpace) -> None:
         """A later map of the same process took the module over: read through ``space`` now.
 

@@ -11,6 +11,7 @@ lands in it, and keeps every answer (see
 from __future__ import annotations
 
 import bisect
+import itertools
 from functools import cached_property
 
 from liveunwind.errors import FormatError
@@ -46,6 +47,8 @@ class ModuleMap:
         self._mappings = [mapping for mapping in space.mappings() if mapping.readable]
         self._starts = [mapping.start for mapping in self._mappings]
         self._module_of_mapping: list[Module | None] = []
+        #: Set (to a number no other map has) when a module's file changed and was read anew.
+        self._read_anew: int | None = None
         self._group()
         if previous is not None:
             self._reuse(previous)
@@ -76,13 +79,17 @@ class ModuleMap:
         """Takes over the modules of an earlier map of the same process that did not change.
 
         A module mapped exactly as before keeps its opened file, parsed
-        tables and symbols: what makes the second backtrace of a process fast.
+        tables and symbols: what makes the second backtrace of a process fast
+        — unless its file changed since it was read (``Module.unchanged``).
         """
         known = {_identity(module): module for module in previous.modules}
         replaced: dict[int, Module] = {}
         for index, module in enumerate(self.modules):
             old = known.get(_identity(module))
-            if old is not None:
+            if old is not None and not old.unchanged():
+                module.problems.extend(old.problems)  # its file changed: read it anew, say so
+                self._read_anew = next(_MAPS_READ_ANEW)
+            elif old is not None:
                 old.use_space(self.space)
                 replaced[id(module)] = old
                 self.modules[index] = old
@@ -93,8 +100,13 @@ class ModuleMap:
 
     @property
     def unchanged_since(self) -> frozenset[tuple[object, ...]]:
-        """The identities of this map's modules, to tell whether caches keyed by them hold."""
-        return frozenset(_identity(module) for module in self.modules)
+        """The identities of this map's modules, to tell whether caches keyed by them hold.
+
+        A map that read a module's file anew is like no other: what was
+        cached from the file before it changed goes.
+        """
+        identities = frozenset(_identity(module) for module in self.modules)
+        return identities if self._read_anew is None else identities | {(self._read_anew,)}
 
     def _group_mach_o(self, images: list[CoreImage]) -> None:
         """A Mach-O core names its images and their segments itself."""
@@ -191,6 +203,10 @@ class ModuleMap:
         if registry is not None:
             found.update(registry.problems)
         return sorted(found)
+
+
+#: Numbers the maps that read a module's file anew.
+_MAPS_READ_ANEW = itertools.count()
 
 
 def _identity(module: Module) -> tuple[object, ...]:

@@ -19,7 +19,10 @@ if TYPE_CHECKING:
     from typing import Literal, Protocol
 
     from liveunwind.formats.elf import ElfImage
+    from liveunwind.formats.unwind.gopclntab import GoPclnTab
     from liveunwind.formats.unwind.rules import UnwindRule
+    from liveunwind.modules.goruntime import GoRuntime
+    from liveunwind.modules.lines import ModuleLines
 
     class UnwindTable(Protocol):
         """A decoded unwind section: CfiTable, SFrameSection, a compact-unwind table…
@@ -45,6 +48,32 @@ class UnwindSource:
         self.label = label
         self.table = table
         self.rule_for = table.rule_for
+
+
+class GoTable(UnwindSource):
+    """A Go program's ``.gopclntab``, and the layout of its scheduler's records, read when asked.
+
+    The layout (``modules/goruntime.py``) is what a walk needs to continue
+    from the scheduler stack into the goroutine that switched to it; it is
+    read the first time a walk asks, and kept with the table.
+    """
+
+    def __init__(self, table: GoPclnTab, image: ElfImage) -> None:
+        super().__init__("cfi", ".gopclntab", table)
+        self.go = table
+        self._image = image
+        self._runtime: GoRuntime | str | None = None
+
+    def runtime(self, lines: Callable[[], ModuleLines | None]) -> GoRuntime | str:
+        """The program's scheduler layout, or why it cannot be known (read once).
+
+        ``lines`` gives the module's DWARF (its own, or its debug file's).
+        """
+        if self._runtime is None:
+            from liveunwind.modules.goruntime import read_runtime
+
+            self._runtime = read_runtime(self._image, lines)
+        return self._runtime
 
 
 class DebugFileFrames:
@@ -88,7 +117,7 @@ def _byte_order(image: ElfImage) -> Literal["little", "big"]:
     return "little" if image.byte_order == "<" else "big"
 
 
-def _gopclntab(image: ElfImage) -> UnwindSource | None:
+def _gopclntab(image: ElfImage) -> GoTable | None:
     """Go's ``.gopclntab``, first of the ``cfi`` sources of a Go program.
 
     It is Go's call-frame information, and it counts as CFI: for Go code it
@@ -114,7 +143,7 @@ def _gopclntab(image: ElfImage) -> UnwindSource | None:
         return None  # not an architecture liveunwind unwinds
     text = image.sections.get(".text")
     table = GoPclnTab(data, arch, text.address if text is not None else 0)
-    return UnwindSource("cfi", ".gopclntab", table)
+    return GoTable(table, image)
 
 
 def _eh_frame(image: ElfImage) -> UnwindSource | None:

@@ -15,11 +15,14 @@ import sys
 from functools import lru_cache
 from itertools import accumulate, compress
 
+from liveunwind.errors import FormatError
 from liveunwind.formats.elf import SHT_SYMTAB, ElfImage, c_string
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
+
+    from liveunwind.formats.dwarf.info import DebugInfo
 
 _STT_FUNC = 2
 _STT_GNU_IFUNC = 10
@@ -153,6 +156,55 @@ class SymbolTable:
 
     def __len__(self) -> int:
         return len(self._addresses)
+
+
+def has_symtab(image: ElfImage) -> bool:
+    """Whether ``image`` has a ``.symtab`` with symbols (stripped files keep ``.dynsym`` only)."""
+    return any(section.type == SHT_SYMTAB for section, _, _ in image.symbol_tables())
+
+
+class DwarfFunctions:
+    """Function names from DWARF, for a module whose files have no ``.symtab``.
+
+    A debug file can come without a symbol table (``objcopy --only-keep-debug``
+    of a stripped file, a table removed, a dwz'd file); its
+    ``DW_TAG_subprogram`` DIEs still name every function.  They are asked
+    first, the ELF symbols (``.dynsym``'s exports) where DWARF has no
+    function.  ``debug_info`` opens the DWARF the first time a pc is looked
+    up (the module's ``lines``, shared with ``--lines``); DWARF that cannot
+    be read names nothing, and the ELF symbols stand.
+    """
+
+    def __init__(self, debug_info: Callable[[], DebugInfo], elf: SymbolTable | None) -> None:
+        self._debug_info = debug_info
+        self._elf = elf
+        self._found: dict[int, SymbolMatch | None] = {}
+
+    def lookup(self, address: int) -> SymbolMatch | None:
+        """The DWARF function holding ``address``, else the ELF symbol's."""
+        if address in self._found:
+            return self._found[address]
+        match = self._dwarf(address)
+        if match is None and self._elf is not None:
+            match = self._elf.lookup(address)
+        if len(self._found) >= _MAX_DWARF_ANSWERS:
+            self._found.clear()
+        self._found[address] = match
+        return match
+
+    def _dwarf(self, address: int) -> SymbolMatch | None:
+        try:
+            found = self._debug_info().function_at(address)
+        except FormatError:
+            return None
+        if found is None:
+            return None
+        name, start, end = found
+        return SymbolMatch(name, address - start, end - start)
+
+
+#: Answers a DwarfFunctions keeps; emptied when full (a session's long run).
+_MAX_DWARF_ANSWERS = 1 << 14
 
 
 def _of_class(

@@ -133,6 +133,8 @@ class AddressSpace:
       checked for a mapping, so no module file is opened twice.
     - ``images``: a Mach-O core names its images and their segments itself;
       None means the module map groups mappings by file.
+    - ``entry_point``: the program's entry point from its auxiliary vector,
+      where the target has one.
 
     A plain class, not a ``typing.Protocol`` or an ABC: importing ``typing``
     or ``abc`` costs start-up time on the hot path.
@@ -185,4 +187,11 @@ class AddressSpace:
 
     def images(self) -> list[CoreImage] | None:
         """The images a Mach-O core lists (path, load address, segments), else None."""
+        return None
+
+    def entry_point(self) -> int | None:
+        """The program's entry point (``AT_ENTRY``) where the target says, else None.
+
+        The stepper takes the function holding it (``_start``) for the outermost frame.
+        """
         return None

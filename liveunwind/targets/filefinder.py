@@ -2,9 +2,10 @@
 
 Candidates are tried in this order: the recorded path under ``--sysroot``
 (when given: a sysroot says where the core's root lives, so it wins over a
-host file of the same name), the recorded path itself (a relative one, as
-QEMU records the program, from the current folder), the file's name in
-each ``--search-path`` folder, then build-id directories
+host file of the same name; a relative path too, as a core made in a
+container or rewritten by a tool may record it), the recorded path itself
+(a relative one, as QEMU records the program, from the current folder), the
+file's name in each ``--search-path`` folder, then build-id directories
 (``/usr/lib/debug/.build-id/xx/rest`` and friends, also under the sysroot and
 the search path).  A candidate is used only if it is a regular ELF file that
 passes the caller's check — typically "same build-id as the image in core
@@ -32,13 +33,15 @@ _BUILD_ID_DIRS = ("usr/lib/debug/.build-id", "usr/lib/.build-id")
 
 
 class FoundFile:
-    """A file that passed every check, with its image kept mapped."""
+    """A file that passed every check, with its image kept mapped, and how it was matched."""
 
-    __slots__ = ("image", "path")
+    __slots__ = ("image", "matched", "path")
 
-    def __init__(self, path: str, image: ElfImage) -> None:
+    def __init__(self, path: str, image: ElfImage, matched: str = "") -> None:
         self.path = path
         self.image = image
+        #: How it was known to be the file ("by build-id …"; "" when not said).
+        self.matched = matched
 
 
 class FileFinder:
@@ -58,7 +61,7 @@ class FileFinder:
 
     def _candidates(self, recorded: str, build_id: bytes | None) -> Iterator[str]:
         clean = recorded.removesuffix(" (deleted)")
-        if clean.startswith("/") and self.sysroot:
+        if clean and self.sysroot:
             yield os.path.join(self.sysroot, clean.lstrip("/"))
         if clean:
             yield clean  # a relative path (QEMU's AT_EXECFN) is tried from the current folder
@@ -94,7 +97,7 @@ class FileFinder:
                 continue
             if image is None:
                 continue
-            reason = check(image)
+            reason = check(image) or cut_short(image)
             if reason is None and not has_code(image):
                 reason = "it has no code (a separate debug file)"
             if reason is not None:
@@ -119,6 +122,17 @@ def open_image(path: str, *, strict: bool = False) -> ElfImage | None:
         return None
     except (FileError, FormatError):
         return None
+
+
+def cut_short(image: ElfImage) -> str | None:
+    """Why ``image`` is not whole: its file ends before a PT_LOAD's bytes do; else None."""
+    try:
+        end = max((h.offset + h.filesz for h in image.segments_of_type(PT_LOAD)), default=0)
+    except FormatError as error:
+        return str(error)
+    if end > len(image.data):
+        return f"is {len(image.data)} bytes, shorter than its segments ({end}): cut short"
+    return None
 
 
 def has_code(image: ElfImage) -> bool:

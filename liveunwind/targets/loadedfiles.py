@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from liveunwind.arch import Arch, ReadMemory
+    from liveunwind.formats.elf import ProgramHeader
     from liveunwind.targets.filefinder import FileFinder
 
     #: Says why an image is not the one loaded, or None when it is.
@@ -88,30 +89,61 @@ class LoadedFiles:
         self.problems: list[str] = [] if problems is None else problems
         self._files: dict[str, FoundFile | None] = {}
         self._inodes: dict[str, int] = {}
+        #: Which local file stands for a recorded path that is not here, and how it was matched.
+        self.matches: list[str] = []
 
     def file(self, mapping: Mapping) -> FoundFile | None:
         """The file found for a file mapping this made, if one was."""
         return self._files.get(mapping.path) if mapping.is_file else None
 
     def find(
-        self, recorded: str, header: int | None, check: Check | None = None
+        self,
+        recorded: str,
+        header: int | None,
+        check: Check | None = None,
+        *,
+        layout: Check | None = None,
+        first: str | None = None,
+        unused: str = "",
     ) -> FoundFile | None:
         """This machine's copy of the target's ``recorded`` (cached, None too).
 
         It must be built for the target, have the build-id of the ELF headers
-        at ``header`` in target memory (when they are there) and pass ``check``.
+        at ``header`` in target memory (when they are there) and pass
+        ``check``; without a build-id to compare, it must pass ``layout``
+        too (the file's segments explain every mapping of it: matched by
+        name and size).  ``first`` is tried before every other candidate
+        (the EXE the user named).  When none is found, the problem says why,
+        followed by ``unused`` (what that costs).  A file found elsewhere
+        than ``recorded`` says how it was matched in :attr:`matches`.
         """
         if recorded in self._files:
             return self._files[recorded]
         build_id = self._build_id_at(header)
-        found, rejected = self._finder.find(recorded, build_id, self._acceptor(build_id, check))
+        if build_id is None and layout is not None:
+            check = _both(check, layout)
+        accept = self._acceptor(build_id, check)
+        found, rejected = self._finder.find(recorded, build_id, accept, first=first)
         self._files[recorded] = found
         if found is None:
-            if rejected:
-                self.problems.append(f"{recorded}: not using " + "; ".join(rejected))
-            else:
-                self.problems.append(f"{recorded}: file not found on this machine")
+            why = (
+                "not using " + "; ".join(rejected) if rejected else "file not found on this machine"
+            )
+            self.problems.append(f"{recorded}: {why}{unused}")
+            return None
+        if build_id is not None:
+            found.matched = f"by build-id {build_id.hex()}"
+        elif layout is not None:
+            found.matched = "by name and size (the core holds no build-id for it)"
+        else:
+            found.matched = "by name (the target holds no build-id for it)"
+        if found.path != recorded:
+            self.matches.append(f"{recorded}: using {found.path}, matched {found.matched}")
         return found
+
+    def adopt(self, path: str, found: FoundFile) -> None:
+        """``path`` (a mapping's new name for a file found under another) is ``found``."""
+        self._files[path] = found
 
     def use_executable(
         self, path: str, recorded: str, auxv: dict[int, int], header: int | None
@@ -170,7 +202,7 @@ class LoadedFiles:
         if executable is not None:
             found = self._executable_argument(executable, auxv, header)
         elif recorded:
-            found = self.find(recorded, header, _executable_check(auxv, self._target))
+            found = self.find(recorded, header, executable_check(auxv, self._target))
         else:
             self.problems.append("the target names no executable; give it as EXE")
             return None
@@ -189,7 +221,7 @@ class LoadedFiles:
         image = open_image(path)
         if image is None:
             raise WrongExecutable(path, "it is not a readable ELF file")
-        check = _executable_check(auxv, self._target)
+        check = executable_check(auxv, self._target)
         reason = self._acceptor(self._build_id_at(header), check)(image)
         if reason is not None:
             raise WrongExecutable(path, reason)
@@ -295,7 +327,7 @@ class LoadedFiles:
         return None
 
 
-def _executable_check(auxv: dict[int, int], target: str) -> Check:
+def executable_check(auxv: dict[int, int], target: str) -> Check:
     """The auxiliary vector fixes the executable's entry point and program headers."""
     entry, phdr, phnum = auxv.get(AT_ENTRY), auxv.get(AT_PHDR), auxv.get(AT_PHNUM)
 
@@ -336,6 +368,57 @@ def _dynamic_check(loaded: linkmap.LoadedObject, target: str) -> Check:
         return None
 
     return check
+
+
+def _both(first: Check | None, second: Check) -> Check:
+    """A check that passes when ``first`` (if any) and then ``second`` pass."""
+
+    def check(image: ElfImage) -> str | None:
+        reason = None if first is None else first(image)
+        return reason if reason is not None else second(image)
+
+    return check
+
+
+def layout_check(mappings: list[tuple[int, int, int]], target: str) -> Check:
+    """A file whose PT_LOADs map as ``mappings`` (start, end, file offset) say: same name and size.
+
+    Without a build-id to compare, a file of the same name is taken only if
+    every mapping lies in one of its segments, at the offset that segment
+    has in the file, all at one load bias, and the file is large enough to
+    hold every page mapped from it.  The bias comes from the mapping at
+    offset 0, which holds the first PT_LOAD (and the ELF header).
+    """
+
+    def check(image: ElfImage) -> str | None:
+        try:
+            loads = image.segments_of_type(PT_LOAD)
+        except FormatError as error:
+            return str(error)
+        heads = [start for start, _end, offset in mappings if offset == 0]
+        if not loads or not heads:
+            return None  # nothing to compare: the name decides
+        first = loads[0]
+        bias = min(heads) - (first.vaddr - first.vaddr % _PAGE)
+        for start, end, offset in mappings:
+            if offset >= len(image.data):
+                return f"it is {len(image.data)} bytes, {target} maps it from offset {offset:#x}"
+            address = start - bias
+            if not any(_maps(load, address, end - start, offset) for load in loads):
+                return f"no segment of it is mapped at {start:#x} from offset {offset:#x}"
+        return None
+
+    return check
+
+
+def _maps(load: ProgramHeader, address: int, size: int, offset: int) -> bool:
+    """True if ``load`` maps ``size`` bytes at link-time ``address`` from file ``offset``."""
+    page_vaddr = load.vaddr - load.vaddr % _PAGE
+    page_offset = load.offset - load.offset % _PAGE
+    end = load.vaddr + load.memsz
+    if not page_vaddr <= address < end or address + size > end + (-end % _PAGE):
+        return False
+    return offset - page_offset == address - page_vaddr
 
 
 def _interpreter(image: ElfImage) -> str:

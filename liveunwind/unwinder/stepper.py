@@ -23,15 +23,32 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from liveunwind.arch.base import CallSite
     from liveunwind.modules.module import Module
     from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.sources import Source
     from liveunwind.targets.base import AddressSpace, ThreadState
+    from liveunwind.unwinder.goswitch import GoSwitch, Resumed
     from liveunwind.unwinder.plan import Plan
 
     #: A strategy: ``step(walk)`` of a module in liveunwind/unwinder/strategies/.
     Strategy = Callable[[Walk], dict[int, int] | None]
+
+
+#: Bytes of the entry function taken for it where no symbol gives its size:
+#: ``_start`` is 38 bytes in glibc's x86_64 crt1.o, 48 on aarch64 and riscv64,
+#: and the return address of its one call lies inside them.
+ENTRY_SPAN = 64
+#: Frames farther than this from the entry point are not asked whether they run it.
+_ENTRY_NEAR = 1 << 16
+
+
+#: The methods of checked guesses (the strategies and the leaf check).
+_GUESSES = frozenset((Method.PROLOGUE, Method.FRAMEPOINTER, Method.LEAF, Method.SCAN))
+
+
+def _on(stack: tuple[int, int] | None, sp: int) -> bool:
+    """Whether ``sp`` lies on ``stack`` (its end included: an empty stack's sp); True if unknown."""
+    return stack is None or stack[0] <= sp <= stack[1]
 
 
 class _Stop(Exception):
@@ -98,10 +115,14 @@ class Stepper:
             space.read,
             self._is_code,
             space.read,
-            confirm=self._call_target_is_function_start,
             function_at=self._function_at,
             module_at=modules.find,
+            stack_at=self._stack_at,
         )
+        #: The function holding the program's entry point: the outermost frame.
+        self._entry = space.entry_point()
+        #: Go's switches from g0 into goroutines, made the first time a walk ends at one.
+        self._go_switch: GoSwitch | None = None
 
     # -- the walk -------------------------------------------------------------
 
@@ -117,9 +138,11 @@ class Stepper:
             (stack.start, stack.end) if stack is not None else None,
             [] if self.verbose else None,
         )
+        own_stack = walk.stack_range
         frames: list[Frame] = []
         method = Method.CONTEXT
         exact_pc = True
+        guessed = False
         previous_cfa: int | None = None
         seen: set[tuple[int, int]] = set()
         reason, detail = StopReason.END_OF_STACK, ""
@@ -143,6 +166,9 @@ class Stepper:
             if module is not None:
                 frame.module = module.path
                 frame.module_offset = pc - module.load_bias
+            if self._entry is not None and self._is_entry_function(frame):
+                detail = f"the program's entry function, at {self._entry:#x}"
+                break  # outermost, whatever a table or a guess would make of its stack
             caller = None
             if plan is not None and not verbose:
                 # The fast path: the first table's plan, taken when it works and is plausible.
@@ -164,12 +190,33 @@ class Stepper:
                     break
                 caller, cfa = step.caller, step.cfa
                 method, interrupted = step.method, step.caller_interrupted
+                guessed = guessed or method in _GUESSES
             frame.cfa = cfa
             caller_pc = caller.get(arch.pc)
+            switched = False
             if caller_pc is None or caller_pc == 0:
-                break  # end of stack: the return address is undefined or zero
+                # The end of the stack: the return address is undefined or zero; unless
+                # the frame is Go's switch to its scheduler stack, which leads on into
+                # the goroutine that switched (unwinder/goswitch.py).
+                resumed = self._go_resume(frame, module, thread.tid, frames)
+                if resumed is None or isinstance(resumed, str):
+                    detail = resumed or ""
+                    if resumed is None and caller_pc == 0 and guessed:
+                        # Read off a stack a guess placed: a zero there proves nothing.
+                        reason = StopReason.NO_OUTERMOST_FRAME
+                        detail = f"return address 0 at pc {pc:#x}, after a guessed frame"
+                    break
+                _note(walk, resumed.note)
+                caller, interrupted = resumed.registers, resumed.exact_pc
+                method, caller_pc, switched = Method.GOROUTINE, caller[arch.pc], True
             caller_sp = caller.get(arch.sp, 0)
-            if frame.signal_frame:
+            if switched or (method in _GUESSES and not _on(walk.stack_range, caller_sp)):
+                # A goroutine's own stack, or a checked guess that moved to another stack
+                # (a runtime's own): walk on it; a guess may scan only a goroutine's.
+                walk.stack_range = self._stack_at(caller_sp)
+                walk.foreign_stack = not switched and walk.stack_range != own_stack
+                previous_cfa = None
+            elif frame.signal_frame:
                 # The interrupted code may run on another stack (Go's signal handlers
                 # run on a signal stack of their own): its CFA may lie anywhere.
                 previous_cfa = None
@@ -193,6 +240,24 @@ class Stepper:
             state=thread.state,
             stop_notes=walk.notes or [],
         )
+
+    def _go_resume(
+        self, frame: Frame, module: Module | None, tid: int, frames: list[Frame]
+    ) -> Resumed | str | None:
+        """Where a walk ending at ``frame`` goes on: a goroutine, why not (Go), or None.
+
+        Only a Go program's walks are asked (a module with ``.gopclntab``):
+        no other backtrace imports the crossing.
+        """
+        if module is None or not any(
+            source.label == ".gopclntab" for source in module.unwind_sources.get("cfi", ())
+        ):
+            return None
+        if self._go_switch is None:
+            from liveunwind.unwinder.goswitch import GoSwitch
+
+            self._go_switch = GoSwitch(self.space, self.modules)
+        return self._go_switch.resume(frame, module, tid, frames)
 
     def step(
         self, registers: dict[int, int], frame: Frame, module: Module | None, walk: Walk
@@ -339,19 +404,28 @@ class Stepper:
         caller = leaf.step(walk)
         return None if caller is None else self._guess(caller, Method.LEAF)
 
-    def _call_target_is_function_start(self, call: CallSite) -> bool:
-        """The symbol-table check of a scanned return address's call instruction.
+    def _stack_at(self, address: int) -> tuple[int, int] | None:
+        """The writable, not executable mapping holding ``address``: a stack the walk may be on."""
+        mapping = self.modules.mapping_at(address)
+        if mapping is None or not mapping.writable or mapping.executable:
+            return None
+        return mapping.start, mapping.end
 
-        A direct call lands on a function's first instruction; a target in the
-        middle of a known function means the "call" is really data that
-        happens to decode as one.  Targets without a symbol (PLT stubs, JIT
-        code) are not refused.
+    def _is_entry_function(self, frame: Frame) -> bool:
+        """Whether the frame runs the function holding the program's entry point (``_start``).
+
+        Where no sized symbol says how far that function reaches, its first
+        :data:`ENTRY_SPAN` bytes are taken for it.
         """
-        if call.target is None:
-            return True
-        module = self.modules.find(call.target)
-        match = None if module is None else module.symbolize(call.target)
-        return match is None or match.offset == 0
+        entry = self._entry
+        pc = frame.lookup_pc
+        if entry is None or not entry - _ENTRY_NEAR <= pc < entry + _ENTRY_NEAR:
+            return False
+        found = self._function_at(pc)
+        if found is not None and (found[1] is not None or found[0] >= entry):
+            start, end = found
+            return start <= entry < (end if end is not None else start + 1)
+        return entry <= pc < entry + ENTRY_SPAN
 
     def _function_at(self, address: int) -> tuple[int, int | None] | None:
         """The function holding ``address``: start and end (None: no size) by its symbol.

@@ -2,14 +2,18 @@
 
 Usage: python_parked.py TRUTH_FILE [abort]
 
-Eight threads (the main one included) block in chains that cover what a
+Nine threads (the main one included) block in chains that cover what a
 Python backtrace must get right: a C builtin calling back into Python
 (``sorted`` with a key function, ``map``), a generator, methods (qualified
-names), deep recursion, code compiled at run time, and a function whose name
-is not ASCII.  A reporter thread waits until every other thread has parked
-and their frames stay the same, then writes ``sys._current_frames()`` to
-TRUTH_FILE as JSON — native thread id → [[qualified name, file, line], ...]
-innermost first — prints "ready" and ends; with ``abort`` it calls
+names), deep recursion, code compiled at run time, a function whose name
+is not ASCII, and one with local variables of every simple type.  A reporter
+thread waits until every other thread has parked and their frames stay the
+same, then writes ``sys._current_frames()`` to TRUTH_FILE as JSON — native
+thread id → [[qualified name, file, line], ...] innermost first — and each
+function frame's ``f_locals`` to TRUTH_FILE.locals (native thread id → one
+object per frame, name → ["value", type name, repr] for None, bool, int,
+float, str and bytes, ["object", type name, id] for the rest; null for
+module code), prints "ready" and ends; with ``abort`` it calls
 os.abort() instead of ending, so the kernel writes a core of the parked
 threads next to TRUTH_FILE.  Runs on CPython 3.11 and later.
 """
@@ -23,7 +27,7 @@ import time
 PARKED = threading.Event()
 parked_count = 0
 count_lock = threading.Lock()
-WORKERS = 7
+WORKERS = 8
 
 
 def park_sleeping():
@@ -101,6 +105,26 @@ def ünïcode_函数():
     park_sleeping()
 
 
+def park_with_locals(count, name, *rest, **options):
+    big = 7**90
+    negative = -(2**70)
+    zero = 0
+    ratio = 0.25
+    text = "ünïcödé " * 40  # longer than --locals shows
+    short = "short"
+    data = b"\x00\xffbytes"
+    nothing = None
+    yes = True
+    items = [count, name]
+    holder = Holder()
+
+    def reads_a_cell():
+        return short
+
+    park_waiting()
+    return big, negative, zero, ratio, text, data, nothing, yes, items, holder, reads_a_cell
+
+
 TARGETS = {
     "sorter": sort_with_a_callback,
     "mapper": map_with_a_callback,
@@ -109,6 +133,7 @@ TARGETS = {
     "recursion": lambda: recurse(40),
     "compiled": run_compiled_code,
     "nonascii": ünïcode_函数,
+    "locals": lambda: park_with_locals(3, "name", 4.5, key="value"),
 }
 
 
@@ -118,6 +143,36 @@ def frames_of(frame):
         chain.append([frame.f_code.co_qualname, frame.f_code.co_filename, frame.f_lineno])
         frame = frame.f_back
     return chain
+
+
+SIMPLE = (type(None), bool, int, float, str, bytes)
+
+
+def locals_of(frame):
+    chain = []
+    while frame is not None:
+        optimized = frame.f_code.co_flags & 1  # CO_OPTIMIZED: not module or class-body code
+        chain.append(
+            {
+                name: ["value", type(value).__name__, repr(value)]
+                if type(value) in SIMPLE
+                else ["object", type(value).__name__, id(value)]
+                for name, value in frame.f_locals.items()
+            }
+            if optimized
+            else None
+        )
+        frame = frame.f_back
+    return chain
+
+
+def locals_truth(me):
+    native = {thread.ident: thread.native_id for thread in threading.enumerate()}
+    return {
+        native[ident]: locals_of(frame)
+        for ident, frame in sys._current_frames().items()
+        if ident != me and ident in native
+    }
 
 
 def python_truth(me):
@@ -140,6 +195,9 @@ def report(path, abort):
         if again == truth:
             break
         truth = again
+    with open(path + ".locals.tmp", "w") as stream:
+        json.dump(locals_truth(me), stream)
+    os.rename(path + ".locals.tmp", path + ".locals")
     with open(path + ".tmp", "w") as stream:
         json.dump(truth, stream)
     os.rename(path + ".tmp", path)

@@ -4,9 +4,10 @@ Each target (see ``tests/support/fuzzing.py``) starts from real inputs the
 other tests make: kernel cores and a gcore core, Mach-O files and the cores
 ``tools/macho_core.py`` writes of them, ELF files with
 ``.eh_frame``/``.sframe``/symbols, DWARF 2–5 and compressed debug info, a Go
-program's ``.gopclntab``, the SFrame vectors, compact unwind tables, DWARF
-expressions and GDB remote replies.  Only typed errors may come out, each
-input within its CPU and wall time bounds and its memory bound.
+program's ``.gopclntab`` and scheduler layout (DWARF), the SFrame vectors,
+compact unwind tables, DWARF expressions and GDB remote replies.  Only typed
+errors may come out, each input within its CPU and wall time bounds and its
+memory bound.
 
 ``make test`` (no ``FUZZ_SEED``) draws nothing: it replays every finding ever
 made, pinned as a file under ``tests/fuzz/corpus/TARGET/`` (:func:`test_corpus`),
@@ -43,7 +44,8 @@ SECONDS = float(os.environ.get("FUZZ_SECONDS", "300"))
 FIXED_SEED = 20261126
 FIXED_COUNTS = {
     "kernel-core": 200, "gcore-core": 30, "macho-core": 3000, "macho-file": 3000,
-    "elf-unwind": 4000, "dwarf-lines": 1500, "gopclntab": 8000, "sframe": 50000,
+    "elf-unwind": 4000, "dwarf-lines": 1500, "gopclntab": 8000, "go-runtime": 1000,
+    "sframe": 50000,
     "compact": 20000, "dwarf-expr": 50000, "rsp": 30000,
 }  # fmt: skip
 CORPUS = Path(__file__).parent / "corpus"
@@ -107,6 +109,11 @@ def go_files() -> list[str]:
     return [str(build("go") / "goroutines")]
 
 
+def go_switch_files() -> list[str]:
+    folder = build("go")
+    return [str(folder / "goswitch"), str(folder / "goswitch-dwarf")]
+
+
 def sframe_vectors() -> list[str]:
     return sorted(str(path) for path in SFRAME_VECTORS.glob("*.json"))
 
@@ -119,6 +126,7 @@ TARGETS = {
     "elf-unwind": lambda folder, build: elf_files(build),
     "dwarf-lines": lambda folder, build: dwarf_files(),
     "gopclntab": lambda folder, build: go_files(),
+    "go-runtime": lambda folder, build: go_switch_files(),
     "sframe": lambda folder, build: sframe_vectors(),
     "compact": lambda folder, build: macho_files(),
     "dwarf-expr": lambda folder, build: [],

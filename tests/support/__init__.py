@@ -20,6 +20,7 @@ and starts programs with these helpers).
   dump as ground truth, what a plain backtrace imports, hostile files
 - spaces: a target made of byte buffers, for walks without a process
 - fuzzing: the fuzz campaign's targets and mutator (``python -m tests.support.fuzzing``)
-- debuginfod_probe: a script run in its own network namespace
+- debuginfod_probe, debuginfod_oracles_probe: scripts run in their own network
+  namespace beside a real debuginfod (``--lines``; names against gdb and eu-stack)
 - platform: the integration suite's platform (docker/run-integration)
 """

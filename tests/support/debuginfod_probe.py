@@ -44,11 +44,10 @@ def wait_for_server(url: str) -> None:
 
 def frames_and_problems(pid: int) -> dict:
     debuginfod.forget_run_state()
-    frames, modules = liveunwind_logical_frames(pid)
-    return {
-        "frames": {str(tid): value for tid, value in frames.items()},
-        "problems": [problem for module in modules for problem in module.problems],
-    }
+    problems: list[str] = []
+    frames, modules = liveunwind_logical_frames(pid, problems=problems)
+    problems += [problem for module in modules for problem in module.problems]
+    return {"frames": {str(tid): value for tid, value in frames.items()}, "problems": problems}
 
 
 def main() -> None:

@@ -310,8 +310,17 @@ def _core_target(name: str, paths: list[str], *, compress: bool) -> Target:
 
     def run(data: bytes, which: int) -> None:
         path = scratch.write(data)
-        if compress and _pick(data, 8) == 0:  # one input in eight goes through the gzip reader
+        kind = _pick(data, 8) if compress else -1
+        if kind == 0:  # one input in eight goes through the gzip reader
             path = scratch.write(gzip.compress(data, compresslevel=1), ".gz")
+        elif kind == 1:  # one through the lz4 reader, half of them with a compressed byte flipped
+            import lz4.frame
+
+            packed = bytearray(lz4.frame.compress(data, compression_level=0))
+            if _pick(data, 16) >= 8:
+                at = 7 + zlib.crc32(data[:64]) % max(1, len(packed) - 7)
+                packed[at] ^= 0xFF
+            path = scratch.write(bytes(packed), ".lz4")
         open_core(path, lines=_pick(data, 3) == 0)
 
     return Target(name, bases, hot, run)
@@ -402,7 +411,8 @@ _DWARF_SECTIONS = (
 
 
 def _dwarf_lines_target(paths: list[str]) -> Target:
-    """Units, scopes (inlined calls) and line tables of a pc: what --lines reads."""
+    """Units, scopes (inlined calls) and line tables of a pc: what --lines reads; and the
+    function a pc is in, what names the frames of a module without ``.symtab``."""
     from liveunwind.formats.elf import ElfImage
     from liveunwind.modules.lines import ModuleLines
 
@@ -417,6 +427,7 @@ def _dwarf_lines_target(paths: list[str]) -> Target:
         lines = ModuleLines(ElfImage(data, origin="fuzzed"))
         for pc in probes[which]:
             lines.locate(pc)
+            lines.info.function_at(pc)
 
     return Target("dwarf-lines", bases, hot, run)
 
@@ -452,6 +463,22 @@ def _gopclntab_target(paths: list[str]) -> Target:
             table.rule_for(pc)
 
     return Target("gopclntab", [data], [[(0, min(len(data), 1 << 16)), (0, len(data))]], run)
+
+
+def _go_runtime_target(paths: list[str]) -> Target:
+    """A Go program's scheduler layout: runtime.allm and its structures' members from DWARF."""
+    from liveunwind.formats.elf import ElfImage
+    from liveunwind.modules.goruntime import read_runtime
+    from liveunwind.modules.lines import ModuleLines
+
+    bases = [Path(path).read_bytes() for path in paths]
+    hot = [elf_regions(base, (".debug_info", ".debug_abbrev", ".symtab")) for base in bases]
+
+    def run(data: bytes, which: int) -> None:
+        image = ElfImage(data, origin="fuzzed")
+        read_runtime(image, lambda: ModuleLines(image))
+
+    return Target("go-runtime", bases, hot, run)
 
 
 def _sframe_target(paths: list[str]) -> Target:
@@ -580,6 +607,7 @@ BUILDERS: dict[str, Callable[[list[str]], Target]] = {
     "elf-unwind": _elf_file_target,
     "dwarf-lines": _dwarf_lines_target,
     "gopclntab": _gopclntab_target,
+    "go-runtime": _go_runtime_target,
     "sframe": _sframe_target,
     "compact": _compact_target,
     "dwarf-expr": _dwarf_expression_target,

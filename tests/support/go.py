@@ -1,12 +1,14 @@
-"""Go's function table read from a Go program, as the Go tests check it."""
+"""Go's function table: read from a Go program, or built from the layout facts (unit tests)."""
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 from liveunwind.arch import arch_by_name
+from liveunwind.formats import leb128
 from liveunwind.formats.elf import ElfImage
-from liveunwind.formats.unwind.gopclntab import GoPclnTab
+from liveunwind.formats.unwind.gopclntab import MAGIC_GO116, MAGIC_GO120, GoPclnTab
 
 
 def go_table(path: Path) -> tuple[GoPclnTab, ElfImage]:
@@ -15,3 +17,61 @@ def go_table(path: Path) -> tuple[GoPclnTab, ElfImage]:
     data = image.contents(image.sections[".gopclntab"])
     assert data is not None
     return GoPclnTab(data, arch_by_name("x86_64"), image.sections[".text"].address), image
+
+
+#: Where the text of a built table starts (the tables of Go 1.18 on count from it).
+TEXT = 0x401000
+
+
+def pcsp_table(rows: list[tuple[int, int]]) -> bytes:
+    """A pc-value table: (value, bytes of code it covers) rows, from value -1."""
+    out, previous = bytearray(), -1
+    for value, length in rows:
+        delta = value - previous
+        out += leb128.encode_unsigned(delta * 2 if delta >= 0 else -delta * 2 - 1)
+        out += leb128.encode_unsigned(length)
+        previous = value
+    return bytes(out + b"\0")
+
+
+def build_pclntab(
+    magic: int, functions: list[tuple[int, int, str, int, list[tuple[int, int]]]]
+) -> bytes:
+    """A .gopclntab of ``magic``'s layout: (entry, end, name, flag, pcsp rows) per function."""
+    go116 = magic == MAGIC_GO116
+    names, pctab = bytearray(), bytearray(b"\0")
+    name_offsets, pcsp_offsets = [], []
+    for _entry, _end, name, _flag, rows in functions:
+        name_offsets.append(len(names))
+        names += name.encode() + b"\0"
+        pcsp_offsets.append(len(pctab))
+        pctab += pcsp_table(rows)
+    header_size = 8 + (7 if go116 else 8) * 8
+    names_at = header_size
+    pctab_at = names_at + len(names)
+    functab_at = pctab_at + len(pctab)
+    slot = 8 if go116 else 4
+    count = len(functions)
+    records, record_offsets = bytearray(), []
+    for index, (entry, _end, _name, flag, _rows) in enumerate(functions):
+        record_offsets.append((2 * count + 1) * slot + len(records))
+        record = struct.pack("<Q", entry) if go116 else struct.pack("<I", entry - TEXT)
+        fields = [name_offsets[index], 0, 0, pcsp_offsets[index], 0, 0, 0, 0]
+        record += struct.pack("<iIIIIIII", *fields)
+        if magic == MAGIC_GO120:
+            record += struct.pack("<i", 7)  # startLine
+        record += bytes([0, flag, 0, 0])  # funcID, flag, padding, nfuncdata
+        records += record + b"\0" * (-len(record) % 8)
+    pack = "<Q" if go116 else "<I"
+    functab = bytearray()
+    for (entry, _end, *_rest), offset in zip(functions, record_offsets):
+        functab += struct.pack(pack, entry if go116 else entry - TEXT)
+        functab += struct.pack(pack, offset)
+    end = functions[-1][1]
+    functab += struct.pack(pack, end if go116 else end - TEXT)
+    header = struct.pack("<IBBBB", magic, 0, 0, 1, 8)
+    if go116:
+        header += struct.pack("<7Q", count, 0, names_at, 0, 0, pctab_at, functab_at)
+    else:
+        header += struct.pack("<8Q", count, 0, TEXT, names_at, 0, 0, pctab_at, functab_at)
+    return header + bytes(names) + bytes(pctab) + bytes(functab) + bytes(records)

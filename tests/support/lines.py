@@ -60,13 +60,19 @@ def file_mappings(pid: int) -> list[tuple[int, int, str]]:
 
 
 def liveunwind_logical_frames(
-    pid: int, debug_dirs: tuple[str, ...] = DEFAULT_DEBUG_DIRS
+    pid: int, debug_dirs: tuple[str, ...] = DEFAULT_DEBUG_DIRS, problems: list[str] | None = None
 ) -> tuple[LogicalFrames, list[FileModule]]:
-    """Every thread's physical frames with their logical frames, as liveunwind finds them."""
+    """Every thread's physical frames with their logical frames, as liveunwind finds them.
+
+    ``problems``, if given, receives the backtrace's own (a debug file the
+    backtrace fetched for names is then the line engine's too, without a word).
+    """
     from liveunwind import attach
     from liveunwind.modules.lines import locate
 
     backtrace = attach(pid)
+    if problems is not None:
+        problems.extend(backtrace.problems)
     mappings = file_mappings(pid)
     modules: dict[str, FileModule] = {}
     result: LogicalFrames = {}

@@ -125,6 +125,7 @@ def gdb_backtraces(
     max_frames: int = 0,
     sysroot: str | None = None,
     executable: str | None = None,
+    debuginfod: bool = False,
 ) -> Backtraces:
     """Every thread's frames of live process ``pid`` as gdb unwinds them.
 
@@ -132,8 +133,11 @@ def gdb_backtraces(
     ``max_frames`` limits frames per thread (0: no limit). ``sysroot`` is where
     gdb finds the process's libraries (``/proc/PID/root`` for a chroot), and
     ``executable`` the program when gdb cannot (``/proc/PID/exe`` in a chroot).
+    With ``debuginfod`` gdb asks the servers of ``DEBUGINFOD_URLS`` for debug files.
     """
     setup = [f"set sysroot {sysroot}"] if sysroot else []
+    if debuginfod:
+        setup.append("set debuginfod enabled on")
     program = [executable] if executable else []
     argv = [*_gdb_argv(gdb, max_frames, setup), "-ex", "detach", *program, "-p", str(pid)]
     return parse_gdb(_run(argv))

@@ -25,7 +25,7 @@ PROGRAM = DATA / "python_parked.py"
 SID_ROOT = Path(os.environ.get("LIVEUNWIND_SID_ROOT", "/var/cache/liveunwind/sid-rootfs"))
 #: Where the program and its truth go inside a chroot (and, for the host, under tmp_path).
 INSIDE = Path("/tmp/liveunwind-python")
-THREADS = 8
+THREADS = 9
 START_TIMEOUT = 60.0
 
 Truth = dict[int, list[tuple[str, str, int | None]]]
@@ -79,6 +79,9 @@ PYTHONS = [
     Python("debian-stripped", "/usr/bin/python3", debug=False),
     *_pyenv_pythons(),
     Python("sid", "/usr/bin/python3", root=SID_ROOT),
+    Python("sid-3.15", "/usr/bin/python3.15", root=SID_ROOT),
+    # Free-threaded (--disable-gil), built from Debian's source by make freethreaded-python.
+    Python("sid-3.13t", "/opt/python3.13t/bin/python3.13t", root=SID_ROOT),
 ]
 
 
@@ -86,10 +89,10 @@ def available(python: Python) -> None:
     """Skips the test, saying why, when ``python`` cannot run here."""
     if os.geteuid() != 0:
         pytest.skip("ptrace of other processes and chroot need root")
-    if python.root is not None and not (python.root / "usr/bin/python3").exists():
+    if python.root is not None and not python.host_path(Path(python.executable)).exists():
         pytest.skip(
-            f"no python3 in the Debian sid root file system at {python.root} "
-            "(make sid-rootfs builds it; apt-get install python3 inside it adds Python)"
+            f"no {python.executable} in the Debian sid root file system at {python.root} "
+            "(make sid-rootfs builds it and installs the Pythons the tests run)"
         )
     if python.root is None and not Path(python.executable).exists():
         pytest.skip(f"{python.executable} is not installed")
@@ -127,6 +130,11 @@ class Parked:
             int(tid): [tuple(frame) for frame in frames]  # type: ignore[misc]
             for tid, frames in json.loads(self.truth_path.read_text()).items()
         }
+        #: Each thread's frames' f_locals, innermost first (see python_parked.py).
+        self.locals_truth: dict[int, list[dict[str, list[object]] | None]] = {
+            int(tid): frames
+            for tid, frames in json.loads(Path(f"{self.truth_path}.locals").read_text()).items()
+        }
         if abort:
             self.process.wait(timeout=START_TIMEOUT)
         else:
@@ -156,3 +164,57 @@ class Parked:
         self.process.wait()
         if self.process.stdout is not None:
             self.process.stdout.close()
+
+
+# -- other programs that write their own truth ----------------------------------------
+
+
+class Started:
+    """A program of tests/data run under ``python`` with a truth path; ready once it says so.
+
+    Copied into ``folder`` as the interpreter sees it (inside its root), run
+    as ``PROGRAM TRUTH_FILE [abort]``; ``truth_file(suffix)`` is where a file
+    it wrote is on the host.  With ``abort`` the program ends in os.abort()
+    and ``core`` is the core the kernel wrote beside it.
+    """
+
+    def __init__(self, python: Python, program: Path, folder: Path, *, abort: bool = False) -> None:
+        self.python = python
+        self.host = python.host_path(folder)
+        shutil.rmtree(self.host, ignore_errors=True)
+        self.host.mkdir(parents=True)
+        shutil.copy(program, self.host / program.name)
+        self.process = subprocess.Popen(
+            python.argv(str(folder / program.name), str(folder / "truth"), *(["abort"] * abort)),
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            cwd=self.host,
+            preexec_fn=unlimited_core if abort else None,
+        )
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if line != b"ready\n":
+            self.stop()
+            raise RuntimeError(f"{python}: {program.name} printed {line!r}")
+        if abort:
+            self.process.wait(timeout=START_TIMEOUT)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def truth_file(self, suffix: str = "") -> Path:
+        return self.host / f"truth{suffix}"
+
+    @property
+    def core(self) -> Path:
+        (core,) = [path for path in self.host.glob("core*") if path.is_file()]
+        return core
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        shutil.rmtree(self.host, ignore_errors=True)

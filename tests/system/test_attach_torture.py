@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 
 from liveunwind.targets.live import procfs
+from tests.support.interrupts import assert_let_go, python_start_up
 from tests.support.paths import ROOT, TESTPROGS
 from tests.support.programs import RunningProgram, start_command
-from tests.support.waits import wait_until
 
 FORK_EXEC = r"""
 #include "tp.h"
@@ -95,18 +95,6 @@ int main(int argc, char **argv)
 """
 
 
-def python_start_up(stderr: str) -> bool:
-    """What Python itself prints when SIGINT comes before any of liveunwind's code runs.
-
-    While it starts (``site``, ``runpy``) Python dies of SIGINT or says
-    "Fatal Python error"; its traceback then names none of liveunwind's
-    files (docs/hostile-input.md: what liveunwind promises, and from when).
-    """
-    return "Fatal Python error" in stderr or (
-        "Traceback" in stderr and "/liveunwind/" not in stderr
-    )
-
-
 @pytest.fixture(scope="module")
 def programs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("torture")
@@ -130,25 +118,6 @@ def liveunwind(pid: int, *args: str) -> subprocess.Popen[str]:
         cwd="/",
         env=dict(os.environ, PYTHONPATH=str(ROOT)),
     )
-
-
-def held(pid: int) -> dict[int, tuple[str, int]]:
-    """Threads of ``pid`` that are traced or stopped: tid → (state, TracerPid)."""
-    found = {}
-    for tid in procfs.list_tids(pid):
-        try:
-            state = procfs.read_stat(f"/proc/{pid}/task/{tid}/stat").state
-            tracer = procfs.tracer_of(pid, tid)
-        except OSError:
-            continue  # it exited meanwhile
-        if tracer or state in "tT":
-            found[tid] = (state, tracer)
-    return found
-
-
-def assert_let_go(pid: int) -> None:
-    """Nothing traced or stopped; a thread still on its way out of a stop gets a moment."""
-    wait_until(lambda: not held(pid), 1, f"threads of {pid} let go; still held: {held(pid)}")
 
 
 def run_to_the_end(pid: int, *args: str) -> subprocess.CompletedProcess[str]:

@@ -516,18 +516,63 @@ def test_bzip2_core_gives_the_same_backtrace(kernel_core, tmp_path) -> None:
     assert result.stdout == run_cli(str(core), exe).stdout
 
 
-def test_lz4_core_is_refused_with_what_to_do(kernel_core, tmp_path) -> None:
-    """systemd-coredump's older default: no lz4 in the standard library, so say how to unpack it."""
+def test_lz4_core_gives_the_same_backtrace(kernel_core, tmp_path) -> None:
+    """systemd-coredump's older default: an lz4 frame made by the real lz4 tool, by its magic."""
     if shutil.which("lz4") is None:
         pytest.skip("the lz4 command is not installed")
     core = kernel_core("crash-O2", "thread")
+    exe = str(CRASH / "build" / "crash-O2")
+    plain = open_core(str(core), exe)
     packed = tmp_path / "core.lz4"
     subprocess.run(["lz4", "-q", "-1", str(core), str(packed)], check=True)
-    unnamed = tmp_path / "core"
+    # The frame's other options: 64 KiB linked blocks, the content size in the header.
+    linked = tmp_path / "core-linked.lz4"
+    options = ["-B4", "-BD", "--content-size"]
+    subprocess.run(["lz4", "-q", *options, str(core), str(linked)], check=True)
+    unnamed = tmp_path / "core-without-suffix"
     shutil.copy(packed, unnamed)
-    for path in (packed, unnamed):
-        words = ("lz4-compressed", f"lz4 -d {path}", ".gz", ".xz", ".zst", ".bz2")
-        assert_one_line_error(run_cli(str(path)), 2, *words)
+    for path in (packed, linked, unnamed):
+        backtrace = open_core(str(path), exe)
+        assert pcs_by_tid(backtrace) == pcs_by_tid(plain)
+        assert backtrace.crash == plain.crash
+        assert backtrace.problems == plain.problems
+    result = run_cli(str(packed), exe)
+    assert result.returncode in (0, 1) and "Signal: SIGSEGV" in result.stdout, result.stderr
+    assert result.stdout == run_cli(str(core), exe).stdout
+
+
+def test_cut_or_corrupt_lz4_core(kernel_core, tmp_path) -> None:
+    """A bad lz4 frame ends the core where it became unreadable: one line or a truncated core."""
+    if shutil.which("lz4") is None:
+        pytest.skip("the lz4 command is not installed")
+    core = kernel_core("crash-O2", "thread")
+    exe = str(CRASH / "build" / "crash-O2")
+    packed = subprocess.run(["lz4", "-q", "-1", "-c", str(core)], capture_output=True, check=True)
+    raw = packed.stdout
+    early = tmp_path / "early.lz4"
+    early.write_bytes(raw[:30])
+    assert_one_line_error(run_cli(str(early), exe), 2, "lz4-compressed", "cut or corrupt")
+    smashed = tmp_path / "smashed.lz4"
+    smashed.write_bytes(raw[:4] + bytes(64) + raw[68:])
+    assert_one_line_error(run_cli(str(smashed), exe), 2, "lz4-compressed", "cut or corrupt")
+    half = len(raw) // 2
+    corrupt = bytearray(raw)
+    corrupt[half : half + 100] = bytes(100)
+    for name, data in (("cut.lz4", raw[:half]), ("corrupt.lz4", bytes(corrupt))):
+        path = tmp_path / name
+        path.write_bytes(data)
+        result = run_cli(str(path), exe)
+        assert result.returncode == 1 and result.stderr == "", result.stderr
+        assert "Signal: SIGSEGV" in result.stdout
+        assert "note: the core is truncated" in result.stdout
+
+
+def test_a_file_in_no_form_read_names_every_form(tmp_path) -> None:
+    """The refusal lists plain and every compression a core may come in."""
+    path = tmp_path / "core.7z"
+    path.write_bytes(b"7z\xbc\xaf\x27\x1c" + bytes(100))
+    words = ("not an ELF file", "plain", ".gz", ".xz", ".zst", ".bz2", ".lz4")
+    assert_one_line_error(run_cli(str(path)), 2, *words)
 
 
 def test_cut_or_corrupt_bzip2_core(kernel_core, tmp_path) -> None:

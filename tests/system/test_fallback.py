@@ -218,3 +218,66 @@ def test_split_debug_info_gives_symbols_and_cfi(tmp_path: Path, how: str) -> Non
     methods = {frame.method for frame in chain.frames if frame.function in CHAIN[1:]}
     # build-id and debuglink bring .debug_frame; MiniDebugInfo brings names only.
     assert methods == ({Method.SCAN} if how == "minidebuginfo" else {Method.CFI})
+
+
+def _guesses(fallback_build: Path) -> Backtrace:
+    if not (fallback_build / "guesses").exists():
+        pytest.skip("guesses is x86_64 only")
+    with start_program(fallback_build, "guesses") as program:
+        return liveunwind.attach(program.pid, verbose=True)
+
+
+def test_a_scan_passes_over_return_addresses_of_calls_the_function_made(
+    fallback_build: Path,
+) -> None:
+    """stale_asm's frame holds return addresses of its own earlier calls below its real one."""
+    thread = thread_named(_guesses(fallback_build), "stale")
+    assert own_frames(thread, "guesses") == [
+        "stale_block",
+        "stale_asm",
+        "stale_caller",
+        "stale_main",
+    ]
+    caller = next(frame for frame in thread.frames if frame.function == "stale_caller")
+    assert caller.method is Method.SCAN
+    # How the caller was found, and which candidates were refused: stale_helper's
+    # return address after its call of getpid (through its PLT entry), stale_asm's
+    # after its call of stale_helper.
+    refused = [note for note in caller.notes if note.startswith("scan: [")]
+    assert len(refused) == 2, caller.notes
+    assert "(through the PLT entry" in refused[0] and "not to the function at" in refused[0]
+    assert "not to the function at" in refused[1]
+    assert thread.complete, thread.stop_text
+
+
+def test_a_frame_pointer_step_does_not_skip_the_caller_of_a_leaf(fallback_build: Path) -> None:
+    """push_leaf pushed a word under fp_middle's frame record: the record returns to fp_outer."""
+    thread = thread_named(_guesses(fallback_build), "pushleaf")
+    assert own_frames(thread, "guesses") == ["push_leaf", "fp_middle", "fp_outer", "pushleaf_main"]
+    leaf, middle = thread.frames[0], thread.frames[1]
+    if leaf.offset:  # past its push (it is caught there but for a moment after "ready")
+        assert middle.method is Method.SCAN
+        assert any("frame pointer: the step would pass over" in note for note in middle.notes)
+    assert thread.complete, thread.stop_text
+
+
+def test_a_walk_that_guessed_is_not_complete_on_a_zero_return_address(
+    fallback_build: Path,
+) -> None:
+    """zero_outer's CFI reads the 0 run_on_stack pushed, but a scan placed zero_outer's frame."""
+    thread = thread_named(_guesses(fallback_build), "zero")
+    assert own_frames(thread, "guesses") == ["zero_block", "zero_asm", "zero_outer"]
+    assert thread.frames[-1].method is Method.SCAN
+    assert thread.stop_reason is StopReason.NO_OUTERMOST_FRAME
+    assert not thread.complete
+    assert "after a guessed frame" in thread.stop_detail
+
+
+def test_the_entry_function_is_the_outermost_frame(fallback_build: Path) -> None:
+    """nofp-noeh's _start has no CFI: the walk ends there, complete, as gdb's and eu-stack's do."""
+    with start_program(fallback_build, "nofp-noeh") as program:
+        backtrace = liveunwind.attach(program.pid)
+    main = next(thread for thread in backtrace.threads if thread.tid == program.pid)
+    assert main.frames[-1].function == "_start"
+    assert main.complete and "entry function" in main.stop_detail, main.stop_text
+    assert backtrace.complete

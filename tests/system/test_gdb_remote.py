@@ -8,10 +8,12 @@ afterwards (it answers SIGUSR2 with "alive", which a target still held by a
 debugger cannot), and the protocol round trips.
 
 QEMU 7.2 user mode serves a single debugger connection for the life of the
-process and ignores ^C while the guest runs: the tests stop the target by
-sending the QEMU process SIGUSR1 (remote.c ignores it), and gdb-multiarch
-gets its own QEMU running the same program — QEMU places everything at the
-same addresses every run, so the pcs must be the same.  gdbserver serves
+process (a second connection is never accepted: measured) and ignores ^C
+while the guest runs: the tests stop a parked target by sending the QEMU
+process SIGUSR1 (remote.c ignores it), liveunwind stops a running one by
+sending QEMU SIGINT itself, and gdb-multiarch gets its own QEMU running the
+same program — QEMU places everything at the same addresses every run, so
+the pcs must be the same.  gdbserver serves
 liveunwind first and plain gdb attaches to the very same process afterwards.
 
 The command's error path uses a scripted stub that never answers; the
@@ -24,20 +26,23 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from liveunwind.backtrace.remote import gdb_remote
 from liveunwind.cli.report import format_json
 from liveunwind.errors import UsageError
-from liveunwind.frames import Backtrace
+from liveunwind.frames import Backtrace, StopReason
 from liveunwind.targets.remote.connection import RemoteError
 from tests.support.assertions import assert_matches_gdb
 from tests.support.oracles import (
@@ -53,12 +58,19 @@ from tests.support.ports import free_port, wait_listening
 from tests.support.programs import RunningProgram, start_program
 from tests.support.schema import VALIDATOR
 from tests.support.stubs import GdbServer, ScriptedStub, silent, tool
+from tests.support.waits import wait_until
 
 #: Each thread's chain in remote.c, innermost first.
 CHAINS = {
     "main": ["wait_3", "wait_2", "wait_1", "main"],
     "sleeper": ["sleep_3", "sleep_2", "sleep_1", "start"],
     "reader": ["read_2", "read_1", "start"],
+}
+#: The chains of ``remote spin``: a spinner instead of the reader.
+SPIN_CHAINS = {
+    "main": CHAINS["main"],
+    "sleeper": CHAINS["sleeper"],
+    "spinner": ["spin_2", "spin_1", "start"],
 }
 #: Seconds a stub may take to serve a whole backtrace; the program gets ready well within.
 SERVE_TIMEOUT = 30.0
@@ -73,9 +85,9 @@ def functions(thread_frames: list[str | None]) -> list[str]:
     return [name or "??" for name in thread_frames]
 
 
-def role_of(names: list[str]) -> str:
+def role_of(names: list[str], chains: dict[str, list[str]] = CHAINS) -> str:
     """Which of remote.c's threads ``names`` belong to: its chain appears in them, in order."""
-    roles = [role for role, chain in CHAINS.items() if _contains(names, chain)]
+    roles = [role for role, chain in chains.items() if _contains(names, chain)]
     assert len(roles) == 1, f"not exactly one known chain in {names}"
     return roles[0]
 
@@ -86,14 +98,16 @@ def _contains(names: list[str], chain: list[str]) -> bool:
 
 def assert_known_chains(backtrace: Backtrace) -> dict[str, list[int]]:
     """Every thread walks to the end of its stack through its chain; returns pcs by role."""
-    by_role = {}
+    by_role, names_by_role = {}, {}
     for thread in backtrace.threads:
         names = functions([frame.function for frame in thread.frames])
         assert thread.complete, f"thread {thread.tid} stopped early: {thread.stop_text}\n{names}"
         by_role[role_of(names)] = [frame.pc for frame in thread.frames]
+        names_by_role[role_of(names)] = names
     assert set(by_role) == set(CHAINS), by_role
-    main = [frame.function for frame in backtrace.threads[0].frames]
-    assert main[-1] == "_start", main
+    # The main thread by its chain: the thread QEMU reports first is the one
+    # the stopping signal landed on, any of the three.
+    assert names_by_role["main"][-1] == "_start", names_by_role["main"]
     return by_role
 
 
@@ -109,23 +123,25 @@ def assert_alive(program: RunningProgram, pid: int | None = None) -> None:
 class QemuStub:
     """``qemu-ARCH -g PORT`` running a test program; stopped with SIGUSR1 once it is ready."""
 
-    def __init__(self, arch: str, exe: Path, *args: str) -> None:
+    def __init__(self, arch: str, exe: Path, *args: str, **popen: Any) -> None:
+        """``popen`` adds ``subprocess.Popen`` arguments for QEMU."""
         self.port = free_port()
         sysroot = ["-L", str(AARCH64_SYSROOT)] if arch == "aarch64" else []
         self.program = RunningProgram(
-            Path(tool(f"qemu-{arch}")), ["-g", str(self.port), *sysroot, str(exe), *args]
+            Path(tool(f"qemu-{arch}")), ["-g", str(self.port), *sysroot, str(exe), *args], **popen
         )
         wait_listening(self.port)
 
-    def stop_when_ready(self) -> threading.Thread:
+    def stop_when_ready(self, busy: tuple[str, ...] = ()) -> threading.Thread:
         """In the background: wait until the guest is parked, then stop it with SIGUSR1.
 
         Parked: it printed "ready" and every thread of QEMU sleeps (the guest's
-        threads are QEMU's), so each is in the blocking call its chain ends in.
+        threads are QEMU's) but the ``busy`` ones, so each is in the blocking
+        call its chain ends in.
         """
 
         def stop() -> None:
-            self.program.wait_ready((), SERVE_TIMEOUT)
+            self.program.wait_ready(busy, SERVE_TIMEOUT)
             os.kill(self.program.pid, signal.SIGUSR1)
 
         thread = threading.Thread(target=stop, daemon=True)
@@ -186,9 +202,9 @@ def test_qemu_x86_64_known_chains(remote_build: Path) -> None:
     assert 0 < stats["round_trips"] <= MAX_ROUND_TRIPS, stats
 
 
-def gdb_multiarch_backtraces(stub: QemuStub, exe: Path) -> Backtraces:
+def gdb_multiarch_backtraces(stub: QemuStub, exe: Path, busy: tuple[str, ...] = ()) -> Backtraces:
     """gdb-multiarch on its own QEMU: connect, continue until SIGUSR1, print frames, detach."""
-    stopper = stub.stop_when_ready()
+    stopper = stub.stop_when_ready(busy)
     argv = [
         tool("gdb-multiarch"), "-batch", "-nx",
         "-iex", "set debuginfod enabled off",
@@ -330,20 +346,118 @@ def test_interrupted_while_waiting_still_detaches(remote_build: Path) -> None:
 # -- bounded failures -------------------------------------------------------------
 
 
-def test_qemu_user_mode_gets_no_interrupt(remote_build: Path) -> None:
-    """QEMU user mode stops a running guest only at a signal: a bounded error, and it runs on.
+class Forwarder:
+    """A TCP relay in this process to a stub's port, as socat or ``ssh -L`` would be."""
 
-    No ^C is sent: QEMU 7.2 would leave it unread and die of SIGPIPE at the
-    guest's next signal once liveunwind has hung up.
+    def __init__(self, port: int) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._target = port
+        self._thread = threading.Thread(target=self._relay, daemon=True)
+        self._thread.start()
+
+    def _relay(self) -> None:
+        with (
+            self._listener.accept()[0] as near,
+            socket.create_connection(("127.0.0.1", self._target)) as far,
+        ):
+            ends = {near: far, far: near}
+            while True:
+                readable, _, _ = select.select(list(ends), [], [], 60)
+                if not readable:
+                    return
+                for end in readable:
+                    data = end.recv(65536)
+                    if not data:
+                        return
+                    ends[end].sendall(data)
+
+    def __enter__(self) -> Forwarder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._listener.close()
+        self._thread.join(timeout=5)
+
+
+def test_qemu_behind_a_relay_is_not_signalled(remote_build: Path) -> None:
+    """The port's owner is not QEMU (a relay): no signal is sent, a bounded error, it runs on.
+
+    No ^C is sent either: QEMU 7.2 would leave it unread and die of SIGPIPE
+    at the guest's next signal once liveunwind has hung up.  The relay is
+    this test's own process, which a SIGINT would interrupt.
     """
-    with QemuStub("x86_64", remote_build / "build" / "remote-O2") as stub:
+    exe = remote_build / "build" / "remote-O2"
+    with QemuStub("x86_64", exe) as stub, Forwarder(stub.port) as relay:
         started = time.monotonic()
-        with pytest.raises(RemoteError, match="QEMU user mode does not stop a running guest"):
-            gdb_remote(f"127.0.0.1:{stub.port}", after=1.0, timeout=1.0)
+        with pytest.raises(RemoteError, match="is not QEMU") as error:
+            gdb_remote(f"127.0.0.1:{relay.port}", after=1.0, timeout=1.0)
+        assert "QEMU user mode does not stop a running guest" in str(error.value)
+        assert f"pid {os.getpid()}" in str(error.value)
         assert time.monotonic() - started < 5
         stub.program.wait_for_line(b"ready\n", time.monotonic() + 10)
         assert_alive(stub.program)
         assert_alive(stub.program)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system time the process has used so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_qemu_running_guest_stopped_by_sigint_to_qemu(remote_build: Path) -> None:
+    """QEMU 7.2 ignores ^C: SIGINT to its process stops the guest, which runs on without it.
+
+    The guest spins in one thread; liveunwind lets it run, stops it through
+    QEMU's process, and lets it go.  gdb-multiarch reads its own QEMU (QEMU
+    7.2 never serves a second connection): every frame but frame 0, which
+    moves, has the same pc.  Afterwards the spinner still burns CPU and the
+    guest answers SIGUSR2, so SIGINT never reached it.
+    """
+    tool("aarch64-linux-gnu-gcc")
+    exe = remote_build / "build-aarch64" / "remote-O2"
+    with QemuStub("aarch64", exe, "spin") as stub:
+        oracle = gdb_multiarch_backtraces(stub, exe, busy=("spinner",))
+    theirs = {
+        role_of(functions([f.name for f in frames]), SPIN_CHAINS): frames
+        for frames in oracle.values()
+    }
+    with QemuStub("aarch64", exe, "spin") as stub:
+        backtrace = gdb_remote(
+            f"127.0.0.1:{stub.port}", sysroot=str(AARCH64_SYSROOT), after=3.0, verbose=True
+        )
+        stub.program.wait_for_line(b"ready\n", time.monotonic() + 10)
+        running = cpu_seconds(stub.program.pid)
+        # A busy machine gives the spinner a few percent of a core: any progress counts.
+        wait_until(
+            lambda: cpu_seconds(stub.program.pid) > running + 0.05, 30, "the guest to spin on"
+        )
+        assert_alive(stub.program)
+        assert stub.program.popen.poll() is None
+    how = f"the target was stopped by SIGINT sent to QEMU (pid {stub.program.pid})"
+    assert any(problem.startswith(how) for problem in backtrace.problems), backtrace.problems
+    # QEMU user mode stops only the thread the signal landed on (the kernel
+    # offers it to the main thread first); a spinner that ran on while its
+    # registers were read is reported running, without frames.
+    ours, running = {}, []
+    for thread in backtrace.threads:
+        names = functions([frame.function for frame in thread.frames])
+        if not thread.frames:
+            assert thread.stop_reason is StopReason.NOT_STOPPED, thread.stop_text
+            assert thread.state.startswith("running: QEMU user mode stops only"), thread.state
+            running.append(thread.tid)
+            continue
+        assert thread.complete, f"{thread.tid}: {thread.stop_text} {names}"
+        ours[role_of(names, SPIN_CHAINS)] = thread.frames
+    assert set(ours) | ({"spinner"} if running else set()) == set(SPIN_CHAINS), ours
+    assert len(running) <= 1
+    # Frame 0 moves: the spinner's, and a system call's, which QEMU rewinds to
+    # the svc to restart it when the signal lands on that thread.
+    for role, frames in ours.items():
+        assert [f.pc for f in frames[1:]] == pcs(theirs[role])[1:], role
+        assert frames[0].function == theirs[role][0].name, role
+        assert abs(frames[0].pc - theirs[role][0].pc) <= (0x100 if role == "spinner" else 4)
 
 
 # -- the command --------------------------------------------------------------------------

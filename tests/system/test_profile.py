@@ -214,7 +214,7 @@ def test_the_burning_thread_is_in_its_hot_function(run: Run, profiled: Profiled)
 def test_the_folded_file_puts_the_burners_samples_under_its_hot_function(
     run: Run, profiled: Profiled
 ) -> None:
-    label = f"burner-{profiled.tids['burner']}"
+    label = "burner"  # threads are counted by name (--per-thread: burner-TID)
     under: Counter[str] = Counter()
     for line in run.folded.splitlines():
         stack, _, count = line.rpartition(" ")
@@ -226,7 +226,7 @@ def test_the_folded_file_puts_the_burners_samples_under_its_hot_function(
     assert under["all"] == run.document["samples"]
     assert under["spin_hot"] >= 0.9 * under["all"], under
     threads = {line.partition(";")[0] for line in run.folded.splitlines()}
-    assert threads == {f"{t['name']}-{t['tid']}" for t in run.document["threads"]}
+    assert threads == {t["name"] for t in run.document["threads"]}
 
 
 # -- the flame graph --------------------------------------------------------------------
@@ -238,7 +238,7 @@ def test_the_svg_names_the_hot_functions(run: Run, profiled: Profiled) -> None:
     titles = [element.text or "" for element in root.iter(f"{namespace}title")]
     names = {title[: title.rindex(" (")] for title in titles}
     assert {"spin_hot", "burner_main", "third_busy", "sleep_forever"} <= names
-    assert f"burner-{profiled.tids['burner']}" in names
+    assert "burner" in names
     (everything,) = [title for title in titles if title.startswith("all (")]
     assert everything.startswith(f"all ({run.document['samples'] * 4} samples, 100.00%)")
     assert "http" not in run.svg.read_text().replace("http://www.w3.org/2000/svg", "")
@@ -364,6 +364,21 @@ def test_lines_and_merge(profiled: Profiled, tmp_path: Path) -> None:
     assert "sleeper" not in result.stdout
 
 
+def test_per_thread_keeps_each_thread_apart(profiled: Profiled, tmp_path: Path) -> None:
+    folded = tmp_path / "per-thread.folded"
+    result = cli(
+        "profile", str(profiled.pid), "--duration", "0.5", "--per-thread", "--json",
+        "--collapsed-out", str(folded),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    VALIDATOR.validate(document)
+    assert document["per_thread"] and document["threads_folded"] == 0
+    labels = {line.partition(";")[0] for line in folded.read_text().splitlines()}
+    assert labels == {f"{t['name']}-{t['tid']}" for t in document["threads"]}
+    assert f"burner-{profiled.tids['burner']}" in labels
+
+
 SPINNING = """
 import threading
 
@@ -397,7 +412,7 @@ def test_python_frames_sit_on_the_eval_loop_that_runs_them(tmp_path: Path) -> No
         assert program.stdout is not None and program.stdout.readline() == b"ready\n"
         result = cli(
             "profile", str(program.pid), "--python", "--duration", "1",
-            "--collapsed-out", str(folded), "--json",
+            "--collapsed-out", str(folded), "--json", "--per-thread",
         )  # fmt: skip
     finally:
         program.kill()
@@ -406,6 +421,7 @@ def test_python_frames_sit_on_the_eval_loop_that_runs_them(tmp_path: Path) -> No
     document = json.loads(result.stdout)
     VALIDATOR.validate(document)
     # How many samples there are depends on the machine's load; where they fall does not.
+    # (Both threads are named python3: --per-thread keeps the worker apart from main.)
     threads = document["threads"]
     worker = sum(thread["samples"] for thread in threads if thread["tid"] != program.pid)
     spinning = 0

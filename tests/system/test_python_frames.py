@@ -818,6 +818,7 @@ int main(void) {
 #if PY_VERSION_HEX < 0x030D0000
     P("runtime_interpreters_head", offsetof(_PyRuntimeState, interpreters.head));
     P("interp_next", offsetof(PyInterpreterState, next));
+    P("interp_id", offsetof(PyInterpreterState, id));
     P("interp_threads_head", offsetof(PyInterpreterState, threads.head));
     P("tstate_next", offsetof(PyThreadState, next));
     P("tstate_interp", offsetof(PyThreadState, interp));
@@ -847,10 +848,25 @@ int main(void) {
     P("compact_size", sizeof(PyCompactUnicodeObject));
     P("bytes_size", offsetof(PyBytesObject, ob_base.ob_size));
     P("bytes_sval", offsetof(PyBytesObject, ob_sval));
+    P("frame_localsplus", offsetof(_PyInterpreterFrame, localsplus));
+    P("code_flags", offsetof(PyCodeObject, co_flags));
+    P("code_localsplusnames", offsetof(PyCodeObject, co_localsplusnames));
+    P("code_localspluskinds", offsetof(PyCodeObject, co_localspluskinds));
+    P("tuple_size", offsetof(PyTupleObject, ob_base.ob_size));
+    P("tuple_items", offsetof(PyTupleObject, ob_item));
+    P("float_value", offsetof(PyFloatObject, ob_fval));
+#if PY_VERSION_HEX < 0x030C0000
+    P("long_size", offsetof(PyLongObject, ob_base.ob_size));
+    P("long_digits", offsetof(PyLongObject, ob_digit));
+#else
+    P("long_size", offsetof(PyLongObject, long_value.lv_tag));
+    P("long_digits", offsetof(PyLongObject, long_value.ob_digit));
+#endif
+    P("type_name", offsetof(PyTypeObject, tp_name));
 #else
 #define D(f) printf("%s %zu\n", #f, offsetof(_Py_DebugOffsets, f))
     D(version); D(free_threaded); D(runtime_state.interpreters_head);
-    D(interpreter_state.next); D(interpreter_state.threads_head);
+    D(interpreter_state.next); D(interpreter_state.threads_head); D(interpreter_state.id);
     D(thread_state.next); D(thread_state.interp); D(thread_state.current_frame);
     D(thread_state.native_thread_id); D(thread_state.datastack_chunk);
     D(interpreter_frame.previous); D(interpreter_frame.executable);
@@ -859,8 +875,14 @@ int main(void) {
     D(code_object.linetable); D(code_object.firstlineno); D(code_object.co_code_adaptive);
     D(pyobject.ob_type); D(bytes_object.ob_size); D(bytes_object.ob_sval);
     D(unicode_object.state); D(unicode_object.length); D(unicode_object.asciiobject_size);
+    D(interpreter_frame.localsplus); D(code_object.argcount);
+    D(code_object.localsplusnames); D(code_object.localspluskinds); D(type_object.tp_name);
+    D(tuple_object.ob_item); D(tuple_object.ob_size); D(float_object.ob_fval);
+    D(long_object.lv_tag); D(long_object.ob_digit);
     P("datastack_top_follows_chunk",
       offsetof(PyThreadState, datastack_top) - offsetof(PyThreadState, datastack_chunk));
+    P("code_flags_precede_argcount",
+      offsetof(PyCodeObject, co_argcount) - offsetof(PyCodeObject, co_flags));
 #endif
     return 0;
 }
@@ -901,6 +923,7 @@ def test_layouts_match_offsetof_from_the_interpreters_headers(python: Python) ->
         assert {name: getattr(layout, name) for name in facts} == facts
     else:
         assert facts.pop("datastack_top_follows_chunk") == 8
+        assert facts.pop("code_flags_precede_argcount") == 4
         positions = layouts.debug_record_positions(minor)
         assert positions, f"CPython {minor}: no _Py_DebugOffsets record layout known"
         assert {name: positions[name] for name in facts} == facts

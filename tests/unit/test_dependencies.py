@@ -17,9 +17,11 @@ from tests.support.paths import ROOT
 
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 #: Modules no Python distribution provides: gdb's own API (tests/support/gdb_frames.py runs
-#: inside gdb), and ``compression`` (the standard library's from Python 3.14, whose
-#: ``compression.zstd`` liveunwind prefers to the backports.zstd it declares before 3.14).
-PROVIDED_BY_PROGRAMS = {"gdb", "compression"}
+#: inside gdb), ``compression`` (the standard library's from Python 3.14, whose
+#: ``compression.zstd`` liveunwind prefers to the backports.zstd it declares before 3.14),
+#: and the standard library's private subinterpreter modules of 3.11-3.13, which
+#: tests/data/python_subinterpreters.py imports under whichever interpreter runs it.
+PROVIDED_BY_PROGRAMS = {"gdb", "compression", "_interpreters", "_xxsubinterpreters"}
 #: Extras that only speed things up: liveunwind works the same without them.
 ACCELERATORS = {"fast"}
 LOCAL = {"liveunwind", "tests"}

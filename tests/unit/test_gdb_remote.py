@@ -113,3 +113,32 @@ def test_parse_address(text: str, expected: tuple[str, int]) -> None:
 def test_parse_address_rejects(text: str) -> None:
     with pytest.raises(UsageError):
         parse_address(text)
+
+
+# -- the stub's process on this machine ---------------------------------------------
+
+
+def test_proc_net_tcp_addresses_are_words_in_this_machines_order() -> None:
+    """/proc/net/tcp{,6} print each 32-bit word of an address in host (little-endian) order."""
+    from liveunwind.targets.remote.portowner import _address, _same
+
+    assert str(_address("0100007F")) == "127.0.0.1"
+    assert str(_address("00000000")) == "0.0.0.0"
+    assert str(_address("00000000000000000000000001000000")) == "::1"
+    mapped = _address("0000000000000000FFFF00000100007F")
+    assert mapped.ipv4_mapped is not None and str(mapped.ipv4_mapped) == "127.0.0.1"
+    assert _same(mapped, _address("0100007F"))
+    assert not _same(mapped, _address("0200007F"))
+    with pytest.raises(ValueError):
+        _address("0100")
+
+
+def test_only_a_stub_on_this_machine_counts() -> None:
+    from liveunwind.targets.remote.portowner import on_this_machine
+
+    assert on_this_machine("127.0.0.1", "127.0.0.1")
+    assert on_this_machine("::1", "::1")
+    assert on_this_machine("::ffff:127.0.0.1", "::ffff:127.0.0.1")
+    assert on_this_machine("192.0.2.7", "192.0.2.7")  # our own address
+    assert not on_this_machine("192.0.2.7", "192.0.2.8")
+    assert not on_this_machine("192.0.2.7", "not an address")

@@ -13,7 +13,6 @@ import pytest
 
 from liveunwind.arch import arch_by_name
 from liveunwind.errors import FormatError
-from liveunwind.formats import leb128
 from liveunwind.formats.unwind.gopclntab import (
     FLAG_SPWRITE,
     FLAG_TOPFRAME,
@@ -23,67 +22,13 @@ from liveunwind.formats.unwind.gopclntab import (
     GoPclnTab,
 )
 from liveunwind.formats.unwind.rules import RegKind
+from tests.support.go import TEXT, build_pclntab
 
 X86_64 = arch_by_name("x86_64")
 AARCH64 = arch_by_name("aarch64")
 
 
 # -- every layout, on tables built from the layout facts -----------------------------
-
-TEXT = 0x401000
-
-
-def _pcsp(rows: list[tuple[int, int]]) -> bytes:
-    """A pc-value table: (value, bytes of code it covers) rows, from value -1."""
-    out, previous = bytearray(), -1
-    for value, length in rows:
-        delta = value - previous
-        out += leb128.encode_unsigned(delta * 2 if delta >= 0 else -delta * 2 - 1)
-        out += leb128.encode_unsigned(length)
-        previous = value
-    return bytes(out + b"\0")
-
-
-def _build(magic: int, functions: list[tuple[int, int, str, int, list[tuple[int, int]]]]) -> bytes:
-    """A .gopclntab of ``magic``'s layout: (entry, end, name, flag, pcsp rows) per function."""
-    go116 = magic == MAGIC_GO116
-    names, pctab = bytearray(), bytearray(b"\0")
-    name_offsets, pcsp_offsets = [], []
-    for _entry, _end, name, _flag, rows in functions:
-        name_offsets.append(len(names))
-        names += name.encode() + b"\0"
-        pcsp_offsets.append(len(pctab))
-        pctab += _pcsp(rows)
-    header_size = 8 + (7 if go116 else 8) * 8
-    names_at = header_size
-    pctab_at = names_at + len(names)
-    functab_at = pctab_at + len(pctab)
-    slot = 8 if go116 else 4
-    count = len(functions)
-    records, record_offsets = bytearray(), []
-    for index, (entry, _end, _name, flag, _rows) in enumerate(functions):
-        record_offsets.append((2 * count + 1) * slot + len(records))
-        record = struct.pack("<Q", entry) if go116 else struct.pack("<I", entry - TEXT)
-        fields = [name_offsets[index], 0, 0, pcsp_offsets[index], 0, 0, 0, 0]
-        record += struct.pack("<iIIIIIII", *fields)
-        if magic == MAGIC_GO120:
-            record += struct.pack("<i", 7)  # startLine
-        record += bytes([0, flag, 0, 0])  # funcID, flag, padding, nfuncdata
-        records += record + b"\0" * (-len(record) % 8)
-    pack = "<Q" if go116 else "<I"
-    functab = bytearray()
-    for (entry, _end, *_rest), offset in zip(functions, record_offsets):
-        functab += struct.pack(pack, entry if go116 else entry - TEXT)
-        functab += struct.pack(pack, offset)
-    end = functions[-1][1]
-    functab += struct.pack(pack, end if go116 else end - TEXT)
-    header = struct.pack("<IBBBB", magic, 0, 0, 1, 8)
-    if go116:
-        header += struct.pack("<7Q", count, 0, names_at, 0, 0, pctab_at, functab_at)
-    else:
-        header += struct.pack("<8Q", count, 0, TEXT, names_at, 0, 0, pctab_at, functab_at)
-    return header + bytes(names) + bytes(pctab) + bytes(functab) + bytes(records)
-
 
 FUNCTIONS = [
     # main.work: 4 bytes with no frame, then a 40-byte frame, then 2 bytes of padding.
@@ -96,7 +41,7 @@ FUNCTIONS = [
 
 @pytest.mark.parametrize("magic", [MAGIC_GO116, MAGIC_GO118, MAGIC_GO120])
 def test_each_layout_decodes(magic) -> None:
-    data = _build(magic, FUNCTIONS)
+    data = build_pclntab(magic, FUNCTIONS)
     table = GoPclnTab(data, X86_64)
     assert len(table) == 4
     work = table.function_at(TEXT + 10)
@@ -122,7 +67,7 @@ def test_each_layout_decodes(magic) -> None:
 def test_go_1_16_ends_walks_by_name() -> None:
     """Go 1.16 has no flags: goexit ends the walk by its name, mcall too."""
     unflagged = [(entry, end, name, 0, rows) for entry, end, name, _flag, rows in FUNCTIONS]
-    table = GoPclnTab(_build(MAGIC_GO116, unflagged), X86_64)
+    table = GoPclnTab(build_pclntab(MAGIC_GO116, unflagged), X86_64)
     for pc in (TEXT + 0x30, TEXT + 0x60):
         rule = table.rule_for(pc)
         assert rule is not None
@@ -132,7 +77,7 @@ def test_go_1_16_ends_walks_by_name() -> None:
 
 def test_aarch64_return_address_in_lr_or_at_the_frame_s_bottom() -> None:
     """An empty frame leaves the return address in LR; a built one saved it at [sp]."""
-    table = GoPclnTab(_build(MAGIC_GO118, FUNCTIONS), AARCH64)
+    table = GoPclnTab(build_pclntab(MAGIC_GO118, FUNCTIONS), AARCH64)
     empty = table.rule_for(TEXT)
     assert empty is not None
     assert (empty.cfa.register, empty.cfa.offset) == (31, 0)
@@ -144,7 +89,7 @@ def test_aarch64_return_address_in_lr_or_at_the_frame_s_bottom() -> None:
 
 
 def test_pie_text_start_comes_from_the_caller_when_the_header_s_is_zero() -> None:
-    data = bytearray(_build(MAGIC_GO118, FUNCTIONS))
+    data = bytearray(build_pclntab(MAGIC_GO118, FUNCTIONS))
     data[24:32] = bytes(8)  # textStart, unrelocated
     assert GoPclnTab(bytes(data), X86_64, TEXT).function_at(TEXT + 8) is not None
     assert GoPclnTab(bytes(data), X86_64).function_at(TEXT + 8) is None
@@ -171,11 +116,11 @@ def _corrupt(data: bytes, offset: int, value: bytes) -> bytes:
 )
 def test_corrupt_headers_are_format_errors(mutate) -> None:
     with pytest.raises(FormatError):
-        GoPclnTab(mutate(_build(MAGIC_GO118, FUNCTIONS)), X86_64)
+        GoPclnTab(mutate(build_pclntab(MAGIC_GO118, FUNCTIONS)), X86_64)
 
 
 def test_corrupt_records_are_format_errors() -> None:
-    data = _build(MAGIC_GO118, FUNCTIONS)
+    data = build_pclntab(MAGIC_GO118, FUNCTIONS)
     functab = struct.unpack_from("<Q", data, 64)[0]
     # The first record's offset points far outside the table.
     bad_record = _corrupt(data, functab + 4, struct.pack("<I", 1 << 30))

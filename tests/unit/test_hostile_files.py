@@ -87,12 +87,77 @@ def test_reads_are_bounded_by_the_limit_and_by_the_size_fstat_reports(tmp_path: 
     assert b"TracerPid" in files.read_kernel_file("/proc/self/status")
 
 
-def test_an_empty_file_maps_as_empty_bytes(tmp_path: Path) -> None:
+def test_an_empty_file_reads_as_empty_bytes(tmp_path: Path) -> None:
     path = tmp_path / "empty"
     path.write_bytes(b"")
-    with files.open_file(str(path)) as file:
-        assert file.map() == b""
+    contents = files.FileContents(files.open_file(str(path)))
+    contents.fill(0, 100)
+    assert contents.data == b""
     assert open_image(str(path)) is None
+
+
+def test_file_contents_are_read_as_far_as_asked(tmp_path: Path) -> None:
+    path = tmp_path / "data"
+    chunk = files.FileContents.CHUNK
+    payload = bytes(range(256)) * (chunk * 3 // 256) + b"tail"
+    path.write_bytes(payload)
+    contents = files.FileContents(files.open_file(str(path)))
+    assert len(contents.data) == len(payload)
+    contents.fill(chunk + 10, 20)  # the second chunk only
+    assert contents.data[chunk : 2 * chunk] == payload[chunk : 2 * chunk]
+    assert contents.data[:chunk] == bytes(chunk)  # not read: still zeros
+    contents.fill(0, 1 << 40)  # clipped to the file
+    assert contents.data[:] == payload
+
+
+def test_a_file_truncated_after_it_was_opened_is_an_error_not_sigbus(tmp_path: Path) -> None:
+    """A mapping of the file would have raised SIGBUS here and killed the test process."""
+    path = tmp_path / "shrinks"
+    chunk = files.FileContents.CHUNK
+    path.write_bytes(b"a" * chunk + b"b" * chunk * 2)
+    contents = files.FileContents(files.open_file(str(path)))
+    contents.fill(0, 10)
+    os.truncate(path, chunk + 100)
+    with pytest.raises(files.FileChangedError, match="truncated to 65636 bytes"):
+        contents.fill(2 * chunk, 10)
+    assert contents.data[:10] == b"a" * 10  # what was read stays
+    os.truncate(path, 0)
+    with pytest.raises(files.FileChangedError):  # and every later read fails the same way
+        contents.fill(chunk, 10)
+
+
+def test_a_file_written_in_place_after_it_was_opened_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "rewritten"
+    path.write_bytes(b"a" * 1000)
+    contents = files.FileContents(files.open_file(str(path)))
+    with open(path, "r+b") as writer:  # same size, same inode: only the mtime tells
+        writer.write(b"b" * 1000)
+    os.utime(path, ns=(1, 1))  # whatever the clock's granularity, the mtime differs
+    with pytest.raises(files.FileChangedError, match="written to"):
+        contents.fill(0, 10)
+
+
+def test_an_elf_image_of_a_file_truncated_under_it_raises_format_error(tmp_path: Path) -> None:
+    """ElfImage reads the section headers through the file's contents: a FormatError, not SIGBUS."""
+    import struct
+
+    from liveunwind.errors import FormatError
+
+    shoff = 4 * files.FileContents.CHUNK
+    # ident; type, machine, version, entry, phoff, shoff, flags, sizes and counts.
+    ident = struct.pack("<4sBBBB8x", b"\x7fELF", 2, 1, 1, 0)
+    header = ident + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, shoff, 0, 64, 0, 0, 64, 2, 1)
+    names = b"\0.text\0"
+    sections = bytes(64) + struct.pack(
+        "<IIQQQQIIQQ", 1, 3, 0, 0, shoff - 64, len(names), 0, 0, 1, 0
+    )
+    path = tmp_path / "lib.so"
+    path.write_bytes(header.ljust(shoff - 64, b"\0") + names.ljust(64, b"\0") + sections)
+    assert list(files.open_elf(str(path)).sections) == [".text"]
+    image = files.open_elf(str(path))
+    os.truncate(path, 4096)
+    with pytest.raises(FormatError, match="truncated"):
+        image.sections  # noqa: B018 (read for its exception)
 
 
 def test_missing_and_unreadable_files_are_file_errors(tmp_path: Path) -> None:

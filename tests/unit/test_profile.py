@@ -54,6 +54,67 @@ def test_distinct_stacks_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     assert profile.distinct == 2 and profile.overflowed == 3
 
 
+def _sample(profile: Profile, *threads: tuple[int, str, list[str]]) -> None:
+    """One sample: each thread (tid, name, function names innermost first)."""
+    walked = []
+    for tid, name, functions in threads:
+        frames = []
+        for index, function in enumerate(functions):
+            frame = Frame(index, 0x1000 + index, 0x7000, Method.CONTEXT)
+            frame.function = function
+            frames.append(frame)
+        walked.append(ThreadBacktrace(tid, name, frames, StopReason.END_OF_STACK))
+    profile.add(Backtrace(1, walked, "x86_64"))
+
+
+def test_frames_and_names_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deep stacks of new names reach the frame or the name bound before the stack bound."""
+    monkeypatch.setattr(profile_module, "MAX_FRAMES", 10)
+    profile = Profile(1, 100.0)
+    for n in range(4):
+        _sample(profile, (7, "t", [f"f{n}", "shared", "main"]))
+    assert profile.distinct == 3 and profile.frames_kept == 9 and profile.overflowed == 1
+    monkeypatch.setattr(profile_module, "MAX_FRAMES", 100)
+    monkeypatch.setattr(profile_module, "MAX_NAMES", 6)
+    _sample(profile, (7, "t", ["g1", "g2", "main"]))  # 5 names + 2 > 6
+    _sample(profile, (7, "t", ["f0", "main"]))  # known names: kept
+    assert profile.overflowed == 2 and profile.distinct == 4
+    (counted,) = profile.threads.values()
+    assert counted.stacks[profile_module.OVERFLOW] == 2
+
+
+def test_short_lived_threads_are_counted_by_name() -> None:
+    """A thread-per-request server: a new tid every sample, one entry for the name."""
+    profile = Profile(1, 100.0)
+    for n in range(100):
+        _sample(profile, (1, "server", ["main"]), (1000 + n, "request", ["handle", "start"]))
+    assert sorted(profile.threads) == ["request", "server"]
+    request = profile.threads["request"]
+    assert request.thread_count == 100 and request.samples == 100 and request.tid == 1099
+    assert request.label == "request"
+    assert profile.threads_seen == 101 and profile.threads_folded == 99
+    assert profile.folded() == {("request", "start", "handle"): 100, ("server", "main"): 100}
+
+
+def test_per_thread_keeps_tids_apart_up_to_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(profile_module, "MAX_THREADS", 3)
+    profile = Profile(1, 100.0, per_thread=True)
+    for n in range(5):
+        _sample(profile, (1, "server", ["main"]), (1000 + n, "request", ["handle"]))
+    assert sorted(profile.threads, key=str) == [1, 1000, 1001, "request"]
+    assert profile.threads[1000].label == "request-1000"
+    assert profile.threads["request"].thread_count == 3
+    assert profile.threads_by_name == 3 and profile.threads_folded == 2
+
+
+def test_a_thread_seen_again_is_not_a_new_thread() -> None:
+    profile = Profile(1, 100.0)
+    for _ in range(3):
+        _sample(profile, (1, "main", ["main"]), (2, "worker", ["work"]), (3, "worker", ["work"]))
+    assert profile.threads["worker"].thread_count == 2 and profile.threads["worker"].samples == 6
+    assert profile.threads_seen == 3
+
+
 # -- the schedule -----------------------------------------------------------------------
 
 

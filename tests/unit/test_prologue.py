@@ -334,8 +334,8 @@ def test_a_return_address_in_the_pcs_own_function_is_refused() -> None:
     registers = {PC: BASE + 0x2A, SP: SP_VALUE, RA: BASE + 0x2A}
     assert leaf.step(_walk(RISCV64, registers, _memory(), notes=notes)) is None
     assert notes == [
-        "leaf: ra = 0x1002a lies in the function at 0x1001a, as the pc does: "
-        "a call it made returned there"
+        "leaf: ra = 0x1002a follows a call to 0x10022, not to the function at 0x1001a "
+        "holding pc 0x1002a"
     ]
 
 
@@ -368,10 +368,12 @@ def _x86_is_code(address: int) -> bool:
         (0x400080, 0x400000, _x86_function, None, False),
         # Without symbols: the call's target at or below it, and it at or below the pc.
         (0x400080, 0x400150, None, (1, 1), False),
-        # The pc below the call: the call cannot lie in the pc's function.
-        (0x400080, 0x400050, None, (1, 1), True),
-        # The pc in another module than the call (a PLT stub, a library).
-        (0x400080, 0x400150, None, (1, 2), True),
+        # The pc below the call's target: the call did not enter the pc's function.
+        (0x400080, 0x400050, None, (1, 1), False),
+        # The call's target is no PLT entry and lies in another module than the pc.
+        (0x400080, 0x400150, None, (1, 2), False),
+        # A target at or below the pc, the call outside that span: it may have entered it.
+        (0x400000, 0x400050, None, (1, 1), True),
     ],
 )
 def test_the_leaf_checks_rules_on_x86_64(

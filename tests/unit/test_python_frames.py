@@ -55,7 +55,7 @@ def _record(minor: tuple[int, int], version: int) -> bytearray:
     return data
 
 
-@pytest.mark.parametrize("minor", [(3, 13), (3, 14)])
+@pytest.mark.parametrize("minor", [(3, 13), (3, 14), (3, 15)])
 def test_debug_offsets_records_that_do_not_match_are_refused(minor: tuple[int, int]) -> None:
     version = (3 << 24) | (minor[1] << 16) | 0xF0
     positions = layouts.debug_record_positions(minor)
@@ -72,9 +72,12 @@ def test_debug_offsets_records_that_do_not_match_are_refused(minor: tuple[int, i
     assert "cookie" in refused(bad)
     other = (3 << 24) | ((minor[1] - 1) << 16)
     assert "says CPython" in refused(_record(minor, other))
-    bad = _record(minor, version)
-    struct.pack_into("<Q", bad, positions["free_threaded"], 1)
-    assert "free-threaded" in refused(bad)
+    threaded = _record(minor, version)
+    struct.pack_into("<Q", threaded, positions["free_threaded"], 1)
+    if minor >= (3, 14):
+        assert "per-thread bytecode" in refused(threaded)
+    else:
+        assert layouts.layout_from_debug_offsets(bytes(threaded), version).free_threaded
     bad = _record(minor, version)
     struct.pack_into("<Q", bad, positions["thread_state.current_frame"], 4096)
     assert "outside" in refused(bad)
@@ -115,6 +118,7 @@ def _fake_interpreter(memory: FakeMemory, *, thread_loop: bool, frame_loop: bool
     name, linetable = 0x7000, 0x8000
     memory.put(runtime + layout.runtime_interpreters_head, interp)
     memory.put(interp + layout.interp_next, 0)
+    memory.put(interp + layout.interp_id, 0)  # the main interpreter
     memory.put(interp + layout.interp_threads_head, tstate)
     memory.put(tstate, 0)
     memory.put(tstate + layout.tstate_next, tstate if thread_loop else 0)
@@ -237,10 +241,12 @@ def test_the_report_shows_placed_and_unplaced_python_frames() -> None:
     (native,) = document["threads"]
     assert native["frames"][0]["python"] == []
     assert native["frames"][1]["python"] == [
-        {"function": "inner", "file": "a.py", "line": 3},
-        {"function": "outer", "file": "a.py", "line": None},
+        {"function": "inner", "file": "a.py", "line": 3, "interpreter": 0},
+        {"function": "outer", "file": "a.py", "line": None, "interpreter": 0},
     ]
-    assert native["python_unplaced"] == [{"function": "lost", "file": "b.py", "line": 9}]
+    assert native["python_unplaced"] == [
+        {"function": "lost", "file": "b.py", "line": 9, "interpreter": 0}
+    ]
 
 
 def test_profile_stacks_have_a_level_per_python_frame() -> None:

@@ -37,7 +37,7 @@ from tests.support.schema import SCHEMA
 from tests.support.spaces import BufferSpace
 
 #: The methods no ``--unwinder`` word turns on or off (the registry's docstring says why).
-NOT_A_SOURCE = {Method.CONTEXT, Method.SIGNAL, Method.LEAF}
+NOT_A_SOURCE = {Method.CONTEXT, Method.SIGNAL, Method.GOROUTINE, Method.LEAF}
 #: The strategy no source names: the stepper runs it before the chosen ones.
 LEAF = "leaf"
 
@@ -85,7 +85,7 @@ def test_the_schemas_method_enums_hold_the_registrys_methods() -> None:
         if rule["then"]["properties"]["trust"]["const"] == Trust.HIGH.value
     ]
     tables = {source.method.value for source in SOURCES if source.kind == TABLE}
-    assert set(high) == {*tables, Method.SIGNAL.value}
+    assert set(high) == {*tables, Method.SIGNAL.value, Method.GOROUTINE.value}
 
 
 # -- the command line ---------------------------------------------------------------------

@@ -152,13 +152,23 @@ def _stack(words: dict[int, int]) -> Memory:
     return memory
 
 
+def _aarch64_code() -> Memory:
+    """nops, with ``bl 0x400000`` at 0x400100 (returning to 0x400104)."""
+    code = Memory()
+    code.put_bytes(0x400000, b"\x1f\x20\x03\xd5" * 0x100)
+    code.put(0x400100, 0x94000000 | ((0x400000 - 0x400100) >> 2) & 0x03FFFFFF, 4)
+    return code
+
+
 class TestFramePointer:
     def test_x86_64_chain(self) -> None:
         stack = _stack({0x7FF100: 0x7FF200, 0x7FF108: 0x400105, 0x7FF200: 0, 0x7FF208: 0x400202})
-        registers = {X86_64.pc: 0x400010, X86_64.sp: 0x7FF0F0, X86_64.fp: 0x7FF100}
-        caller = framepointer.step(_walk(X86_64, registers, stack.read))
+        # The pc lies in the function the call before 0x400105 enters (at 0x400080).
+        registers = {X86_64.pc: 0x400090, X86_64.sp: 0x7FF0F0, X86_64.fp: 0x7FF100}
+        code = _x86_code().read
+        caller = framepointer.step(_walk(X86_64, registers, stack.read, code))
         assert caller == {X86_64.pc: 0x400105, X86_64.sp: 0x7FF110, X86_64.fp: 0x7FF200}
-        outer = framepointer.step(_walk(X86_64, caller, stack.read))
+        outer = framepointer.step(_walk(X86_64, caller, stack.read, code))
         assert outer == {X86_64.pc: 0x400202, X86_64.sp: 0x7FF210, X86_64.fp: 0}
         notes: list[str] = []
         assert framepointer.step(_walk(X86_64, outer, stack.read, notes=notes)) is None
@@ -197,11 +207,11 @@ class TestFramePointer:
         assert "cannot read the frame record at 0x7ffff8" in notes[1]
 
     def test_aarch64_frame_record_with_pointer_auth(self) -> None:
-        signed = 0x002A_0000_0040_0105  # a PAC in the top bits
+        signed = 0x002A_0000_0040_0104  # a PAC in the top bits
         stack = _stack({0x7FF100: 0x7FF180, 0x7FF108: signed})
         registers = {AARCH64.pc: 0x400010, AARCH64.sp: 0x7FF100, AARCH64.fp: 0x7FF100}
-        caller = framepointer.step(_walk(AARCH64, registers, stack.read))
-        assert caller == {AARCH64.pc: 0x400105, AARCH64.sp: 0x7FF110, AARCH64.fp: 0x7FF180}
+        caller = framepointer.step(_walk(AARCH64, registers, stack.read, _aarch64_code().read))
+        assert caller == {AARCH64.pc: 0x400104, AARCH64.sp: 0x7FF110, AARCH64.fp: 0x7FF180}
 
     def test_a_frame_record_below_fp_where_the_arch_keeps_it(self) -> None:
         """RISC-V's layout: fp is the CFA, the caller's fp at fp-16, the return address at fp-8."""
@@ -209,7 +219,7 @@ class TestFramePointer:
         below.frame_record = FrameRecord(saved_fp=-16, return_address=-8, caller_sp=0)
         stack = _stack({0x7FF100: 0x7FF180, 0x7FF108: 0x400104})
         registers = {below.pc: 0x400010, below.sp: 0x7FF0F0, below.fp: 0x7FF110}
-        caller = framepointer.step(_walk(below, registers, stack.read))
+        caller = framepointer.step(_walk(below, registers, stack.read, _aarch64_code().read))
         assert caller == {below.pc: 0x400104, below.sp: 0x7FF110, below.fp: 0x7FF180}
 
 
@@ -267,7 +277,7 @@ class TestScan:
         )
         assert again == (0x7FF120, 0x400105)
 
-    def test_target_check_and_confirm(self) -> None:
+    def test_target_check_and_refusal(self) -> None:
         code = _x86_code()
         stack = _stack({0x7FF108: 0x400285, 0x7FF110: 0x400105})
         found = scan.find_return_address(
@@ -285,8 +295,9 @@ class TestScan:
             check_target=False,
         )
         assert unchecked == (0x7FF108, 0x400285)
-        # The stepper may demand that a direct call targets the callee's function.
-        confirmed = scan.find_return_address(
+        # A step refuses what did not enter the callee's function, and says why.
+        notes: list[str] = []
+        refused = scan.find_return_address(
             X86_64,
             0x7FF100,
             stack.read,
@@ -294,9 +305,11 @@ class TestScan:
             code.read,
             budget=ScanBudget(),
             check_target=False,
-            confirm=lambda site: site.target == 0x400080,
+            refuse=lambda address: "stale" if address == 0x400285 else None,
+            notes=notes,
         )
-        assert confirmed == (0x7FF110, 0x400105)
+        assert refused == (0x7FF110, 0x400105)
+        assert notes == ["scan: [0x7ff108] = 0x400285 stale"]
 
     def test_budget_is_shared_and_bounds_the_work(self) -> None:
         code = _x86_code()
@@ -365,15 +378,17 @@ class TestScan:
     def test_step_scans_above_sp_within_the_stack(self) -> None:
         """``scan.step``: the first return address above sp and the caller it gives."""
         stack = _stack({0x7FF100: 0x7FF300, 0x7FF108: 0x400105})
-        registers = {X86_64.pc: 0x400010, X86_64.sp: 0x7FF100, X86_64.fp: 0x7FF400}
+        registers = {X86_64.pc: 0x400090, X86_64.sp: 0x7FF100, X86_64.fp: 0x7FF400}
         notes: list[str] = []
         walk = _walk(X86_64, registers, stack.read, _x86_code().read, notes=notes)
         assert scan.step(walk) == {X86_64.pc: 0x400105, X86_64.sp: 0x7FF110, X86_64.fp: 0x7FF300}
-        # The call before 0x400105 targets 0x400080: refused where that is inside a function.
-        walk.confirm = lambda call: call.target != 0x400080
+        # The call before 0x400105 enters 0x400080: refused where symbols say the pc's
+        # function starts elsewhere, and the refusal is noted with its slot.
+        walk.function_at = lambda address: (0x400000, 0x400100) if address < 0x400100 else None
         assert scan.step(walk) is None
+        assert "scan: [0x7ff108] = 0x400105 follows a call to 0x400080, not to" in notes[-2]
         assert "no return address within" in notes[-1]
-        walk.confirm = None
+        walk.function_at = None
         walk.stack_range = (STACK[0], 0x7FF108)  # the stack ends below the return address
         assert scan.step(walk) is None
         walk.registers = {X86_64.pc: 0x400010}

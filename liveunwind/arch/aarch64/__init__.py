@@ -53,6 +53,7 @@ AARCH64 = Arch(
     frame_record=FrameRecord(saved_fp=0, return_address=8, caller_sp=16),
     call_sites=instructions.call_sites,
     longest_call=instructions.LONGEST_CALL,
+    plt_slot=instructions.plt_slot,
     address_returned=instructions.address_returned,
     gdb=GdbDescription(
         architectures=registers.GDB_ARCHITECTURES,

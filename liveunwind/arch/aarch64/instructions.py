@@ -1,4 +1,4 @@
-"""aarch64 machine code liveunwind reads: call instructions, and an address-returning function.
+"""aarch64 machine code liveunwind reads: calls, PLT entries, an address-returning function.
 
 Call forms recognised (Arm ARM, C6): ``BL imm26``, ``BLR Xn``, and the
 pointer-auth variants ``BLRAA``/``BLRAB Xn, Xm`` and ``BLRAAZ``/``BLRABZ Xn``.
@@ -64,3 +64,27 @@ def address_returned(code: bytes, address: int) -> int | None:
         page = (address & ~0xFFF) + (immediate << 12)
         return page + ((add >> 10) & 0xFFF)
     return None
+
+
+def plt_slot(code: bytes, address: int) -> int | None:
+    """The GOT slot the PLT entry at ``address`` loads, or None where it is not one.
+
+    binutils' entries: ``[bti c] adrp x16, page; ldr x17, [x16, #lo12]; add
+    x16, x16, #lo12; br x17``; the first two instructions give the slot.
+    """
+    if len(code) < 8:
+        return None
+    words = list(struct.unpack_from(f"<{len(code) // 4}I", code))
+    if words[0] == _BTI_C:
+        words.pop(0)
+        address += 4
+    if len(words) < 2:
+        return None
+    adrp, load = words[:2]
+    if adrp & 0x9F00001F != 0x90000010 or load & 0xFFC003FF != 0xF9400211:
+        return None  # not adrp x16 / ldr x17, [x16, #imm]
+    page = ((adrp >> 29) & 3) | (((adrp >> 5) & 0x7FFFF) << 2)
+    if page & (1 << 20):
+        page -= 1 << 21
+    base = (address & ~0xFFF) + (page << 12)
+    return (base + ((load >> 10) & 0xFFF) * 8) & WORD_MASK

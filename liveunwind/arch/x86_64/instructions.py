@@ -1,4 +1,4 @@
-"""x86_64 machine code liveunwind reads: call instructions, and an address-returning function.
+"""x86_64 machine code liveunwind reads: calls, PLT entries, an address-returning function.
 
 Call forms recognised (Intel SDM vol. 2, CALL): ``E8 rel32`` and ``FF /2``
 with every ModRM form — register (``FF D0+r``), ``[reg]``, ``[reg+disp8]``,
@@ -24,6 +24,11 @@ LONGEST_CALL = 7
 _ENDBR64 = bytes.fromhex("f30f1efa")
 _LEA_RAX_RIP = b"\x48\x8d\x05"
 _RET = b"\xc3"
+#: ``jmp *disp32(%rip)``, alone or after ``bnd`` (F2): how every PLT entry binutils
+#: writes reaches its GOT slot (.plt, .plt.got, .plt.sec, .plt.bnd; the IBT
+#: forms start with endbr64).
+_JMP_RIP = b"\xff\x25"
+_BND = 0xF2
 
 
 def call_sites(return_address: int, code: bytes) -> Iterator[CallSite]:
@@ -71,3 +76,18 @@ def address_returned(code: bytes, address: int) -> int | None:
         displacement = struct.unpack_from("<i", insn, 3)[0]
         return address + start + 7 + displacement
     return None
+
+
+def plt_slot(code: bytes, address: int) -> int | None:
+    """The GOT slot the PLT entry at ``address`` jumps through, or None where it is not one.
+
+    ``[endbr64] [bnd] jmp *disp32(%rip)``: the lazy .plt entry, .plt.got,
+    .plt.sec and .plt.bnd entries all begin so.
+    """
+    start = len(_ENDBR64) if code.startswith(_ENDBR64) else 0
+    if code[start : start + 1] == bytes((_BND,)):
+        start += 1
+    if code[start : start + 2] != _JMP_RIP or len(code) < start + 6:
+        return None
+    displacement = struct.unpack_from("<i", code, start + 2)[0]
+    return (address + start + 6 + displacement) & WORD_MASK

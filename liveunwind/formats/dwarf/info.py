@@ -610,6 +610,13 @@ class DebugInfo:
         self, unit: Unit, attrs: dict[int, tuple[int, int | bytes | str]], pc: int
     ) -> int | None:
         """The lowest address of a DIE whose ranges hold ``pc``; None if they do not."""
+        found = self._covering(unit, attrs, pc)
+        return None if found is None else found[0]
+
+    def _covering(
+        self, unit: Unit, attrs: dict[int, tuple[int, int | bytes | str]], pc: int
+    ) -> tuple[int, int, int] | None:
+        """(lowest address, start, end of the range holding ``pc``) of a DIE; None if none does."""
         low = self.address(unit, attrs.get(DW_AT_low_pc))
         high_entry = attrs.get(DW_AT_high_pc)
         if low is not None and high_entry is not None:
@@ -619,14 +626,15 @@ class DebugInfo:
             high = (
                 low + value if high_entry[0] in CONSTANT_FORMS else self.address(unit, high_entry)
             )
-            return low if high is not None and low <= pc < high else None
+            return (low, low, high) if high is not None and low <= pc < high else None
         ranges = attrs.get(DW_AT_ranges)
         if ranges is None:
             return None
         found = self.ranges(unit, ranges)
-        if not any(start <= pc < end for start, end in found):
+        holding = [(start, end) for start, end in found if start <= pc < end]
+        if not holding:
             return None
-        return min(start for start, _ in found)
+        return (min(start for start, _ in found), *holding[0])
 
     def has_ranges(self, attrs: dict[int, tuple[int, int | bytes | str]]) -> bool:
         return DW_AT_ranges in attrs or (DW_AT_low_pc in attrs and DW_AT_high_pc in attrs)
@@ -936,6 +944,30 @@ class DebugInfo:
     def call_site(self, die: Die) -> tuple[int | None, int | None]:
         """(DW_AT_call_file, DW_AT_call_line) of an inlined call."""
         return die.constant(DW_AT_call_file), die.constant(DW_AT_call_line)
+
+    def function_at(self, pc: int) -> tuple[str, int, int] | None:
+        """The function whose code holds ``pc``: its name, and the range of its code holding pc.
+
+        For a debug file without a symbol table (its ``.symtab`` removed, or
+        a dwz'd file): the innermost ``DW_TAG_subprogram`` covering ``pc``
+        (inlined calls are not functions of their own here), named by its
+        linkage name, else ``DW_AT_name``.  The range is the one of its
+        ranges that holds ``pc`` (a function split into hot and cold parts
+        has two), as an ELF symbol would give it (``f`` and ``f.cold``).
+        """
+        unit = self.unit_for_pc(pc)
+        if unit is None:
+            return None
+        functions = [die for die in self.scopes(unit, pc) if die.tag == DW_TAG_subprogram]
+        if not functions:
+            return None
+        die = functions[-1]
+        found = self._covering(unit, die.attrs, pc)
+        name, linkage = self.function_names(die)
+        label = linkage or name
+        if found is None or label is None:
+            return None
+        return label, found[1], found[2]
 
 
 def _no_need(end: int) -> None:

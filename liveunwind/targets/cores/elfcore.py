@@ -20,6 +20,7 @@ NT_PRPSINFO and the thread that received the fatal signal is listed first
 from __future__ import annotations
 
 import bisect
+import os
 import struct
 from collections.abc import Sequence
 
@@ -30,11 +31,17 @@ from liveunwind.frames import CrashInfo
 from liveunwind.targets import linkmap
 from liveunwind.targets.base import AddressSpace, Mapping, ThreadState
 from liveunwind.targets.cores import notes as core_notes
-from liveunwind.targets.cores.coredata import open_core_data
+from liveunwind.targets.cores.coredata import ACCEPTED, open_core_data
 from liveunwind.targets.cores.notes import AT_ENTRY, AT_SYSINFO_EHDR, CoreNotes
 from liveunwind.targets.filefinder import FileFinder
 from liveunwind.targets.files import FileError, open_file
-from liveunwind.targets.loadedfiles import LoadedFiles, WrongExecutable, without_overlaps
+from liveunwind.targets.loadedfiles import (
+    LoadedFiles,
+    WrongExecutable,
+    executable_check,
+    layout_check,
+    without_overlaps,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -146,7 +153,7 @@ class ElfCore(AddressSpace):
         sysroot: str | None = None,
         search_path: Sequence[str] = (),
     ) -> ElfCore:
-        """Opens a core (plain, .gz, .xz, .zst or .bz2); CoreFileError/UsageError say why not."""
+        """Opens a core (plain or compressed); CoreFileError/UsageError say why not."""
         data = open_core_data(core)
         try:
             return cls(data, executable, FileFinder(sysroot=sysroot, search_path=search_path))
@@ -172,7 +179,8 @@ class ElfCore(AddressSpace):
             )
         if header[:4] != b"\x7fELF":
             raise CoreFileError(
-                f"{self.name} is not an ELF file (nor a .gz, .xz, .zst or .bz2 of one)"
+                f"{self.name} is not an ELF file, nor compressed in a form read here "
+                f"(cores are read {ACCEPTED})"
             )
         if len(header) < 64:
             raise CoreFileError(f"{self.name} is truncated inside its ELF header")
@@ -258,7 +266,7 @@ class ElfCore(AddressSpace):
     def _mappings_from_file_note(
         self, files: list[core_notes.FileEntry], vdso: int | None
     ) -> list[Mapping]:
-        by_start = {entry.start: entry for entry in files}
+        by_start = {entry.start: entry for entry in self._resolve_relative(files)}
         mappings: list[Mapping] = []
         for segment in self._segments:
             entry = by_start.pop(segment.vaddr, None)
@@ -290,6 +298,45 @@ class ElfCore(AddressSpace):
                 )
             )
         return without_overlaps(mappings)
+
+    def _resolve_relative(self, files: list[core_notes.FileEntry]) -> list[core_notes.FileEntry]:
+        """Entries recorded by a relative path get the path of the file found here for them.
+
+        A relative path (a core made in a container, or rewritten by a tool)
+        names no file on this machine.  The file is looked for as an absent
+        one is — the EXE given first for the file holding the entry point,
+        then ``--sysroot``, ``--search-path`` and build-id folders — and
+        matched by the build-id in the core's copy of its first page, or
+        without one by name and size.  Not found, the entries keep their
+        path and are anonymous memory, and a problem says why.
+        """
+        entry_point = self.notes.auxv.get(AT_ENTRY)
+        resolved: dict[str, str] = {}
+        for path in dict.fromkeys(entry.path for entry in files):
+            if not path or path.startswith("/"):
+                continue
+            own = [entry for entry in files if entry.path == path]
+            holds_entry = entry_point is not None and any(
+                entry.start <= entry_point < entry.end for entry in own
+            )
+            found = self._loaded.find(
+                path,
+                min((entry.start for entry in own if entry.offset == 0), default=None),
+                executable_check(self.notes.auxv, "the core") if holds_entry else None,
+                layout=layout_check([(e.start, e.end, e.offset) for e in own], "the core"),
+                first=self._executable_argument if holds_entry else None,
+                unused=", so its mappings are anonymous memory (a relative path names no file "
+                "here: give the file as EXE, or its folder with --search-path or --sysroot)",
+            )
+            if found is not None:
+                resolved[path] = os.path.abspath(found.path)
+                self._loaded.adopt(resolved[path], found)
+        return [entry._replace(path=resolved.get(entry.path, entry.path)) for entry in files]
+
+    @property
+    def matches(self) -> list[str]:
+        """The file here that stands for each recorded path not here, and how it was matched."""
+        return self._loaded.matches
 
     def _complete_permissions(self) -> None:
         """Permissions of mappings the core has no segment for, from their files' headers."""
@@ -339,8 +386,13 @@ class ElfCore(AddressSpace):
     # -- files ----------------------------------------------------------------
 
     def _file_for(self, recorded: str) -> FoundFile | None:
-        """The file behind ``recorded``, checked against the ELF headers the core holds."""
-        return self._loaded.find(recorded, self._header_of(recorded))
+        """The file behind ``recorded``, checked against the ELF headers the core holds.
+
+        Without them (no build-id to compare), against where the core maps it.
+        """
+        own = [(m.start, m.end, m.offset) for m in self._mappings if m.path == recorded]
+        layout = layout_check(own, "the core")
+        return self._loaded.find(recorded, self._header_of(recorded), layout=layout)
 
     def _header_of(self, recorded: str) -> int | None:
         """Where the core's mappings of ``recorded`` start with its ELF header, if they do."""
@@ -378,6 +430,9 @@ class ElfCore(AddressSpace):
             pieces.append(piece)
             position += len(piece)
         return b"".join(pieces)
+
+    def entry_point(self) -> int | None:
+        return self.notes.auxv.get(AT_ENTRY)
 
     def mapped_image(self, mapping: Mapping) -> ElfImage | None:
         """The image of the file found for ``mapping``, already mapped and checked."""
@@ -485,7 +540,10 @@ class ElfCore(AddressSpace):
         if found is None:
             return b""
         offset = mapping.offset + (address - mapping.start)
-        return bytes(found.image.data[offset : offset + min(end, mapping.end) - address])
+        try:
+            return found.image.read(offset, min(end, mapping.end) - address)
+        except FormatError:  # the file changed since it was opened: not there, as if missing
+            return b""
 
     def _read_core_only(self, address: int, size: int) -> bytes:
         """Core bytes only, never from files (build-ids and strings must be the process's own)."""

@@ -2,10 +2,12 @@
 
 A core is a header, load commands and raw memory, and we need only three
 commands (LC_SEGMENT_64 for memory, LC_THREAD for registers, LC_NOTE for
-the "all image infos" list), sliced straight out of an mmap, which is fast
-on multi-gigabyte cores; the headers of images (in the core's memory or in
-their files) are read by :mod:`liveunwind.formats.macho`.  Every count,
-size and offset comes from an untrusted file and is checked before use.
+the "all image infos" list), sliced straight out of the file's bytes, read
+as they are needed (``files.FileContents``: never an mmap, which a file
+truncated meanwhile turns into SIGBUS), which is fast on multi-gigabyte
+cores; the headers of images (in the core's memory or in their files) are
+read by :mod:`liveunwind.formats.macho`.  Every count, size and offset comes
+from an untrusted file and is checked before use.
 
 Images (modules) come from the "all image infos" LC_NOTE that LLDB and
 Apple's tools write; without it, the core's memory is searched for Mach-O
@@ -33,7 +35,7 @@ from liveunwind.formats.macho import (
     load_commands,
 )
 from liveunwind.targets.base import AddressSpace, CoreImage, Mapping, ThreadState
-from liveunwind.targets.files import FileError, RegularFile, open_file
+from liveunwind.targets.files import FileContents, FileError, RegularFile, open_file
 
 MH_CORE = 4
 #: File types whose headers can be found in memory: executable, dylib, dyld, bundle.
@@ -94,10 +96,11 @@ class MachOCore(AddressSpace):
         self.path = path
         self.search_path = tuple(search_path)
         try:
-            with open_file(path) as file:
-                self._data: bytes | mmap.mmap = file.map()
+            self._contents = FileContents(open_file(path))
         except FileError as error:
             raise CoreFileError(f"cannot read {path}: {error.reason}") from None
+        self._data: bytes | mmap.mmap = self._contents.data
+        self._filled(0, _HEADER.size)
         if len(self._data) < _HEADER.size:
             raise CoreFileError(f"{path}: too short for a Mach-O header")
         magic, cpu_type, _subtype, file_type, ncmds, sizeofcmds, _flags = _HEADER.unpack_from(
@@ -111,6 +114,7 @@ class MachOCore(AddressSpace):
         self.arch: Arch = arch
         self._cpu_type = cpu_type
         self._thread_states = arch.macho
+        self._filled(_HEADER.size, sizeofcmds)
         self.segments: list[CoreSegment] = []
         self._thread_commands: list[tuple[int, int]] = []
         self._notes: dict[str, tuple[int, int]] = {}
@@ -127,6 +131,7 @@ class MachOCore(AddressSpace):
                 _, _, owner, note_offset, note_size = _NOTE.unpack_from(self._data, offset)
                 if note_offset + note_size > len(self._data):
                     raise CoreFileError(f"{path}: LC_NOTE data runs past the end of the file")
+                self._filled(note_offset, note_size)
                 self._notes.setdefault(c_string(owner), (note_offset, note_size))
         self.segments.sort(key=lambda segment: segment.vmaddr)
         self._starts = [segment.vmaddr for segment in self.segments]
@@ -146,9 +151,15 @@ class MachOCore(AddressSpace):
         if vmsize:
             self.segments.append(CoreSegment(vmaddr, vmsize, fileoff, filesize, initprot))
 
+    def _filled(self, offset: int, size: int) -> None:
+        """Makes ``_data[offset:offset + size]`` hold the file's bytes; CoreFileError if changed."""
+        try:
+            self._contents.fill(offset, size)
+        except (FileError, FormatError) as error:
+            raise CoreFileError(str(error)) from None
+
     def close(self) -> None:
-        if isinstance(self._data, mmap.mmap):
-            self._data.close()
+        self._contents.close()
 
     def __enter__(self) -> MachOCore:
         return self
@@ -173,6 +184,10 @@ class MachOCore(AddressSpace):
             take = min(remaining, segment.end - position)
             present = max(0, min(take, segment.filesize - inside))
             start = segment.fileoff + inside
+            try:
+                self._contents.fill(start, present)
+            except (FileError, FormatError) as error:
+                raise MemoryReadError(address, size, str(error)) from None
             chunks.append(bytes(self._data[start : start + present]))
             chunks.append(bytes(take - present))
             position += take
@@ -282,6 +297,7 @@ class MachOCore(AddressSpace):
             )
         if entries + count * entry_size > len(self._data):
             raise CoreFileError(f"{self.path}: all-image-infos entries run past the file")
+        self._filled(entries, count * entry_size)
         images = []
         for index in range(count):
             path_offset, uuid, load, segs_offset, seg_count, _ = _IMAGE_ENTRY.unpack_from(
@@ -292,6 +308,7 @@ class MachOCore(AddressSpace):
             if segs_offset != 2**64 - 1 and seg_count <= _MAX_SEGMENTS_PER_IMAGE:
                 if segs_offset + seg_count * _SEGMENT_VMADDR.size > len(self._data):
                     raise CoreFileError(f"{self.path}: image segment list runs past the file")
+                self._filled(segs_offset, seg_count * _SEGMENT_VMADDR.size)
                 for number in range(seg_count):
                     seg_name, vmaddr, _ = _SEGMENT_VMADDR.unpack_from(
                         self._data, segs_offset + number * _SEGMENT_VMADDR.size
@@ -347,6 +364,7 @@ class MachOCore(AddressSpace):
     def _string_at(self, offset: int) -> str:
         if offset >= len(self._data):
             raise CoreFileError(f"{self.path}: image path offset {offset:#x} is past the file")
+        self._filled(offset, 4096)
         return c_string(bytes(self._data[offset : offset + 4096]))
 
     # -- finding image files -------------------------------------------------------------

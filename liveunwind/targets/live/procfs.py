@@ -15,8 +15,10 @@ from collections import namedtuple
 
 from liveunwind.errors import NoSuchProcessError
 from liveunwind.targets.base import Mapping
+from liveunwind.targets.cores.notes import AT_ENTRY, parse_auxv
 from liveunwind.targets.files import (
     FileError,
+    NotRegularFileError,
     RegularFile,
     open_file,
     open_in_root,
@@ -161,6 +163,15 @@ def wchan(pid: int, tid: int) -> str:
 _MAX_PERF_MAP = 16 << 20
 
 
+def entry_point(owner: str) -> int | None:
+    """``AT_ENTRY`` of /proc/OWNER/auxv, None where it cannot be read."""
+    try:
+        auxv = parse_auxv(read_kernel_file(f"/proc/{owner}/auxv"))
+    except OSError:
+        return None
+    return auxv.get(AT_ENTRY)
+
+
 def read_perf_map(pid: int) -> str:
     """The process's ``/tmp/perf-PID.map`` as it sees it (its root, its own pid), or ``""``.
 
@@ -202,14 +213,17 @@ def open_mapped_file(owner: str, mapping: Mapping) -> RegularFile | None:
     path = mapping.path.removesuffix(" (deleted)")
     kernels_handle = f"/proc/{owner}/map_files/{mapping.start:x}-{mapping.end:x}"
     found: RegularFile | None
+    replaced = ""  # what the path names now, when it is not the mapped file
     try:
         found = open_in_root(f"/proc/{owner}/root", path)
+    except NotRegularFileError as error:
+        found, replaced = None, error.kind
     except FileError:
         found = None
     if found is not None and found.identity != _identity(mapping):
         if found.status.st_ino != mapping.inode:
             found.close()
-            found = None
+            found, replaced = None, "another file"
         else:
             try:
                 kernels = open_file(kernels_handle)
@@ -228,6 +242,11 @@ def open_mapped_file(owner: str, mapping: Mapping) -> RegularFile | None:
         if found.status.st_ino != mapping.inode:
             found.close()
             return None
+        if replaced:
+            found.note = (
+                f"{path}: is {replaced} now, not the file the process maps; "
+                f"that one was read through {kernels_handle}"
+            )
     if found.size == 0:
         found.close()
         raise FileError(path, "is empty (cut short since it was mapped)")

@@ -74,6 +74,8 @@ DEFAULT_STOP_TIMEOUT = 0.5
 _SPIN = 1e-3
 _FIRST_POLL = 50e-6
 _LONGEST_POLL = 2e-3
+#: How long a process whose held thread died is watched to tell an exit from an execve.
+_SETTLE = 0.5
 #: Seconds to wait for the kernel to let go of a thread that never stopped.
 _RELEASE_TIMEOUT = 2.0
 #: ``PF_EXITING`` in the flags field of /proc/PID/task/TID/stat.
@@ -165,6 +167,9 @@ class PtraceProcess(AddressSpace):
         every = {**self._not_stopped, **self._stopped}
         return [every[tid] for tid in sorted(every, key=self._thread_order)]
 
+    def entry_point(self) -> int | None:
+        return procfs.entry_point(str(self.pid))
+
     def mappings(self) -> list[Mapping]:
         if self._mappings is None:
             try:
@@ -223,6 +228,8 @@ class PtraceProcess(AddressSpace):
         """
         seen: set[int] = set()
         for _ in range(_MAX_ATTACH_ROUNDS):
+            if seen:
+                self.check_still_held()
             fresh = [tid for tid in self._candidate_tids() if tid not in seen]
             if not fresh:
                 return
@@ -300,6 +307,10 @@ class PtraceProcess(AddressSpace):
                 if now < spin_until:
                     os.sched_yield()
                 else:
+                    if self._exited(tid):
+                        raise NoSuchProcessError(
+                            f"process {self.pid} exited while it was being stopped"
+                        )
                     time.sleep(min(pause, deadline - now))
                     pause = min(pause * 2, _LONGEST_POLL)
                 continue
@@ -309,6 +320,69 @@ class PtraceProcess(AddressSpace):
             if os.WIFSTOPPED(status):
                 break
         self._record_stop(tid, status)
+
+    def check_still_held(self) -> None:
+        """Raises NoSuchProcessError if a thread stopped earlier is gone: the process exited,
+        or replaced its program (execve) while the others were being stopped.
+
+        An execve by a thread not yet stopped kills every other thread, the
+        stopped ones too, and the process runs on under the same pid with
+        another program: its maps and memory are no longer those of the
+        registers recorded, and a walk of the one with the other would
+        give wrong frames.  One ``waitpid`` per stopped thread, which says
+        nothing for a thread still in its stop.
+        """
+        for tid in list(self._stopped):
+            try:
+                waited, _ = os.waitpid(tid, syscalls.WALL | os.WNOHANG)
+            except ChildProcessError:
+                waited = tid  # not ours any more: the pid of a program an execve put there
+            if waited == 0:
+                continue
+            self._attached.discard(tid)
+            raise self._lost()
+
+    def _lost(self) -> NoSuchProcessError:
+        """The error for a held thread that died: its process exited, or another thread execve'd.
+
+        Both take a moment to be seen whole (every thread dead; the execve'd
+        thread under the pid, after the old main thread died), so the
+        process is looked at for up to :data:`_SETTLE` before saying which.
+        """
+        deadline = time.perf_counter() + _SETTLE
+        while True:
+            if self._all_exited():
+                return NoSuchProcessError(f"process {self.pid} exited while it was being stopped")
+            if _task_state(self.pid, self.pid) not in ("Z", "X", ""):
+                return NoSuchProcessError(
+                    f"process {self.pid} replaced its program (execve) while it was being "
+                    "stopped; run liveunwind again"
+                )
+            if time.perf_counter() > deadline:
+                return NoSuchProcessError(
+                    f"process {self.pid} lost its threads while it was being stopped "
+                    "(it exited or called execve)"
+                )
+            time.sleep(0.001)
+
+    def _exited(self, tid: int) -> bool:
+        """Whether the whole process has exited (killed, say) while ``tid`` was waited for.
+
+        Asked between the looks at a thread slow to stop (one /proc read):
+        a main thread that dies is reported to its tracer only once every
+        other thread is reaped, which the waits for the others here never
+        do, so without it a killed process would be waited for until the
+        stop timeout, and reported as a thread that did not stop.
+        """
+        return _task_state(self.pid, tid) in ("Z", "X", "") and self._all_exited()
+
+    def _all_exited(self) -> bool:
+        """Whether no thread of the process is alive (each gone or a zombie)."""
+        try:
+            tids = procfs.list_tids(self.pid)
+        except NoSuchProcessError:
+            return True
+        return all(_task_state(self.pid, other) in ("Z", "X", "") for other in tids)
 
     def _record_stop(self, tid: int, status: int) -> None:
         pending = 0

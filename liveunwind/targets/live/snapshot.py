@@ -110,15 +110,35 @@ class Snapshot(AddressSpace):
             if size < live_size
         ]
         ranges = _merge([(start, size) for (_, start, _), size in zip(wanted, sizes) if size > 0])
-        stacks: list[tuple[int, Block]] = [
-            (start, data)
-            for (start, _), data in zip(ranges, syscalls.copy_remote(live.pid, ranges))
-            if data is not None
-        ]
+        stacks = _copy(live.pid, ranges)
+        short = [(start, size) for start, size in ranges if start + size > _end_of(stacks, start)]
+        if short:
+            # The kernel stops a copy at a page it cannot read, and what it copied is kept:
+            # often that page is where the stack ends.  Debian sid's glibc puts a thread's
+            # guard pages inside its stack's mapping (MADV_GUARD_INSTALL), and mappings of
+            # neighbouring stacks merge: one range then runs from the lowest stack pointer
+            # into the guard of the next stack up, and each thread whose stack lies past
+            # where it stopped is copied again from its own stack pointer.  What lies past
+            # a thread's copy is read from the running process if a walk needs it (and a
+            # walk that cannot read it says where).
+            retry = [
+                (at, size)
+                for start, whole in short
+                for (_, at, _), size in zip(wanted, sizes)
+                if start < at < start + whole and at + size > _end_of(stacks, start)
+            ]
+            stacks += _copy(live.pid, retry)
+        if not mappings or short:
+            # A process killed while held has no maps and no memory left: say so, rather
+            # than walk registers through nothing.  (Rare: costs a waitpid per thread.)
+            live.check_still_held()
         return cls(live, threads, mappings, stacks, problems)
 
     def threads(self) -> list[ThreadState]:
         return self._threads
+
+    def entry_point(self) -> int | None:
+        return self._live.entry_point()
 
     def mappings(self) -> list[Mapping]:
         return self._mappings
@@ -341,6 +361,20 @@ def _join(run: list[tuple[int, Block]]) -> tuple[int, Block]:
     for start, data in run:
         block[start - first : start - first + len(data)] = data
     return first, bytes(block)
+
+
+def _copy(pid: int, ranges: list[tuple[int, int]]) -> list[tuple[int, Block]]:
+    """What process_vm_readv gives of each range, from its start (partly, or not at all)."""
+    try:
+        copies = syscalls.copy_remote(pid, ranges)
+    except OSError:  # ESRCH: the process is gone, which the caller's check then says
+        return []
+    return [(start, data) for (start, _), data in zip(ranges, copies) if data]
+
+
+def _end_of(stacks: list[tuple[int, Block]], start: int) -> int:
+    """Where the copy that begins at ``start`` ends (``start`` when there is none)."""
+    return max((at + len(data) for at, data in stacks if at == start), default=start)
 
 
 def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -207,16 +207,24 @@ class PlannedRead:
         return results
 
 
-def copy_remote(pid: int, ranges: list[tuple[int, int]]) -> list[bytearray | mmap.mmap | None]:
+def copy_remote(
+    pid: int, ranges: list[tuple[int, int]]
+) -> list[bytearray | mmap.mmap | bytes | None]:
     """Like :func:`read_remote`, but the kernel writes straight into the buffers returned.
 
     One copy of the memory in liveunwind, never two (a ctypes buffer plus
     the bytes made of it).  Ranges (of at least one byte) of
     :data:`MAP_AT` or more go into an anonymous mapping of their own, which
     costs a system call but is not zero-filled first and is handed back to
-    the system as a whole; smaller ones into a bytearray.
+    the system as a whole (anonymous: no file behind it, so no SIGBUS); smaller ones
+    into a bytearray.
+
+    Not all or nothing: a range readable only in part (it runs into a page
+    that cannot be read, a file's page past its end) gives what was read of
+    it from its start, shorter than asked (None when not a byte was read);
+    the kernel stops there, and the next call goes on after it.
     """
-    results: list[bytearray | mmap.mmap | None] = [None] * len(ranges)
+    results: list[bytearray | mmap.mmap | bytes | None] = [None] * len(ranges)
     start = 0
     while start < len(ranges):
         batch = ranges[start : start + IOV_MAX]
@@ -225,8 +233,18 @@ def copy_remote(pid: int, ranges: list[tuple[int, int]]) -> list[bytearray | mma
         local = _iovecs([(ctypes.addressof(anchor), len(anchor)) for anchor in anchors])
         done = _readv(pid, local, _iovecs(batch), len(batch))
         del anchors  # the buffers may be resized or closed from here on
-        index = _read_in_full((size for _, size in batch), done)
+        sizes = [size for _, size in batch]
+        index = _read_in_full(sizes, done)
         results[start : start + index] = buffers[:index]
+        if index < len(batch):
+            part = done - sum(sizes[:index])  # of the range the kernel stopped in
+            if part > 0:
+                buffer = buffers[index]
+                if isinstance(buffer, bytearray):
+                    del buffer[part:]
+                    results[start + index] = buffer
+                else:
+                    results[start + index] = buffer[:part]
         start += index + 1
     return results
 

@@ -96,6 +96,9 @@ class LocalProcess(AddressSpace):
     def mappings(self) -> list[Mapping]:
         return self._mappings
 
+    def entry_point(self) -> int | None:
+        return procfs.entry_point("self")
+
     def read(self, address: int, size: int) -> bytes:
         """From a stack copy where it holds the whole range, else from this process's memory."""
         if size <= 0:

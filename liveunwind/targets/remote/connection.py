@@ -56,6 +56,12 @@ class Connection:
     def close(self) -> None:
         self._socket.close()
 
+    def addresses(self) -> tuple[str, str, int]:
+        """Our address, the stub's, and the stub's port, as the connection reached them."""
+        local = self._socket.getsockname()
+        peer = self._socket.getpeername()
+        return str(local[0]), str(peer[0]), int(peer[1])
+
     def _fail(self, message: str) -> RemoteError:
         """The error to raise; the connection is not used for anything after it."""
         self.broken = True

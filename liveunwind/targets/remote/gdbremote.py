@@ -33,23 +33,34 @@ A three-thread program costs 22 round trips through gdbserver and 29 through
 QEMU (which lists one thread per ``qsThreadInfo`` and reads 2 KiB per ``m``);
 gdb's ``thread apply all bt`` sends 186 packets for the same.
 
-The stub's own limits show through: QEMU user mode ignores ``^C`` while the
-guest runs — it stops only at a signal, so with ``after`` it is given that
-long to stop by itself and no ``^C`` is sent — and gdbserver interrupts an
-attached process by signalling its process group, which fails for a
-process that does not lead one.  Either way the stop does not come and the
-target is left running, with a RemoteError saying so.
+QEMU user mode ignores ``^C`` while the guest runs: its stub reads from the
+debugger only when the guest gets a signal (QEMU 7.2 reports SIGINT as
+``T02``, SIGTRAP as ``T05``; a signal the guest leaves at its default
+"ignore" never reaches the stub).  So with ``after`` no ``^C`` is sent
+there: when the stub's process runs on this machine
+(:mod:`~liveunwind.targets.remote.portowner`: the owner of the listening
+port, checked to be QEMU), it is sent SIGINT, the stub reports the guest
+stopped with it, and the detach drops it — the guest runs on without ever
+seeing it.  QEMU stops only the guest thread the signal landed on: one
+that runs on meanwhile is reported without registers.  ``stopped_how``
+says which way the target was stopped.  A stub
+elsewhere gets the ``after`` seconds to stop by itself.  gdbserver
+interrupts an attached process by signalling its process group, which
+fails for a process that does not lead one.  When the stop does not come,
+the target is left running, with a RemoteError saying so.
 """
 
 from __future__ import annotations
 
 import bisect
+import os
+import signal
 import time
 
 from liveunwind.arch import Arch, arch_by_elf_machine, arch_by_gdb_architecture, supported
 from liveunwind.errors import FormatError, MemoryReadError, UsageError
 from liveunwind.targets.base import AddressSpace, Mapping, ThreadState
-from liveunwind.targets.cores.notes import parse_auxv
+from liveunwind.targets.cores.notes import AT_ENTRY, parse_auxv
 from liveunwind.targets.filefinder import FileFinder, open_image
 from liveunwind.targets.files import FileError, open_file
 from liveunwind.targets.linkmap import PAGE_SIZE, LoadedObject
@@ -112,6 +123,8 @@ class GdbRemote(AddressSpace):
         #: The process id the stub's thread ids carry (QEMU calls every process 1).
         self._stub_pid: int | None = None
         self._features: dict[str, str | bool] = {}
+        #: The program's entry point, from the auxiliary vector the stub gave.
+        self._entry: int | None = None
         self._memory: _Memory | None = None
         self._threads: list[ThreadState] = []
         self._mappings: list[Mapping] = []
@@ -121,6 +134,10 @@ class GdbRemote(AddressSpace):
         #: perf_counter() when the target was stopped for us, and when it was let go.
         self.stopped_at: float | None = None
         self.resumed_at: float | None = None
+        #: Which way the target came to be stopped, for --verbose.
+        self.stopped_how = ""
+        #: The QEMU process a SIGINT stopped the guest through, if one did.
+        self._qemu_pid: int | None = None
 
     # -- context management ---------------------------------------------------
 
@@ -131,7 +148,8 @@ class GdbRemote(AddressSpace):
             self._take_stop()
             self.arch, layout = self._describe()
             self._memory = _Memory(self._connection, self._block_size(), self._binary_reads())
-            self._threads = self._read_threads(layout)
+            before = self._guest_activity()
+            self._threads = self._without_running(self._read_threads(layout), before)
             self._mappings = self._find_mappings()
             self._starts = [mapping.start for mapping in self._mappings]
         except BaseException:
@@ -149,6 +167,11 @@ class GdbRemote(AddressSpace):
         if connection is None:
             return {"round_trips": 0, "bytes_received": 0}
         return {"round_trips": connection.round_trips, "bytes_received": connection.bytes_received}
+
+    @property
+    def matches(self) -> list[str]:
+        """The file here that stands for each path the target names that is not here, and how."""
+        return [] if self._loaded is None else self._loaded.matches
 
     # -- AddressSpace ---------------------------------------------------------
 
@@ -229,6 +252,7 @@ class GdbRemote(AddressSpace):
         self._stopped = True
         self.stopped_at = time.perf_counter()
         if self._after is None:
+            self.stopped_how = f"held by the stub when reached ({self._signal_text()})"
             return
         assert self._connection is not None
         interruptible = self._honours_interrupt()
@@ -246,14 +270,10 @@ class GdbRemote(AddressSpace):
                     self._stop = self._stop_reply(stop)
                     self._stopped = True
             raise
+        how = ""  # how it was stopped, if it did not stop by itself
         if stop is None and not interruptible:
-            raise RemoteError(
-                f"the target behind {self.where} did not stop within {self._after:g} s and "
-                "QEMU user mode does not stop a running guest on ^C; it is left running "
-                "(stop it with a signal while liveunwind waits, e.g. kill -USR1 on the QEMU "
-                "process: the signal is passed on)"
-            )
-        if stop is None:
+            stop, how = self._stop_by_signal()
+        elif stop is None:
             self._connection.interrupt()
             stop = self._connection.wait_stop(self.timeout, what="the stop after ^C")
             if stop is None:
@@ -263,9 +283,72 @@ class GdbRemote(AddressSpace):
                     "interrupts an attached process by signalling its process group, which "
                     "fails unless the target leads one)"
                 )
+            how = f"interrupted with ^C after {self._after:g} s"
         self._stop = self._stop_reply(stop)
         self._stopped = True
         self.stopped_at = time.perf_counter()
+        self.stopped_how = how or f"stopped by itself ({self._signal_text()}) within --after"
+
+    def _signal_text(self) -> str:
+        signal_number = self._stop.signal
+        return rsp.signal_name(signal_number) if signal_number else "no signal"
+
+    def _stop_by_signal(self) -> tuple[bytes, str]:
+        """QEMU user mode: SIGINT to the stub's process, whose stub reports the guest stopped.
+
+        Only when that process runs here and is QEMU; the detach in
+        :meth:`_leave` drops the SIGINT (it is a stop of ours), so the
+        guest never gets it.  Returns the stop reply and how the stop came.
+        """
+        assert self._connection is not None and self._after is not None
+        pid, reason = self._stub_process()
+        if pid is None:
+            raise RemoteError(
+                f"the target behind {self.where} did not stop within {self._after:g} s and "
+                f"QEMU user mode does not stop a running guest on ^C; {reason}, so it cannot "
+                "be sent a signal; the guest is left running"
+            )
+        try:
+            os.kill(pid, signal.SIGINT)
+        except OSError as error:
+            raise RemoteError(
+                f"cannot send SIGINT to QEMU (pid {pid}) to stop the guest: "
+                f"{(error.strerror or str(error)).lower()}; the guest is left running"
+            ) from None
+        self._qemu_pid = pid
+        stop = self._connection.wait_stop(self.timeout, what="the stop after SIGINT")
+        if stop is None:
+            raise RemoteError(
+                f"QEMU (pid {pid}) did not report the guest stopped within {self.timeout:g} s "
+                "of SIGINT; the guest is left running (a guest thread that blocks SIGINT gets "
+                "it when it unblocks it)"
+            )
+        how = (
+            f"stopped by SIGINT sent to QEMU (pid {pid}) after {self._after:g} s, which its stub "
+            "reported as a stop; not delivered to the guest (QEMU user mode ignores the GDB "
+            "interrupt)"
+        )
+        return stop, how
+
+    def _stub_process(self) -> tuple[int | None, str]:
+        """The QEMU process serving this connection on this machine, or None and why not."""
+        from liveunwind.targets.remote import portowner  # only for a guest that will not stop
+
+        assert self._connection is not None
+        try:
+            local, peer, port = self._connection.addresses()
+        except OSError:
+            return None, "the connection's addresses cannot be read"
+        if not portowner.on_this_machine(local, peer):
+            return None, "the stub runs on another machine"
+        pid, reason = portowner.listening_owner(peer, port, seconds=self.timeout)
+        if pid is None:
+            return None, reason
+        name = portowner.executable_name(pid)
+        if not name.startswith("qemu-"):
+            shown = name or "an unknown program"
+            return None, f"the process listening on port {port} (pid {pid}, {shown}) is not QEMU"
+        return pid, ""
 
     def _honours_interrupt(self) -> bool:
         """False for QEMU user mode, which reads nothing from gdb while the guest runs.
@@ -348,6 +431,44 @@ class GdbRemote(AddressSpace):
         return b"D"
 
     # -- registers and threads ------------------------------------------------
+
+    def _guest_activity(self) -> dict[int, tuple[str, int]] | None:
+        """The QEMU threads' states and CPU times, when a SIGINT to QEMU stopped the guest."""
+        if self._qemu_pid is None:
+            return None
+        from liveunwind.targets.remote import portowner
+
+        return portowner.thread_activity(self._qemu_pid)
+
+    def _without_running(
+        self, threads: list[ThreadState], before: dict[int, tuple[str, int]] | None
+    ) -> list[ThreadState]:
+        """Threads that ran on while their registers were read lose them.
+
+        QEMU user mode stops only the guest thread that took the signal; the
+        others run on (each is a thread of QEMU with the guest's tid), and
+        the registers its stub gives for a running one are its emulated CPU's
+        last saved state, whose pc can lag behind the rest.  A thread QEMU
+        shows running, or that used CPU time while the registers were read,
+        is reported as not stopped, without frames, rather than walked from
+        registers of no one instant.  A thread blocked in a system call
+        (sleeping, no CPU time) keeps its registers.
+        """
+        if before is None or self._qemu_pid is None:
+            return threads
+        from liveunwind.targets.remote import portowner
+
+        after = portowner.thread_activity(self._qemu_pid)
+        stopped = self._stop.thread.tid if self._stop.thread is not None else None
+        result = []
+        for thread in threads:
+            then, now = before.get(thread.tid), after.get(thread.tid)
+            ran = then is not None and now is not None and (now[0] == "R" or now[1] != then[1])
+            if ran and thread.tid != stopped:
+                state = "running: QEMU user mode stops only the thread that took the signal"
+                thread = ThreadState(thread.tid, thread.name, {}, state, stopped=False)
+            result.append(thread)
+        return result
 
     def _describe(self) -> tuple[Arch, list[rsp.RegisterDesc]]:
         """The architecture and the ``g`` block layout, from the target description if any."""
@@ -570,6 +691,7 @@ class GdbRemote(AddressSpace):
     def _find_mappings(self) -> list[Mapping]:
         """The target's files from what the stub says, else from the loader's own records."""
         auxv = self._auxv()
+        self._entry = auxv.get(AT_ENTRY)
         recorded = ""
         if self._features.get("qXfer:exec-file:read") is True:
             pid = b"%x" % self._attach if self._attach is not None else b""
@@ -582,6 +704,9 @@ class GdbRemote(AddressSpace):
         mappings = loaded.mappings(auxv, recorded, self._executable_argument, self._svr4_libraries)
         self.problems += loaded.problems
         return mappings
+
+    def entry_point(self) -> int | None:
+        return self._entry
 
     def _auxv(self) -> dict[int, int]:
         if self._features.get("qXfer:auxv:read") is not True:
@@ -623,7 +748,10 @@ class GdbRemote(AddressSpace):
         if found is None:
             return None
         offset = mapping.offset + (address - mapping.start)
-        data = bytes(found.image.data[offset : offset + size])
+        try:
+            data = found.image.read(offset, size)
+        except FormatError:  # the file changed since it was opened: the stub is asked instead
+            return None
         return data if len(data) == size else None
 
 

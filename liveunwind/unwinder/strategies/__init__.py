@@ -31,7 +31,6 @@ from liveunwind.arch.base import ReadMemory
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from liveunwind.arch import Arch
-    from liveunwind.arch.base import CallSite
 
 __all__ = [
     "CodeReader",
@@ -40,6 +39,7 @@ __all__ = [
     "ModuleAt",
     "ReadMemory",
     "ScanBudget",
+    "StackAt",
     "Walk",
     "note",
 ]
@@ -51,6 +51,8 @@ CodeReader = Callable[[int, int], bytes]
 #: The function holding an address, as its symbol (or a JIT's registration) says:
 #: its start and its end (None where the symbol has no size); None where unknown.
 FunctionAt = Callable[[int], tuple[int, int | None] | None]
+#: The writable mapping holding an address (low, high exclusive), None where none does.
+StackAt = Callable[[int], tuple[int, int] | None]
 #: What identifies the module holding an address (compared with ==), None for none.
 ModuleAt = Callable[[int], object]
 
@@ -93,11 +95,10 @@ class Walk:
     ``code_reader(address, size) -> bytes``
         machine code at an address, from the mapped file or from memory;
         raises MemoryReadError (or returns fewer bytes) when it has none.
-    ``confirm(call) -> bool``
-        what only the stepper knows (the symbols) about the call instruction
-        before a scanned return address: False when a direct call's target
-        lies inside a known function rather than at its start, so the "call"
-        is data.  None: no such check.
+    ``stack_at(address) -> (low, high) | None``
+        the writable mapping holding an address (a stack other than the
+        thread's, where a runtime keeps one); None in place of the callable:
+        no mappings to ask.
     ``function_at(address) -> (start, end) | None``
         the function holding an address, as the symbols (or a JIT's
         registration) say; None: not known.  None in place of the callable:
@@ -111,14 +112,15 @@ class Walk:
         "arch",
         "budget",
         "code_reader",
-        "confirm",
         "exact_pc",
+        "foreign_stack",
         "function_at",
         "is_code",
         "module_at",
         "notes",
         "read",
         "registers",
+        "stack_at",
         "stack_range",
     )
 
@@ -132,7 +134,7 @@ class Walk:
         *,
         stack_range: tuple[int, int] | None = None,
         notes: list[str] | None = None,
-        confirm: Callable[[CallSite], bool] | None = None,
+        stack_at: StackAt | None = None,
         budget: ScanBudget | None = None,
         function_at: FunctionAt | None = None,
         module_at: ModuleAt | None = None,
@@ -147,16 +149,20 @@ class Walk:
         self.read = read
         self.is_code = is_code
         self.code_reader = code_reader
-        #: The thread's stack mapping (low, high exclusive), None when unknown.
+        #: The stack mapping the walk is on (low, high exclusive), None when
+        #: unknown: the thread's, or another one the walk moved to.
         self.stack_range = stack_range
         #: Why strategies refused, when ``--verbose`` asked (else None).
         self.notes = notes
-        self.confirm = confirm
+        self.stack_at = stack_at
         self.function_at = function_at
         self.module_at = module_at
         #: Shared by every scan of the thread, so a corrupt or huge stack costs
         #: at most the budget's words of reads and checks.
         self.budget = ScanBudget() if budget is None else budget
+        #: The walk left the thread's stack for one a frame pointer led to (a
+        #: runtime's, inside a heap mapping): where it ends nothing says.
+        self.foreign_stack = False
 
     def begin(
         self,
@@ -169,6 +175,7 @@ class Walk:
         self.stack_range = stack_range
         self.notes = notes
         self.budget = ScanBudget()
+        self.foreign_stack = False
 
 
 def note(notes: list[str] | None, text: str) -> None:

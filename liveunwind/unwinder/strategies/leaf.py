@@ -7,7 +7,8 @@ register (x30 on aarch64, ra on riscv64).  This is tried before the frame
 pointer and scanning because it is exact when it applies (a prologue read,
 where the architecture has one, sees the same and more, and comes first),
 but it is only a guess of the shape of the frame, so the return address must
-also pass the scan's check (code, right after a call).
+also pass the scan's check (code, right after a call that could have
+entered the function holding the pc: :mod:`.callers`).
 
 Only for the first frame (or one interrupted by a signal): in a caller frame
 the pc is a return address, so its function has necessarily built a frame
@@ -29,7 +30,8 @@ from __future__ import annotations
 
 from liveunwind.errors import MemoryReadError
 from liveunwind.unwinder.strategies import Walk, note
-from liveunwind.unwinder.strategies.scan import call_before, code_before
+from liveunwind.unwinder.strategies.callers import checked_call, code_before
+from liveunwind.unwinder.strategies.scan import call_before
 
 
 def step(walk: Walk) -> dict[int, int] | None:
@@ -68,11 +70,18 @@ def step(walk: Walk) -> dict[int, int] | None:
     if not is_code(return_address):
         note(notes, f"leaf: {where} = {return_address:#x} is not code")
         return None
-    if call_before(arch, return_address, is_code, code_reader) is None:
-        note(notes, f"leaf: {where} = {return_address:#x} does not follow a call")
-        return None
     pc = registers.get(arch.pc)
-    why = None if pc is None else stale(walk, pc, return_address)
+    if pc is None:
+        if call_before(arch, return_address, is_code, code_reader) is None:
+            note(notes, f"leaf: {where} = {return_address:#x} does not follow a call")
+            return None
+        why = None
+    else:
+        verdict, why = checked_call(walk, return_address, pc)
+        if verdict is None:
+            note(notes, f"leaf: {where} = {return_address:#x} {why}")
+            return None
+        why = stale(walk, pc, return_address)
     if why is not None:
         note(notes, f"leaf: {where} = {return_address:#x} {why}")
         return None

@@ -35,8 +35,9 @@ from liveunwind.arch.base import (
 )
 from liveunwind.errors import MemoryReadError
 from liveunwind.unwinder.strategies import CodeReader, Walk, note
+from liveunwind.unwinder.strategies.callers import code_before
 from liveunwind.unwinder.strategies.leaf import stale
-from liveunwind.unwinder.strategies.scan import call_before, code_before
+from liveunwind.unwinder.strategies.scan import call_before
 
 _PAGE = 4096
 #: Words above sp searched for the return address of the call that entered a

@@ -4,10 +4,17 @@ A word on the stack is taken for a return address only if it points into
 executable code *and* the bytes just before it decode as a call instruction
 whose end is exactly that address — what a ``call``/``bl`` leaves behind.
 For direct calls the call's target must be code too.  Stale return addresses
-of earlier, already-returned calls pass these checks as well, which is why
-scanned frames carry the lowest trust; the ``confirm`` hook lets the stepper
-add what only it knows (e.g. that a direct call targets the function the
-callee's pc lies in).
+of earlier, already-returned calls pass these checks as well, so a step of
+the walk also asks :mod:`.callers` whether the call could have entered the
+function the walk is in (a direct call must target it); scanned frames
+still carry the lowest trust.  Under ``--verbose`` each refused candidate is
+noted with its slot, its value and why (the first
+:data:`NOTED_REFUSALS` of a scan).
+
+The scan stays on the stack the walk is on: the mapping holding sp (the
+stepper's ``walk.stack_range``).  It does not scan a stack a frame pointer
+led the walk to (a runtime's, such as an Erlang process's inside a heap
+mapping): where that stack ends nothing says, and past it lies stale heap.
 
 Scanning is bounded twice: a window per scan and a :class:`ScanBudget` shared
 by all scans of one thread, so a corrupt or huge stack costs at most
@@ -34,11 +41,14 @@ from liveunwind.unwinder.strategies import (
     Walk,
     note,
 )
+from liveunwind.unwinder.strategies.callers import checked_call, code_before
 
 #: Words one scan examines at most (16 KiB): frames with big local buffers
 #: (PATH_MAX, BUFSIZ) must not hide their caller.
 DEFAULT_WINDOW = 2048
 _PAGE = 4096
+#: Refused candidates one scan notes at most under ``--verbose`` (then a count).
+NOTED_REFUSALS = 8
 
 
 # -- call decoding -----------------------------------------------------------
@@ -62,40 +72,18 @@ def call_before(
     code_reader: CodeReader,
     *,
     check_target: bool = True,
-    confirm: Callable[[CallSite], bool] | None = None,
 ) -> CallSite | None:
     """The call instruction that ``return_address`` follows, or None.
 
     Reads the code before ``return_address`` through ``code_reader``; a
-    direct call must target code when ``check_target`` is set, and
-    ``confirm`` (if given) has the last word on each decoding.
+    direct call must target code when ``check_target`` is set.
     """
     code = code_before(code_reader, return_address, arch.longest_call)
     for site in arch.call_sites(return_address, code):
         if check_target and site.target is not None and not is_code(site.target):
             continue
-        if confirm is None or confirm(site):
-            return site
+        return site
     return None
-
-
-def code_before(code_reader: CodeReader, end: int, size: int) -> bytes:
-    """Up to ``size`` bytes of code ending at ``end``, fewer if the page before is not code.
-
-    ``end`` lies in an executable mapping, so the bytes from its page start
-    on are readable even when the page before is not.
-    """
-    start = max(end - size, 0)
-    try:
-        return bytes(code_reader(start, end - start))
-    except MemoryReadError:
-        start = max(start, end - end % _PAGE)
-        if start == end:
-            return b""
-        try:
-            return bytes(code_reader(start, end - start))
-        except MemoryReadError:
-            return b""
 
 
 # -- scanning ----------------------------------------------------------------
@@ -105,13 +93,24 @@ def step(walk: Walk) -> dict[int, int] | None:
     """The caller of the frame whose return address is the first one found above sp.
 
     The scan stops at the end of the thread's stack and charges the walk's
-    budget; a direct call before a candidate must target code and, where the
-    walk can tell, a function's first instruction.
+    budget; the call before a candidate must be one that could have entered
+    the function holding the pc (:func:`.callers.checked_call`).
     """
     arch, registers = walk.arch, walk.registers
-    sp = registers.get(arch.sp)
+    sp, pc = registers.get(arch.sp), registers.get(arch.pc)
     if sp is None:
         return None
+    if walk.foreign_stack:
+        note(walk.notes, f"scan: sp {sp:#x} is on a stack a frame pointer led to, of unknown end")
+        return None
+    lookup = None if pc is None else (pc if walk.exact_pc else pc - 1)
+
+    def refuse(return_address: int) -> str | None:
+        if lookup is None:
+            return None
+        verdict, why = checked_call(walk, return_address, lookup)
+        return why if verdict is None else None
+
     found = find_return_address(
         arch,
         sp,
@@ -120,7 +119,7 @@ def step(walk: Walk) -> dict[int, int] | None:
         walk.code_reader,
         budget=walk.budget,
         stack_end=walk.stack_range[1] if walk.stack_range else None,
-        confirm=walk.confirm,
+        refuse=refuse,
         notes=walk.notes,
     )
     if found is None:
@@ -140,7 +139,7 @@ def find_return_address(
     window: int = DEFAULT_WINDOW,
     stack_end: int | None = None,
     check_target: bool = True,
-    confirm: Callable[[CallSite], bool] | None = None,
+    refuse: Callable[[int], str | None] | None = None,
     notes: list[str] | None = None,
 ) -> tuple[int, int] | None:
     """``(slot address, return address)`` of the first return address at or above ``sp``.
@@ -148,9 +147,12 @@ def find_return_address(
     Examines at most ``window`` words, never past ``stack_end`` (exclusive),
     and charges every word to ``budget``.  Pointer-authentication bits are
     stripped from candidates (signed return addresses saved by ``pac-ret``
-    code).  None when nothing in range qualifies, the stack becomes
+    code).  ``refuse(return_address)`` (if given) says why a candidate that
+    follows a call is not the caller, or None to take it; each refusal is
+    noted.  None when nothing in range qualifies, the stack becomes
     unreadable or the budget runs out (``notes`` says which).
     """
+    refused = 0
     word = arch.word_size
     address = -(-sp // word) * word
     limit = address + window * word
@@ -179,17 +181,22 @@ def find_return_address(
                     is_code,
                     code_reader,
                     check_target=check_target,
-                    confirm=confirm,
                 )
                 is not None
             ):
-                budget.give_back(granted - index - 1)
-                return address + index * word, candidate
+                why = None if refuse is None else refuse(candidate)
+                if why is None:
+                    budget.give_back(granted - index - 1)
+                    return address + index * word, candidate
+                refused += 1
+                if refused <= NOTED_REFUSALS:
+                    note(notes, f"scan: [{address + index * word:#x}] = {candidate:#x} {why}")
         address += granted * word
         if granted < wanted:
             note(notes, f"scan: budget exhausted at {address:#x}")
             return None
-    note(notes, f"scan: no return address within {window} words above sp {sp:#x}")
+    more = f" ({refused - NOTED_REFUSALS} more refused)" if refused > NOTED_REFUSALS else ""
+    note(notes, f"scan: no return address within {window} words above sp {sp:#x}{more}")
     return None
 
 

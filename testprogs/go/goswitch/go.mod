@@ -1,0 +1,3 @@
+module goswitch
+
+go 1.16
