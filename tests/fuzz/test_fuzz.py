@@ -45,8 +45,7 @@ FIXED_SEED = 20261126
 FIXED_COUNTS = {
     "kernel-core": 200, "gcore-core": 30, "macho-core": 3000, "macho-file": 3000,
     "elf-unwind": 4000, "dwarf-lines": 1500, "gopclntab": 8000, "go-runtime": 1000,
-    "sframe": 50000,
-    "compact": 20000, "dwarf-expr": 50000, "rsp": 30000,
+    "sframe": 50000, "compact": 20000, "dwarf-expr": 50000, "rsp": 30000,
 }  # fmt: skip
 CORPUS = Path(__file__).parent / "corpus"
 SFRAME_VECTORS = DATA / "sframe-vectors"
