@@ -163,3 +163,21 @@ def test_a_corrupt_symbol_table_costs_the_names_not_the_image(
     module = MachOModule(str(path), 0x100000000, [(0x100000000, 0x100010000)])
     assert module.unwind_sources["compact"] and module.symbols is None
     assert any("symbol table" in problem for problem in module.problems), module.problems
+
+
+def test_a_file_truncated_after_it_was_opened_reads_as_it_was(
+    macho_build: Path, tmp_path: Path
+) -> None:
+    """Read into memory of our own, never mapped: truncating the file cannot raise SIGBUS, and
+    what was read (the first 64 KiB chunk, these whole programs) reads on as it was."""
+    original = macho_build / "chain-x86_64"
+    path = tmp_path / "chain"
+    shutil.copy(original, path)
+    image = MachOImage(str(path))
+    with open(path, "r+b") as stream:
+        stream.truncate(100)
+    pristine = MachOImage(str(original))
+    assert image.section_data("__TEXT", "__unwind_info") == pristine.section_data(
+        "__TEXT", "__unwind_info"
+    )
+    assert image._symbol_records() == pristine._symbol_records()
