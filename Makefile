@@ -32,11 +32,10 @@ system-deps:
 
 venv: $(VENV)/.installed
 
-# The tests open Mach-O cores: the macho extra (lief) as well as the test extra.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q -e '.[macho,fast,test]'
+	$(VPY) -m pip install -q -e '.[fast,test]'
 	touch $@
 
 testprogs:
@@ -74,15 +73,18 @@ test: system-deps venv testprogs sid-rootfs freethreaded-python lint
 unit: venv
 	$(VPY) -m pytest -q -p no:cacheprovider tests/unit
 
-# The fuzz campaign (tests/fuzz/) for FUZZ_SECONDS per target; `make test`
-# runs it for 5 s per target.  Each finding's input and report go to FUZZ_FINDINGS.
+# The fuzz campaign (tests/fuzz/): a new seed, FUZZ_SECONDS per target (FUZZ_TARGETS: a
+# pytest -k expression to run some).  Each finding's input and report are written into
+# tests/fuzz/corpus/TARGET/ (or FUZZ_FINDINGS/TARGET/), to fix and commit; -rP prints how many
+# inputs each ran.  `make test` draws nothing: it replays that corpus and a fixed number of a
+# fixed seed's inputs.
 FUZZ_SECONDS ?= 300
-FUZZ_FINDINGS ?= /tmp/liveunwind-fuzz-findings
-# `make test` replays a fixed seed (tests/fuzz/test_fuzz.py); `make fuzz` draws a new one.
-FUZZ_SEED ?= $(shell date +%s%N)
+FUZZ_FINDINGS ?=
+FUZZ_TARGETS ?= test_
+FUZZ_SEED ?= $(shell date +%s%N | cut -c1-10)
 fuzz: system-deps venv testprogs
 	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_FINDINGS=$(FUZZ_FINDINGS) FUZZ_SEED=$(FUZZ_SEED) \
-		$(VPY) -m pytest -q -p no:cacheprovider tests/fuzz
+		nice -n 19 $(VPY) -m pytest -q -rP -p no:cacheprovider tests/fuzz -k '$(FUZZ_TARGETS)'
 
 # The long soak (tests/system/test_soak.py and test_interrupts.py with SOAK=long):
 # testprogs/jit/jit-soak profiled for 20,000 slots at 1000 Hz and backtraced with

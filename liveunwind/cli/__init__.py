@@ -3,11 +3,9 @@
 Exit codes: 0 every thread's walk reached the end of its stack, 1 some
 thread's walk ended early, 2 the target could not be used (of a
 many-process ``pid`` run: some process could not be backtraced; the others
-are printed), 64 usage error,
-69 an optional package the target needs is not installed, 74 an output
-could not be written (a full disk), 130 interrupted (SIGINT), 143
-terminated (SIGTERM).  Every failure is one line on stderr, never a
-traceback, and the target is left as it was found.
+are printed), 64 usage error, 74 an output could not be written (a full
+disk), 130 interrupted (SIGINT), 143 terminated (SIGTERM).  Every failure is
+one line on stderr, never a traceback, and the target is left as it was found.
 """
 
 from __future__ import annotations
@@ -39,15 +37,9 @@ if TYPE_CHECKING:
 
 EXIT_COMPLETE = 0
 EXIT_INCOMPLETE = 1
-#: sysexits.h's EX_UNAVAILABLE: the target is fine, this installation lacks a part.
-EXIT_MISSING_PACKAGE = 69
 #: 128 + the signal's number, as shells report a command a signal ended.
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 EXIT_TERMINATED = 128 + signal.SIGTERM
-
-#: Packages liveunwind imports only for some targets: what needs each, and the
-#: extra that installs it (pyproject.toml's optional-dependencies).
-OPTIONAL_PACKAGES = {"lief": ("reading Mach-O files", "macho")}
 
 
 def _count(text: str) -> int:
@@ -457,16 +449,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LiveUnwindError as error:
         print(f"liveunwind: {error}", file=sys.stderr)
         return error.exit_code
-    except ImportError as error:
-        if error.name not in OPTIONAL_PACKAGES:
-            raise
-        purpose, extra = OPTIONAL_PACKAGES[error.name]
-        print(
-            f"liveunwind: {purpose} needs {error.name}, which is not installed: "
-            f"pip install 'liveunwind[{extra}]'",
-            file=sys.stderr,
-        )
-        return EXIT_MISSING_PACKAGE
     except KeyboardInterrupt as interrupt:
         return _interrupted(interrupt)
     except RuntimeError as error:

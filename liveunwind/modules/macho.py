@@ -1,8 +1,7 @@
-"""Mach-O images: segments, sections, unwind tables, symbols and LC_UUID, through lief.
+"""Mach-O images: segments, sections, unwind tables, symbols and LC_UUID.
 
-Only Mach-O code paths import this module, and lief is imported inside it
-only when an image is actually opened, so an ELF backtrace never pays for
-lief.  A :class:`MachOImage` answers in link-time addresses;
+The file is read by :mod:`liveunwind.formats.macho` (no third-party parser:
+issue 29).  A :class:`MachOImage` answers in link-time addresses;
 :class:`MachOModule` places an image at its load address in a target and
 is the :class:`~liveunwind.modules.module.Module` the stepper and the
 symbolizer ask.
@@ -12,17 +11,23 @@ from __future__ import annotations
 
 import bisect
 import os
-import warnings
-from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from liveunwind.arch import Arch, arch_by_macho_cpu_type
 from liveunwind.errors import FormatError
+from liveunwind.formats.macho import (
+    HEADER,
+    MAX_COMMAND_BYTES,
+    MachOHeader,
+    MachOSection,
+    MachOSegment,
+    fat_slices,
+)
 from liveunwind.modules.module import Module
 from liveunwind.modules.sources import UnwindSource
 from liveunwind.modules.symbols import SymbolMatch
-from liveunwind.targets.files import FileError, open_file
+from liveunwind.targets.files import FileContents, FileError, open_file
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -33,94 +38,87 @@ if TYPE_CHECKING:
 _N_STAB = 0xE0
 _N_TYPE = 0x0E
 _N_SECT = 0x0E
-_INSTRUCTION_FLAGS = frozenset(("PURE_INSTRUCTIONS", "SOME_INSTRUCTIONS"))
-#: Largest Mach-O file opened: lief reads the whole file into memory.
+#: Largest Mach-O file opened.
 MAX_FILE_SIZE = 1 << 30
-
-
-@dataclass(frozen=True, slots=True)
-class MachOSegment:
-    name: str
-    vmaddr: int
-    vmsize: int
-    fileoff: int
-    filesize: int
-
-
-@dataclass(frozen=True, slots=True)
-class MachOSection:
-    segment: str
-    name: str
-    address: int
-    size: int
-    executable: bool
 
 
 class MachOImage:
     """One Mach-O file (the slice for ``arch`` of a universal file), in link-time addresses."""
 
     def __init__(self, path: str, *, arch: Arch | None = None) -> None:
-        import lief
-
         self.path = path
         try:
             file = open_file(path)
         except FileError as error:
             raise FormatError(str(error)) from None
-        with file:
-            if file.size > MAX_FILE_SIZE:
-                raise FormatError(
-                    f"{path}: {file.size} bytes, more than the {MAX_FILE_SIZE >> 20} MiB "
-                    "a Mach-O image may have"
-                )
-            lief.logging.disable()
-            # lief opens what it is given by name: give it the very inode checked above.
-            fat = lief.MachO.parse(f"/proc/self/fd/{file.fd}")
-        if fat is None or fat.size == 0:
-            raise FormatError(f"{path}: not a Mach-O file")
-        binary, found = None, None
-        for index in range(fat.size):
-            candidate = fat.at(index)
-            if candidate is None:
-                continue
-            found = arch_by_macho_cpu_type(_cpu_type(candidate.header))
-            if found is not None and (arch is None or found is arch):
-                binary = candidate
-                break
-        if binary is None or found is None:
+        if file.size > MAX_FILE_SIZE:
+            file.close()
+            raise FormatError(
+                f"{path}: {file.size} bytes, more than the {MAX_FILE_SIZE >> 20} MiB "
+                "a Mach-O image may have"
+            )
+        try:  # read as needed into memory of our own: never an mmap of the file (SIGBUS)
+            self._contents = FileContents(file)
+        except FileError as error:
+            raise FormatError(str(error)) from None
+        #: Where the slice starts in the file.
+        self._base = 0
+        try:
+            self._data, header, found = self._slice_for(memoryview(self._contents.data), arch)
+        except FormatError as error:
+            raise FormatError(f"{path}: {error}") from None
+        if header is None or found is None:
             raise FormatError(f"{path}: no {arch.name if arch else 'x86_64 or arm64'} slice")
-        # The FatBinary owns the slices: keep it alive as long as the slice is used.
-        self._fat = fat
-        self._binary: Any = binary
+        self._header = header
         self.arch: Arch = found
-        self.segments = [
-            MachOSegment(
-                _text(s.name), s.virtual_address, s.virtual_size, s.file_offset, s.file_size
-            )
-            for s in binary.segments
-        ]
-        try:  # lief decodes a section's segment name itself, and fails on bytes that are not UTF-8
-            named = [(s.segment_name, _text(s.name), s) for s in binary.sections]
-        except UnicodeDecodeError as error:
-            raise FormatError(f"{path}: a section's segment name is not UTF-8 ({error})") from None
-        self.section_list = [
-            MachOSection(
-                segment,
-                name,
-                s.virtual_address,
-                s.size,
-                any(getattr(flag, "name", "") in _INSTRUCTION_FLAGS for flag in s.flags_list),
-            )
-            for segment, name, s in named
-        ]
-        self._lief_sections = {(segment, name): s for segment, name, s in named}
+        self.segments: list[MachOSegment] = header.segments
+        self.section_list: list[MachOSection] = header.sections
         text = next((s for s in self.segments if s.name == "__TEXT"), None)
         if text is None:
             raise FormatError(f"{path}: no __TEXT segment")
         #: The link-time address of the Mach-O header: the base of __unwind_info offsets.
         self.text_base = text.vmaddr
-        uuid_command = binary.uuid if binary.has_uuid else None
-        self.uuid = None if uuid_command is None else bytes(uuid_command.uuid)
+        self.uuid = header.uuid
+
+    def _fill(self, offset: int, size: int) -> None:
+        """Makes ``size`` bytes at ``offset`` of the slice hold the file's (FormatError if not)."""
+        try:
+            self._contents.fill(self._base + offset, size)
+        except FileError as error:
+            raise FormatError(str(error)) from None
+
+    def _slice_for(
+        self, whole: memoryview, arch: Arch | None
+    ) -> tuple[memoryview, MachOHeader | None, Arch | None]:
+        """The bytes, header and Arch of the slice for ``arch`` (the first known one if None)."""
+        self._fill(0, 8 + 64 * 32)  # a universal header's most
+        slices = fat_slices(whole)
+        if slices is None:
+            header = self._header_at(whole)
+            found = arch_by_macho_cpu_type(header.cpu_type)
+            if found is not None and (arch is None or found is arch):
+                return whole, header, found
+            return whole, None, None
+        for piece in slices:
+            found = arch_by_macho_cpu_type(piece.cpu_type)
+            if found is None or (arch is not None and found is not arch):
+                continue
+            if piece.offset + piece.size > len(whole):
+                raise FormatError(f"the {found.name} slice runs past the end of the file")
+            self._base = piece.offset
+            view = whole[piece.offset : piece.offset + piece.size]
+            header = self._header_at(view)
+            if header.cpu_type != piece.cpu_type:
+                raise FormatError(f"the {found.name} slice holds another CPU type's header")
+            return view, header, found
+        return whole, None, None
+
+    def _header_at(self, view: memoryview) -> MachOHeader:
+        """The header at the start of ``view`` (the slice), its load commands read first."""
+        self._fill(0, HEADER.size)
+        if len(view) >= HEADER.size:
+            self._fill(HEADER.size, min(HEADER.unpack_from(view)[5], MAX_COMMAND_BYTES))
+        return MachOHeader(view)
 
     @property
     def build_id(self) -> bytes | None:
@@ -128,38 +126,26 @@ class MachOImage:
         return self.uuid
 
     def section_data(self, segment: str, name: str) -> bytes | None:
-        section = self._lief_sections.get((segment, name))
-        if section is None or section.size == 0:
+        section = self.section(segment, name)
+        if section is None or section.size == 0 or not section.in_file:
             return None
-        data = bytes(section.content)
-        if len(data) != section.size:
+        if section.offset + section.size > len(self._data):
             raise FormatError(f"{self.path}: {segment},{name} is truncated")
-        return data
+        self._fill(section.offset, section.size)
+        return bytes(self._data[section.offset : section.offset + section.size])
 
     def section(self, segment: str, name: str) -> MachOSection | None:
-        for section in self.section_list:
-            if section.segment == segment and section.name == name:
-                return section
-        return None
+        return self._header.section(segment, name)
 
     def read(self, address: int, size: int) -> bytes:
         """``size`` file-backed bytes at link-time ``address`` (the code STACK_IND reads)."""
-        for index, segment in enumerate(self.segments):
+        for segment in self.segments:
             if segment.vmaddr <= address and address + size <= segment.vmaddr + segment.filesize:
-                content = self._segment_contents[index]
-                start = address - segment.vmaddr
-                return bytes(content[start : start + size])
+                start = segment.fileoff + address - segment.vmaddr
+                if start + size <= len(self._data):
+                    self._fill(start, size)
+                    return bytes(self._data[start : start + size])
         raise FormatError(f"{self.path}: {address:#x}+{size} is not in the file")
-
-    @cached_property
-    def _segment_contents(self) -> list[memoryview]:
-        """Each segment's bytes, in the order of ``segments``.
-
-        By position, not by name: a crafted name that is not UTF-8 reads one way
-        through ``_text`` and another through lief (fuzz finding macho-file
-        585933173/2104, a KeyError).
-        """
-        return [memoryview(bytes(s.content)) for s in self._binary.segments]
 
     # -- unwind tables --------------------------------------------------------------
 
@@ -234,29 +220,23 @@ class MachOImage:
 
     def _symbol_records(self) -> list[tuple[int, str, int]]:
         """(address, name, section index) of defined, non-debug symbols in code sections."""
+        table = self._header.symtab
+        try:
+            if table is not None:
+                self._fill(table.offset, table.count * 16)
+                self._fill(table.strings, table.strings_size)
+            symbols = self._header.symbols(self._data)
+        except FormatError as error:
+            raise FormatError(f"{self.path}: {error}") from None
         records = []
-        for symbol in self._binary.symbols:
-            raw = symbol.raw_type
-            if raw & _N_STAB or raw & _N_TYPE != _N_SECT:
+        for symbol in symbols:
+            if symbol.type & _N_STAB or symbol.type & _N_TYPE != _N_SECT:
                 continue
-            index = symbol.numberof_sections - 1
+            index = symbol.section - 1
             if not 0 <= index < len(self.section_list) or not self.section_list[index].executable:
                 continue
-            records.append((symbol.value, _text(symbol.name), index))
+            records.append((symbol.value, symbol.name, index))
         return records
-
-
-def _cpu_type(header: Any) -> int:
-    """The header's cputype: lief gives an enum member, or a bare int for one it does not know."""
-    with warnings.catch_warnings():  # and warns on stderr, which is for one-line errors
-        warnings.simplefilter("ignore")
-        value = header.cpu_type
-    return int(getattr(value, "value", value))
-
-
-def _text(name: str | bytes) -> str:
-    """A name lief gives as bytes when they are not UTF-8, as text."""
-    return name if isinstance(name, str) else name.decode("utf-8", "replace")
 
 
 class _RuleView:
@@ -366,7 +346,14 @@ class MachOModule(Module):
 
     @cached_property
     def symbols(self) -> MachOSymbolTable | None:
-        return None if self.image is None else self.image.symbols
+        """The image's symbols; a corrupt symbol table is a problem, and frames go unnamed."""
+        if self.image is None:
+            return None
+        try:
+            return self.image.symbols
+        except FormatError as error:
+            self.problems.append(str(error))
+            return None
 
     @cached_property
     def unwind_sources(self) -> dict[str, list[UnwindSource]]:

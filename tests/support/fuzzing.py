@@ -9,7 +9,12 @@ the file that matter (headers, notes, load commands, the section being
 decoded): bit flips, interesting numbers (0, -1, 2^63, the file's size…),
 bytes copied from elsewhere, a cut.  The edits are made by
 ``random.Random(f"{seed}:{index}")``, so ``(target, seed, index)`` names an
-input for good: :func:`reproduce` makes it again.
+input for good — given the same base inputs, which are built on the spot and
+may differ between machines (a path compiled in, a core's pids): a finding is
+therefore pinned as the file itself, in the target's folder of the corpus
+(:class:`Corpus`, ``tests/fuzz/corpus/TARGET/SEED-INDEX-BASE.bin``), which
+``make test`` replays.  :func:`reproduce` runs one input again, from a seed
+or a corpus file.
 
 The inputs run in a worker process (``python -m tests.support.fuzzing worker …``)
 whose address space is capped (RLIMIT_AS, :data:`MEMORY_BOUND` above what
@@ -137,6 +142,71 @@ def input_for(target: Target, seed: int, index: int) -> tuple[int, bytes]:
     base = target.bases[which]
     edits, cut = mutation(len(base), target.hot[which], rng)
     return which, apply(base, edits, cut)
+
+
+class Mutations:
+    """Inputs 0, 1, 2… of a seed (``count`` of them, or as many as time allows)."""
+
+    def __init__(self, seed: int, count: int | None = None) -> None:
+        self.seed = seed
+        self.count = count
+
+    @property
+    def spec(self) -> str:
+        """How a worker's command line names these inputs: ``seed=SEED[/COUNT]``."""
+        return f"seed={self.seed}" + (f"/{self.count}" if self.count is not None else "")
+
+    def input(self, target: Target, index: int) -> tuple[int, bytes]:
+        return input_for(target, self.seed, index)
+
+    def label(self, index: int) -> str:
+        """The name of input ``index``: its file name in the corpus (with the base it edits)."""
+        return f"{self.seed}-{index}"
+
+
+class Corpus:
+    """Every input pinned in one target's folder: each a finding once, replayed for good.
+
+    A file is named ``SEED-INDEX-BASE.bin`` (``.bin.gz`` when compressed): the
+    input ``(SEED, INDEX)`` of the campaign that found it, an edit of the
+    target's base input number ``BASE`` (which the target's probes and search
+    paths are chosen by).
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.files = sorted(
+            path for path in folder.glob("*") if path.name.endswith((".bin", ".bin.gz"))
+        )
+        self.count: int | None = len(self.files)
+
+    @property
+    def spec(self) -> str:
+        return f"corpus={self.folder}"
+
+    def input(self, target: Target, index: int) -> tuple[int, bytes]:
+        path = self.files[index]
+        data = path.read_bytes()
+        if path.name.endswith(".gz"):
+            data = gzip.decompress(data)
+        which = int(path.name.split(".")[0].rsplit("-", 1)[1])
+        assert which < len(target.bases), f"{path}: base {which} of {len(target.bases)}"
+        return which, data
+
+    def label(self, index: int) -> str:
+        return self.files[index].name
+
+
+Inputs = Mutations | Corpus
+
+
+def inputs(spec: str) -> Inputs:
+    """The inputs a worker's command line names: ``seed=SEED[/COUNT]`` or ``corpus=FOLDER``."""
+    kind, _, value = spec.partition("=")
+    if kind == "corpus":
+        return Corpus(Path(value))
+    seed, _, count = value.partition("/")
+    return Mutations(int(seed), int(count) if count else None)
 
 
 # -- targets --------------------------------------------------------------------------------
@@ -587,14 +657,18 @@ def _address_space() -> int:
     return 0
 
 
-def worker(name: str, seed: int, start: int, paths: list[str]) -> None:
-    """Runs inputs ``start``, ``start + 1``… of a target until killed, saying each on stdout."""
+def worker(name: str, spec: str, start: int, paths: list[str]) -> None:
+    """Runs inputs ``start``, ``start + 1``… of a target, saying each on stdout.
+
+    Until killed, or for a corpus until its last file ("end").
+    """
     import resource
     import warnings
 
     from liveunwind.errors import LiveUnwindError
 
     target = {**BUILDERS, **HARNESS_BUILDERS}[name](paths)
+    source = inputs(spec)
     warnings.simplefilter("error")  # a warning would be a second line under a one-line error
     limit = _address_space() + MEMORY_BOUND
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -602,8 +676,8 @@ def worker(name: str, seed: int, start: int, paths: list[str]) -> None:
     out.write("ready\n")
     out.flush()
     index = start
-    while True:
-        which, data = input_for(target, seed, index)
+    while source.count is None or index < source.count:
+        which, data = source.input(target, index)
         out.write(f"> {index}\n")
         out.flush()
         try:
@@ -616,6 +690,8 @@ def worker(name: str, seed: int, start: int, paths: list[str]) -> None:
             out.write(f"! {index} {json.dumps(report)}\n")
             out.flush()
         index += 1
+    out.write("end\n")
+    out.flush()
 
 
 # -- the campaign ---------------------------------------------------------------------------
@@ -624,9 +700,10 @@ def worker(name: str, seed: int, start: int, paths: list[str]) -> None:
 class Finding:
     """One input that made liveunwind fail in a way it must not."""
 
-    def __init__(self, target: str, seed: int, index: int, kind: str, where: str, text: str):
+    def __init__(self, target: str, label: str, index: int, kind: str, where: str, text: str):
         self.target = target
-        self.seed = seed
+        #: Which input: ``SEED-INDEX``, or the corpus file's name.
+        self.label = label
         self.index = index
         #: The exception's class, "timeout", or "crash".
         self.kind = kind
@@ -638,29 +715,35 @@ class Finding:
         return self.target, self.kind, self.where
 
     def __str__(self) -> str:
-        return (
-            f"{self.target} seed {self.seed} input {self.index}: {self.kind} at {self.where}\n"
-            f"{self.text}"
-        )
+        return f"{self.target} input {self.label}: {self.kind} at {self.where}\n{self.text}"
 
 
 class Campaign:
-    """Inputs of one target for ``seconds``, in as many workers as it takes."""
+    """Inputs of one target, in as many workers as it takes.
 
-    def __init__(self, name: str, paths: list[str], seed: int, seconds: float) -> None:
+    Every one of them when they are counted (a corpus, or a fixed number of
+    a seed's: what ``make test`` runs, the same every time), else as many as
+    ``seconds`` allow (``make fuzz``).
+    """
+
+    def __init__(
+        self, name: str, paths: list[str], source: Inputs, seconds: float | None = None
+    ) -> None:
+        assert source.count is not None or seconds is not None, "endless: give a count or a time"
         self.name = name
         self.paths = paths
-        self.seed = seed
+        self.source = source
         self.seconds = seconds
         self.findings: dict[tuple[str, str, str], Finding] = {}
         self.inputs = 0
         self.workers = 0
 
     def run(self) -> Campaign:
-        deadline = time.monotonic() + self.seconds
+        deadline = time.monotonic() + (self.seconds if self.seconds is not None else float("inf"))
+        count = self.source.count
         index = 0
         with tempfile.TemporaryDirectory(prefix="liveunwind-fuzz-") as scratch:
-            while time.monotonic() < deadline:
+            while time.monotonic() < deadline and (count is None or index < count):
                 index = self._one_worker(index, deadline, scratch)
         return self
 
@@ -669,7 +752,7 @@ class Campaign:
         self.workers += 1
         stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in finally
         process = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.fuzzing", "worker", self.name, str(self.seed),
+            [sys.executable, "-m", "tests.support.fuzzing", "worker", self.name, self.source.spec,
              str(start), json.dumps(self.paths)],
             stdout=subprocess.PIPE,
             stderr=stderr,
@@ -706,6 +789,8 @@ class Campaign:
                     if now > deadline:
                         return current
                     continue
+                if line == "end":  # a counted source, run to its last input
+                    return self.source.count or 0
                 if line.startswith("> "):
                     current = int(line[2:])
                     self.inputs += 1
@@ -723,22 +808,30 @@ class Campaign:
             stderr.close()
 
     def _found(self, index: int, kind: str, where: str, text: str) -> None:
-        finding = Finding(self.name, self.seed, index, kind, where, text)
+        finding = Finding(self.name, self.source.label(index), index, kind, where, text)
         self.findings.setdefault(finding.key, finding)
 
     def save(self, folder: Path) -> list[Path]:
-        """Each finding's input (``.bin``) and report (``.txt``) in ``folder``."""
-        saved = []
-        if not self.findings:
+        """Each new finding's input and report in ``folder`` (a corpus folder: ``Corpus``).
+
+        ``SEED-INDEX-BASE.bin`` (gzip-compressed, ``.bin.gz``, above 64 KiB)
+        and ``SEED-INDEX-BASE.txt``: the input, ready to commit and replay,
+        and what it did.
+        """
+        saved: list[Path] = []
+        if not self.findings or not isinstance(self.source, Mutations):
             return saved
         folder.mkdir(parents=True, exist_ok=True)
         target = {**BUILDERS, **HARNESS_BUILDERS}[self.name](self.paths)
         for finding in self.findings.values():
-            _, data = input_for(target, finding.seed, finding.index)
-            stem = folder / f"{self.name}-{finding.seed}-{finding.index}"
-            stem.with_suffix(".bin").write_bytes(data)
-            stem.with_suffix(".txt").write_text(str(finding))
-            saved.append(stem.with_suffix(".bin"))
+            which, data = self.source.input(target, finding.index)
+            stem = f"{finding.label}-{which}"
+            path = folder / f"{stem}.bin"
+            if len(data) > 1 << 16:
+                path, data = folder / f"{stem}.bin.gz", gzip.compress(data, mtime=0)
+            path.write_bytes(data)
+            (folder / f"{stem}.txt").write_text(str(finding) + "\n")
+            saved.append(path)
         return saved
 
 
@@ -777,15 +870,20 @@ def _tail(stream: object) -> str:
     return stream.read().decode(errors="replace")[-4000:]  # type: ignore[attr-defined]
 
 
-def reproduce(name: str, paths: list[str], seed: int, index: int) -> None:
-    """Runs one input in this process, so its error surfaces with a full traceback."""
+def reproduce(name: str, paths: list[str], input_: str) -> None:
+    """Runs one input (``SEED:INDEX``, or a corpus file) here: its error shows its traceback."""
     target = {**BUILDERS, **HARNESS_BUILDERS}[name](paths)
-    which, data = input_for(target, seed, index)
+    if Path(input_).is_file():
+        corpus = Corpus(Path(input_).parent)
+        which, data = corpus.input(target, corpus.files.index(Path(input_)))
+    else:
+        seed, _, index = input_.partition(":")
+        which, data = input_for(target, int(seed), int(index))
     target.run(data, which)
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "worker":
-        worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), json.loads(sys.argv[5]))
+        worker(sys.argv[2], sys.argv[3], int(sys.argv[4]), json.loads(sys.argv[5]))
     elif sys.argv[1] == "reproduce":
-        reproduce(sys.argv[2], json.loads(sys.argv[5]), int(sys.argv[3]), int(sys.argv[4]))
+        reproduce(sys.argv[2], json.loads(sys.argv[4]), sys.argv[3])

@@ -30,7 +30,6 @@ def fifo_and_device(tmp_path: Path) -> Iterator[tuple[Path, Path, OpenWatch]]:
 def test_a_mach_o_image_that_is_not_a_regular_file(
     fifo_and_device: tuple[Path, Path, OpenWatch],
 ) -> None:
-    pytest.importorskip("lief")
     from liveunwind.modules.macho import MachOImage
 
     fifo, device, watch = fifo_and_device

@@ -1,13 +1,13 @@
 """Mach-O core files (MH_CORE): memory, threads and loaded images of a macOS process.
 
-Parsed with ``struct`` rather than lief: a core is a header, load commands
-and raw memory, and we need only three commands (LC_SEGMENT_64 for memory,
-LC_THREAD for registers, LC_NOTE for the "all image infos" list); slicing
-them straight out of the file's bytes, read as they are needed
-(``files.FileContents``: never an mmap, which a file truncated meanwhile
-turns into SIGBUS), is fast on multi-gigabyte cores and keeps lief out of
-the target layer.  Every count, size and offset comes from an
-untrusted file and is checked before use.
+A core is a header, load commands and raw memory, and we need only three
+commands (LC_SEGMENT_64 for memory, LC_THREAD for registers, LC_NOTE for
+the "all image infos" list), sliced straight out of the file's bytes, read
+as they are needed (``files.FileContents``: never an mmap, which a file
+truncated meanwhile turns into SIGBUS), which is fast on multi-gigabyte
+cores; the headers of images (in the core's memory or in their files) are
+read by :mod:`liveunwind.formats.macho`.  Every count, size and offset comes
+from an untrusted file and is checked before use.
 
 Images (modules) come from the "all image infos" LC_NOTE that LLDB and
 Apple's tools write; without it, the core's memory is searched for Mach-O
@@ -25,29 +25,32 @@ from dataclasses import dataclass
 
 from liveunwind.arch import Arch, arch_by_macho_cpu_type
 from liveunwind.errors import CoreFileError, FormatError, MemoryReadError
+from liveunwind.formats.macho import (
+    HEADER,
+    LC_SEGMENT_64,
+    MH_MAGIC_64,
+    MachOHeader,
+    c_string,
+    fat_slices,
+    load_commands,
+)
 from liveunwind.targets.base import AddressSpace, CoreImage, Mapping, ThreadState
 from liveunwind.targets.files import FileContents, FileError, RegularFile, open_file
 
-MH_MAGIC_64 = 0xFEEDFACF
-FAT_MAGIC = 0xCAFEBABE
 MH_CORE = 4
 #: File types whose headers can be found in memory: executable, dylib, dyld, bundle.
 _IMAGE_FILE_TYPES = {2, 6, 7, 8}
 LC_THREAD = 0x4
 LC_UNIXTHREAD = 0x5
-LC_SEGMENT_64 = 0x19
-LC_UUID = 0x1B
 LC_NOTE = 0x31
 ALL_IMAGE_INFOS = "all image infos"
 
-_HEADER = struct.Struct("<7I4x")
-_LOAD_COMMAND = struct.Struct("<2I")
+_HEADER = HEADER
 _SEGMENT = struct.Struct("<2I16s4Q4I")
 _NOTE = struct.Struct("<2I16s2Q")
 _IMAGE_INFOS = struct.Struct("<2IQ2I")
 _IMAGE_ENTRY = struct.Struct("<Q16s2Q2I")
 _SEGMENT_VMADDR = struct.Struct("<16s2Q")
-_MAX_COMMANDS = 1 << 16
 _MAX_IMAGES = 1 << 16
 _MAX_SEGMENTS_PER_IMAGE = 256
 _MAX_HEADER_BYTES = 1 << 20
@@ -78,17 +81,6 @@ class CoreSegment:
             + ("x" if prot & 4 else "-")
             + "p"
         )
-
-
-@dataclass(frozen=True, slots=True)
-class _HeaderInfo:
-    """What the load commands of a Mach-O header say about an image."""
-
-    cpu_type: int
-    file_type: int
-    uuid: bytes | None
-    #: (name, vmaddr, vmsize, fileoff) of each LC_SEGMENT_64.
-    segments: tuple[tuple[str, int, int, int], ...]
 
 
 class MachOCore(AddressSpace):
@@ -126,7 +118,11 @@ class MachOCore(AddressSpace):
         self.segments: list[CoreSegment] = []
         self._thread_commands: list[tuple[int, int]] = []
         self._notes: dict[str, tuple[int, int]] = {}
-        for command, offset, size in _load_commands(self._data, _HEADER.size, ncmds, sizeofcmds):
+        try:
+            commands = load_commands(self._data, ncmds, sizeofcmds)
+        except FormatError as error:
+            raise CoreFileError(f"{path}: {error}") from None
+        for command, offset, size in commands:
             if command == LC_SEGMENT_64:
                 self._segment(offset, size)
             elif command in (LC_THREAD, LC_UNIXTHREAD):
@@ -136,7 +132,7 @@ class MachOCore(AddressSpace):
                 if note_offset + note_size > len(self._data):
                     raise CoreFileError(f"{path}: LC_NOTE data runs past the end of the file")
                 self._filled(note_offset, note_size)
-                self._notes.setdefault(_c_string(owner), (note_offset, note_size))
+                self._notes.setdefault(c_string(owner), (note_offset, note_size))
         self.segments.sort(key=lambda segment: segment.vmaddr)
         self._starts = [segment.vmaddr for segment in self.segments]
         self._images: list[CoreImage] | None = None
@@ -223,11 +219,11 @@ class MachOCore(AddressSpace):
         info = self._header_at(image.load_address)
         if info is None:
             return 0
-        text = next((s for s in info.segments if s[0] == "__TEXT"), None)
-        slide = image.load_address - text[1] if text is not None else 0
-        for _name, vmaddr, vmsize, fileoff in info.segments:
-            if vmaddr + slide <= address < vmaddr + slide + vmsize:
-                return fileoff + address - (vmaddr + slide)
+        text = next((s for s in info.segments if s.name == "__TEXT"), None)
+        slide = image.load_address - text.vmaddr if text is not None else 0
+        for segment in info.segments:
+            if segment.vmaddr + slide <= address < segment.vmaddr + slide + segment.vmsize:
+                return segment.fileoff + address - (segment.vmaddr + slide)
         return 0
 
     def open_mapped_file(self, mapping: Mapping) -> RegularFile | None:
@@ -317,7 +313,7 @@ class MachOCore(AddressSpace):
                     seg_name, vmaddr, _ = _SEGMENT_VMADDR.unpack_from(
                         self._data, segs_offset + number * _SEGMENT_VMADDR.size
                     )
-                    segments.append((_c_string(seg_name), vmaddr))
+                    segments.append((c_string(seg_name), vmaddr))
             images.append(self._image(name, uuid if any(uuid) else None, load, segments))
         return images
 
@@ -332,13 +328,13 @@ class MachOCore(AddressSpace):
         segments: list[tuple[str, int, int]] = []
         if info is not None:
             uuid = uuid or info.uuid
-            text_segment = next((s for s in info.segments if s[0] == "__TEXT"), None)
-            slide = load - text_segment[1] if text_segment is not None else 0
+            text_segment = next((s for s in info.segments if s.name == "__TEXT"), None)
+            slide = load - text_segment.vmaddr if text_segment is not None else 0
             runtime = dict(vmaddrs)
-            for seg_name, vmaddr, vmsize, _ in info.segments:
-                if vmsize and seg_name != "__PAGEZERO":
-                    start = runtime.get(seg_name, vmaddr + slide)
-                    segments.append((seg_name, start, start + vmsize))
+            for segment in info.segments:
+                if segment.vmsize and segment.name != "__PAGEZERO":
+                    start = runtime.get(segment.name, segment.vmaddr + slide)
+                    segments.append((segment.name, start, start + segment.vmsize))
         return CoreImage(name=name, uuid=uuid, load_address=load, segments=segments)
 
     def _images_from_memory(self) -> list[CoreImage]:
@@ -354,7 +350,7 @@ class MachOCore(AddressSpace):
                     images.append(self._image("", info.uuid, address, []))
         return images
 
-    def _header_at(self, address: int) -> _HeaderInfo | None:
+    def _header_at(self, address: int) -> MachOHeader | None:
         try:
             header = self.read(address, _HEADER.size)
             magic, _, _, _, _, sizeofcmds, _ = _HEADER.unpack(header)
@@ -369,7 +365,7 @@ class MachOCore(AddressSpace):
         if offset >= len(self._data):
             raise CoreFileError(f"{self.path}: image path offset {offset:#x} is past the file")
         self._filled(offset, 4096)
-        return _c_string(bytes(self._data[offset : offset + 4096]))
+        return c_string(bytes(self._data[offset : offset + 4096]))
 
     # -- finding image files -------------------------------------------------------------
 
@@ -408,46 +404,12 @@ class MachOCore(AddressSpace):
         return self._search_cache
 
 
-def _load_commands(
-    data: bytes | mmap.mmap, start: int, count: int, size: int
-) -> list[tuple[int, int, int]]:
-    """(command, offset, size) of each load command, all within ``[start, start + size)``."""
-    end = start + size
-    if count > _MAX_COMMANDS or end > len(data):
-        raise CoreFileError("load commands run past the end of the file")
-    commands = []
-    offset = start
-    for _ in range(count):
-        if offset + 8 > end:
-            raise CoreFileError(f"load command at {offset:#x} is truncated")
-        command, command_size = _LOAD_COMMAND.unpack_from(data, offset)
-        if command_size < 8 or offset + command_size > end:
-            raise CoreFileError(f"load command at {offset:#x} has bad size {command_size}")
-        commands.append((command, offset, command_size))
-        offset += command_size
-    return commands
-
-
-def parse_header(data: bytes) -> _HeaderInfo | None:
-    """UUID and segments from a Mach-O header plus its load commands; None if malformed."""
-    if len(data) < _HEADER.size:
-        return None
-    magic, cpu_type, _, file_type, ncmds, sizeofcmds, _ = _HEADER.unpack_from(data, 0)
-    if magic != MH_MAGIC_64:
-        return None
+def parse_header(data: bytes) -> MachOHeader | None:
+    """A Mach-O header with its load commands; None if malformed."""
     try:
-        commands = _load_commands(data, _HEADER.size, ncmds, sizeofcmds)
-    except CoreFileError:
+        return MachOHeader(data)
+    except FormatError:
         return None
-    uuid = None
-    segments = []
-    for command, offset, size in commands:
-        if command == LC_UUID and size >= 24:
-            uuid = bytes(data[offset + 8 : offset + 24])
-        elif command == LC_SEGMENT_64 and size >= _SEGMENT.size:
-            _, _, name, vmaddr, vmsize, fileoff, _, _, _, _, _ = _SEGMENT.unpack_from(data, offset)
-            segments.append((_c_string(name), vmaddr, vmsize, fileoff))
-    return _HeaderInfo(cpu_type, file_type, uuid, tuple(segments))
 
 
 def file_uuid(path: str, cpu_type: int) -> bytes | None:
@@ -457,17 +419,11 @@ def file_uuid(path: str, cpu_type: int) -> bytes | None:
             head = file.read(_PAGE)
             if len(head) < 8:
                 return None
+            slices = fat_slices(head)
             offset = 0
-            if struct.unpack_from(">I", head)[0] == FAT_MAGIC:
-                (count,) = struct.unpack_from(">I", head, 4)
-                for index in range(min(count, 64)):
-                    if 8 + 20 * (index + 1) > len(head):
-                        return None
-                    cpu, _, slice_offset, _, _ = struct.unpack_from(">5I", head, 8 + 20 * index)
-                    if cpu == cpu_type:
-                        offset = slice_offset
-                        break
-                else:
+            if slices is not None:
+                offset = next((s.offset for s in slices if s.cpu_type == cpu_type), -1)
+                if offset < 0:
                     return None
             header = file.pread(_HEADER.size, offset)
             if len(header) < _HEADER.size:
@@ -476,10 +432,6 @@ def file_uuid(path: str, cpu_type: int) -> bytes | None:
             if magic != MH_MAGIC_64 or cpu != cpu_type or sizeofcmds > _MAX_HEADER_BYTES:
                 return None
             info = parse_header(header + file.pread(sizeofcmds, offset + _HEADER.size))
-    except FileError:
+    except (FileError, FormatError):
         return None
     return None if info is None else info.uuid
-
-
-def _c_string(raw: bytes) -> str:
-    return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
