@@ -281,8 +281,8 @@ class _ValueReader:
 
     def value(self, pointer: int, *, cell: bool) -> PythonValue | None:
         """The value ``pointer`` holds; None for an empty cell (``f_locals`` leaves it out)."""
-        if pointer & 3 == 3:
-            return PythonValue("int", _signed(pointer) >> 2)
+        if self._layout.executable_tag_bits and pointer & 3 == 3:
+            return PythonValue("int", _signed(pointer) >> 2)  # a tagged int (3.14+)
         layout = self._layout
         try:
             header = self._memory.read(pointer, layout.object_type + 8)
