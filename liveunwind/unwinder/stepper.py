@@ -123,6 +123,8 @@ class Stepper:
         )
         #: The function holding the program's entry point: the outermost frame.
         self._entry = space.entry_point()
+        #: Where that function lies, found the first time a frame comes near it.
+        self._entry_range: tuple[int, int] | None = None
         #: Go's switches from g0 into goroutines, made the first time a walk ends at one.
         self._go_switch: GoSwitch | None = None
 
@@ -425,11 +427,16 @@ class Stepper:
         pc = frame.lookup_pc
         if entry is None or not entry - _ENTRY_NEAR <= pc < entry + _ENTRY_NEAR:
             return False
-        found = self._function_at(pc)
-        if found is not None and (found[1] is not None or found[0] >= entry):
-            start, end = found
-            return start <= entry < (end if end is not None else start + 1)
-        return entry <= pc < entry + ENTRY_SPAN
+        if self._entry_range is None:
+            # Once per walker, not per frame: a symbol lookup for every frame of a small
+            # program (all within _ENTRY_NEAR of its entry) cost a third of a warm walk.
+            found = self._function_at(entry)
+            if found is not None and found[1] is not None and found[0] <= entry < found[1]:
+                self._entry_range = (found[0], found[1])
+            else:
+                self._entry_range = (entry, entry + ENTRY_SPAN)
+        start, end = self._entry_range
+        return start <= pc < end
 
     def _function_at(self, address: int) -> tuple[int, int | None] | None:
         """The function holding ``address``: start and end (None: no size) by its symbol.
