@@ -441,8 +441,12 @@ class Stepper:
     def _function_at(self, address: int) -> tuple[int, int | None] | None:
         """The function holding ``address``: start and end (None: no size) by its symbol.
 
-        Code no module holds is asked of what JIT compilers registered.
+        Code no module holds is asked of what JIT compilers registered.  An address
+        outside executable memory (a call target a guess decoded, a GOT slot's word)
+        holds no function: its file is not opened to look (a locale archive is no ELF).
         """
+        if not self._is_code(address):
+            return None
         module = self.modules.find(address)
         if module is not None:
             match = module.symbolize(address)

@@ -101,7 +101,7 @@ def _through_trampoline(walk: Walk, site: CallSite, pc: int) -> bool:
     if target is None or module_at is None or module_at(pc) is not None:
         return False
     entry = _through_plt(walk, target)
-    if entry is None or module_at(entry) is None:
+    if entry is None or not walk.is_code(entry) or module_at(entry) is None:
         return False
     return function_at is None or function_at(entry) is None
 
@@ -127,6 +127,8 @@ def refusal(
     entry = _through_plt(walk, target)
     if entry is None:
         return _UNBOUND
+    if entry != target and not walk.is_code(entry):
+        return f"follows a call through the PLT entry {target:#x} to {entry:#x}, which is not code"
     function_at, module_at = walk.function_at, walk.module_at
     entered = None if function_at is None else function_at(entry)
     named = module_at is not None and module_at(entry) is not None
