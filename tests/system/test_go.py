@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from liveunwind.backtrace.api import attach, open_core
-from liveunwind.frames import Backtrace, ThreadBacktrace
+from liveunwind.frames import Backtrace, Method, ThreadBacktrace
 from liveunwind.targets.cores.elfcore import ElfCore
 from tests.support.cores import unlimited_core
 from tests.support.go import go_table
@@ -103,7 +103,11 @@ def test_kernel_core_of_a_go_crash(go_core, go_program, gdb) -> None:
     assert len(handler) == 1, _describe(spinning)
     assert frames[handler[0]].function == "runtime.sigreturn.abi0"  # named by its pc
     after = [f.function for f in frames[handler[0] + 1 :]]
-    assert after[0] in ("main.spin", "main.busy"), _describe(spinning)
+    if after[0] not in ("main.spin", "main.busy"):
+        # The signal caught the thread in the runtime, on g0 (an asynchronous preemption
+        # of the spinner, say): the walk crosses from the scheduler into the goroutine.
+        assert any(f.method is Method.GOROUTINE for f in frames), _describe(spinning)
+        assert "main.spin" in after or "main.busy" in after, _describe(spinning)
     assert after[-3:] == [*SPINNER[:2], "runtime.goexit.abi0"], _describe(spinning)
 
     # The cached fast path walks exactly like the general path (--verbose).
