@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 from tests.support.paths import ROOT
+from tests.support.schema import VALIDATOR
 
 
 def run_cli(
@@ -24,3 +26,12 @@ def run_cli(
     return subprocess.run(
         command, capture_output=True, text=True, timeout=timeout, cwd="/", env=env
     )
+
+
+def json_document(*args: str, timeout: float = 120) -> dict:  # type: ignore[type-arg]
+    """``liveunwind ARGS --json``: it must succeed; its document, checked against the schema."""
+    result = run_cli(*args, "--json", timeout=timeout)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    VALIDATOR.validate(document)
+    return document  # type: ignore[no-any-return]

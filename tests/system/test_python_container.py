@@ -15,15 +15,14 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.paths import DATA, ROOT
+from tests.support.cli import json_document
+from tests.support.paths import DATA
 from tests.support.pythons import SID_ROOT, START_TIMEOUT, THREADS, Python, available
-from tests.support.schema import VALIDATOR
 from tests.support.waits import wait_until
 
 PROGRAM = DATA / "python_parked.py"
@@ -107,17 +106,7 @@ def contained(request: pytest.FixtureRequest) -> Iterator[Contained]:
 
 
 def liveunwind(*args: str) -> dict:  # type: ignore[type-arg]
-    result = subprocess.run(
-        [sys.executable, "-m", "liveunwind", *args, "--locals", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
-    assert result.returncode == 0, result.stderr
-    document = json.loads(result.stdout)
-    VALIDATOR.validate(document)
-    return document  # type: ignore[no-any-return]
+    return json_document(*args, "--locals")
 
 
 def python_of(thread: dict) -> list[dict]:  # type: ignore[type-arg]

@@ -11,7 +11,6 @@ The decoding of values from bytes is tested in tests/unit/test_python_locals.py.
 from __future__ import annotations
 
 import ast
-import json
 import os
 import shutil
 import subprocess
@@ -22,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from liveunwind.cpython import values
+from tests.support.cli import json_document
 from tests.support.paths import ROOT
 from tests.support.pythons import INSIDE, PYTHONS, Parked, Python, available
-from tests.support.schema import VALIDATOR
 
 #: The variables of python_parked.py's park_with_locals, in f_locals' order.
 PARKED_LOCALS = [
@@ -61,17 +60,7 @@ def parked(request: pytest.FixtureRequest) -> Iterator[Parked]:
 
 
 def liveunwind(*args: str) -> dict:  # type: ignore[type-arg]
-    result = subprocess.run(
-        [sys.executable, "-m", "liveunwind", *args, "--locals", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
-    assert result.returncode == 0, result.stderr
-    document = json.loads(result.stdout)
-    VALIDATOR.validate(document)
-    return document  # type: ignore[no-any-return]
+    return json_document(*args, "--locals")
 
 
 def assert_value(ours: object, kind: str, type_name: str, truth: object, where: str) -> None:

@@ -13,16 +13,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from liveunwind.cpython import layouts
-from tests.support.paths import DATA, ROOT
+from tests.support.cli import json_document
+from tests.support.paths import DATA
 from tests.support.pythons import INSIDE, PYTHONS, Python, Started, available
-from tests.support.schema import VALIDATOR
 
 PROGRAM = DATA / "python_tasks.py"
 
@@ -57,17 +56,7 @@ def running(request: pytest.FixtureRequest) -> Iterator[Started]:
 
 
 def liveunwind(*args: str) -> dict:  # type: ignore[type-arg]
-    result = subprocess.run(
-        [sys.executable, "-m", "liveunwind", *args, "--tasks", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
-    assert result.returncode == 0, result.stderr
-    document = json.loads(result.stdout)
-    VALIDATOR.validate(document)
-    return document  # type: ignore[no-any-return]
+    return json_document(*args, "--tasks")
 
 
 def truth_of(program: Started) -> set[Task]:
