@@ -79,18 +79,29 @@ def _read_string(
     memory: Memory, interpreter: Interpreter, address: int, problems: list[str]
 ) -> tuple[objects.StringShape, bytes] | None:
     """The shape and character bytes of the ``str`` at ``address``, or None (noted)."""
-    layout = interpreter.layout
     try:
-        header = memory.read(address, objects.header_size(layout))
-        expected = interpreter.types.get("PyUnicode_Type")
-        if expected is not None and objects.word(header, layout.object_type) != expected:
-            raise FormatError("not a str object")
-        shape = objects.StringShape(layout, header)
-        where = address + shape.offset if shape.inline else objects.word(header, shape.offset)
-        return shape, memory.read(where, shape.size) if shape.size else b""
+        return read_str(memory, interpreter, address)
     except (MemoryReadError, FormatError) as error:
         problems.append(f"python: str at {address:#x}: {error}")
         return None
+
+
+def read_str(
+    memory: Memory, interpreter: Interpreter, address: int, keep: int | None = None
+) -> tuple[objects.StringShape, bytes]:
+    """The shape and character bytes of the ``str`` at ``address``, type-checked.
+
+    ``keep``: read only that many characters of a longer one (see
+    :class:`~liveunwind.cpython.objects.StringShape`).
+    """
+    layout = interpreter.layout
+    header = memory.read(address, objects.header_size(layout))
+    expected = interpreter.types.get("PyUnicode_Type")
+    if expected is not None and objects.word(header, layout.object_type) != expected:
+        raise FormatError("not a str object")
+    shape = objects.StringShape(layout, header, keep)
+    where = address + shape.offset if shape.inline else objects.word(header, shape.offset)
+    return shape, memory.read(where, shape.size) if shape.size else b""
 
 
 def _read_bytes(

@@ -25,6 +25,7 @@ shown as unreadable, with a problem saying why.
 from __future__ import annotations
 
 from liveunwind.cpython import objects, values
+from liveunwind.cpython.codereader import read_str
 from liveunwind.errors import FormatError, MemoryReadError
 from liveunwind.frames import PythonValue
 
@@ -188,15 +189,8 @@ def string_at(
     memory: Memory, interpreter: Interpreter, address: int, keep: int | None
 ) -> tuple[str, bool] | None:
     """The text of the str at ``address`` (and whether it was cut at ``keep``), or None."""
-    layout = interpreter.layout
     try:
-        header = memory.read(address, objects.header_size(layout))
-        expected = interpreter.types.get("PyUnicode_Type")
-        if expected is not None and objects.word(header, layout.object_type) != expected:
-            return None
-        shape = objects.StringShape(layout, header, keep)
-        where = address + shape.offset if shape.inline else objects.word(header, shape.offset)
-        data = memory.read(where, shape.size) if shape.size else b""
+        shape, data = read_str(memory, interpreter, address, keep)
     except (MemoryReadError, FormatError):
         return None
     return shape.decode(data), shape.truncated
