@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 from tests.support.paths import ROOT
-from tests.support.schema import VALIDATOR
 
 
 def run_cli(
@@ -29,7 +28,14 @@ def run_cli(
 
 
 def json_document(*args: str, timeout: float = 120) -> dict:  # type: ignore[type-arg]
-    """``liveunwind ARGS --json``: it must succeed; its document, checked against the schema."""
+    """``liveunwind ARGS --json``: it must succeed; its document, checked against the schema.
+
+    The schema's validator is imported here, not at the top: scripts run from
+    tests/support (its own ``platform.py`` then shadows the standard library's,
+    which jsonschema's imports need) use this module too.
+    """
+    from tests.support.schema import VALIDATOR
+
     result = run_cli(*args, "--json", timeout=timeout)
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
