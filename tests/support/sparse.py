@@ -1,4 +1,4 @@
-"""A sparse little-endian memory for unit tests of walks: written bytes read back, the rest fails."""
+"""A sparse little-endian memory for unit tests of walks: placed bytes read back, no others."""
 
 from __future__ import annotations
 
