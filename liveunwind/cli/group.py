@@ -9,7 +9,11 @@ in the vDSO, and the signal trampoline are skipped, so an ``abort()`` from
 one place is one signature however libc reached ``raise``.  The executable
 itself is always the program's own code, wherever it lives.  A frame is
 its function's name without the offset (two crashes a few instructions
-apart in one function are one crash); a frame with no name is ``??`` and
+apart in one function are one crash) and without the suffixes gcc gives
+the parts and copies it makes of a function (``.cold``, ``.part.N``,
+``.isra.N``, ``.constprop.N``: ``recurse_then_abort.cold`` is
+``recurse_then_abort``, as gdb names it from the DWARF, and whether gcc
+split a function is no part of where it crashed); a frame with no name is ``??`` and
 its module's file name, without the offset (an offset would split a crash
 over every rebuild).  A thread without a frame in the program's own code
 (a crash inside libc called from nowhere the report can name) keeps its
@@ -23,6 +27,7 @@ ones read).
 from __future__ import annotations
 
 import os
+import re
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -34,6 +39,8 @@ DEFAULT_FRAMES = 3
 MAX_EXAMPLES = 3
 #: Where system libraries live: frames there are not the program's own code.
 _SYSTEM_FOLDERS = ("/lib/", "/lib32/", "/lib64/", "/usr/lib/", "/usr/lib32/", "/usr/lib64/")
+#: gcc's suffixes for the parts and copies of a function, at the end of its symbol.
+_CLONE_SUFFIXES = re.compile(r"(?:\.(?:cold|part|isra|constprop|lto_priv|localalias)(?:\.\d+)?)+$")
 
 
 class Signature:
@@ -124,5 +131,5 @@ def _own_code(frame: Frame, program: str) -> bool:
 def _frame_name(frame: Frame) -> str:
     """The function without its offset, else ``?? (module)`` without one."""
     if frame.function:
-        return frame.function
+        return _CLONE_SUFFIXES.sub("", frame.function) or frame.function
     return f"?? ({os.path.basename(frame.module)})" if frame.module else "??"
