@@ -589,8 +589,9 @@ def _pid_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> int:
 def _core_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> int:
     """``liveunwind core``: one core (the document of one backtrace), or many (a list).
 
-    ``core CORE EXE`` keeps its meaning: a second argument that is an ELF
-    file but not a core is the program that dumped the first.
+    ``core CORE EXE`` keeps its meaning (``cli.cores.core_arguments``): a
+    second argument that is not itself a core or a folder is the program
+    that dumped the first.
     """
     from liveunwind.cli.cores import core_arguments
 

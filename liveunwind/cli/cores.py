@@ -36,8 +36,10 @@ if TYPE_CHECKING:
     from liveunwind.frames import Backtrace
     from liveunwind.targets.cores.store import CoreEntry
 
-#: ELF's e_type of a core file.
+#: ELF's e_type of a core file; Mach-O's 64-bit little-endian magic and its file type of a core.
 _ET_CORE = 4
+_MACH_O_64 = b"\xcf\xfa\xed\xfe"
+_MH_CORE = 4
 #: Exit codes (those of cli/__init__.py): every walk complete, some ended early.
 _COMPLETE = 0
 _INCOMPLETE = 1
@@ -46,32 +48,37 @@ _INCOMPLETE = 1
 def core_arguments(paths: list[str]) -> tuple[list[str], str | None]:
     """The cores (files and folders) ``core`` was given, and the executable if one was.
 
-    ``core CORE EXE`` keeps its meaning: two arguments, the second an ELF
-    file that is not a core, are a core and the program that dumped it.
+    ``core CORE EXE`` keeps its meaning: of two arguments, the second is the
+    program that dumped the first unless it is itself a core (ELF or
+    Mach-O, or compressed) or a folder — so a program that is not there, or
+    not a program, is refused as it always was, in the executable's words.
     """
     if not paths:
         raise UsageError("core: name a core file, or a folder of cores")
-    if len(paths) == 2 and _is_program(paths[1]):
+    if len(paths) == 2 and not _is_core_or_folder(paths[1]):
         if os.path.isdir(paths[0]):
             raise UsageError(f"core: a program ({paths[1]}) goes with one core, not a folder")
         return [paths[0]], paths[1]
     return paths, None
 
 
-def _is_program(path: str) -> bool:
-    """``path`` is an ELF file other than a core (an executable or a shared object)."""
+def _is_core_or_folder(path: str) -> bool:
+    """``path`` is a folder, a core file (ELF or Mach-O) or compressed data."""
+    from liveunwind.targets.cores.coredata import compression_of
     from liveunwind.targets.files import FileError, open_file
 
+    if os.path.isdir(path):
+        return True
     try:
         with open_file(path) as file:
             header = file.read(18)
     except FileError:
         return False
-    return (
-        len(header) == 18
-        and header[:4] == b"\x7fELF"
-        and int.from_bytes(header[16:18], "little") != _ET_CORE
-    )
+    if compression_of(header[:6]) is not None:
+        return True
+    elf_core = header[:4] == b"\x7fELF" and header[16:18] == _ET_CORE.to_bytes(2, "little")
+    mach_o_core = header[:4] == _MACH_O_64 and header[12:16] == _MH_CORE.to_bytes(4, "little")
+    return elf_core or mach_o_core
 
 
 def many_cores(

@@ -132,6 +132,12 @@ def test_a_second_argument_that_is_a_program_is_the_executable(tmp_path: Path) -
     assert core_arguments([str(core), str(program)]) == ([str(core)], str(program))
     assert core_arguments([str(core), str(core)]) == ([str(core), str(core)], None)
     assert core_arguments([str(tmp_path)]) == ([str(tmp_path)], None)
+    missing = str(tmp_path / "gone")  # as before: the executable, refused in its own words
+    assert core_arguments([str(core), missing]) == ([str(core)], missing)
+    packed = tmp_path / "core.zst"
+    packed.write_bytes(b"\x28\xb5\x2f\xfd" + bytes(8))
+    assert core_arguments([str(core), str(packed)]) == ([str(core), str(packed)], None)
+    assert core_arguments([str(core), str(tmp_path)]) == ([str(core), str(tmp_path)], None)
     with pytest.raises(UsageError, match="goes with one core"):
         core_arguments([str(tmp_path), str(program)])
     with pytest.raises(UsageError, match="name a core"):
