@@ -591,17 +591,19 @@ def _core_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> int
 
     ``core CORE EXE`` keeps its meaning (``cli.cores.core_arguments``): a
     second argument that is not itself a core or a folder is the program
-    that dumped the first.
+    that dumped the first.  ``--group`` and ``--collapsed`` take the
+    many-core path even for one core.
     """
     from liveunwind.cli.cores import core_arguments
 
+    if arguments.group and arguments.collapsed:
+        raise UsageError("core: --group and --collapsed print different things; choose one")
+    if arguments.group_frames == 0:
+        raise UsageError("core: --group-frames must be at least 1")
     cores, executable = core_arguments(arguments.core)
     options = _backtrace_options(arguments, unwinders)
-    if executable is not None or (
-        len(cores) == 1 and not os.path.isdir(cores[0]) and not arguments.group
-    ):
-        if arguments.collapsed:
-            raise UsageError("core: --collapsed takes several cores or a folder")
+    many = arguments.group or arguments.collapsed or len(cores) > 1 or os.path.isdir(cores[0])
+    if not many:
         from liveunwind.backtrace.api import open_core
 
         backtrace = open_core(
@@ -612,8 +614,6 @@ def _core_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> int
             options=options,
         )
         return _print(arguments, backtrace)
-    if arguments.group_frames == 0:
-        raise UsageError("core: --group-frames must be at least 1")
     from liveunwind.cli.cores import many_cores
     from liveunwind.targets.cores.store import StoreError, core_entries
 
@@ -621,7 +621,7 @@ def _core_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> int
         entries = core_entries(cores)
     except StoreError as error:
         raise UsageError(f"core: {error}") from None
-    return many_cores(arguments, options, entries, print_stats=_print_stats)
+    return many_cores(arguments, options, entries, executable, print_stats=_print_stats)
 
 
 def _one_process(arguments: SimpleNamespace, unwinders: tuple[str, ...], pid: int) -> int:

@@ -85,10 +85,14 @@ def many_cores(
     arguments: SimpleNamespace,
     options: BacktraceOptions,
     entries: list[CoreEntry],
+    executable: str | None = None,
     *,
     print_stats: Callable[[Backtrace, str], None],
 ) -> int:
-    """Backtraces every core of ``entries`` in order; the exit code is the worst of theirs."""
+    """Backtraces every core of ``entries`` in order; the exit code is the worst of theirs.
+
+    ``executable``: the program the one core given was dumped by (``core CORE EXE``).
+    """
     from liveunwind.backtrace.shared import SharedFiles
 
     shared = SharedFiles(by_path=True)
@@ -102,7 +106,7 @@ def many_cores(
     status = _COMPLETE
     began = time.perf_counter()
     for index, entry in enumerate(entries):
-        result = _read(entry, arguments, options, shared)
+        result = _read(entry, executable, arguments, options, shared)
         backtrace = result.backtrace
         if backtrace is None:
             status = max(status, result.exit_code)
@@ -138,7 +142,11 @@ def many_cores(
 
 
 def _read(
-    entry: CoreEntry, arguments: SimpleNamespace, options: BacktraceOptions, shared: SharedFiles
+    entry: CoreEntry,
+    executable: str | None,
+    arguments: SimpleNamespace,
+    options: BacktraceOptions,
+    shared: SharedFiles,
 ) -> CoreResult:
     """One core's backtrace, or the one line saying why it could not be read."""
     from liveunwind.backtrace.api import open_core
@@ -146,6 +154,7 @@ def _read(
     try:
         backtrace = open_core(
             entry.path,
+            executable,
             sysroot=arguments.sysroot,
             search_path=[part for part in arguments.search_path.split(":") if part],
             options=options,

@@ -211,3 +211,7 @@ def test_a_core_and_its_program_keep_their_meaning(store: Store) -> None:
     assert wrong.returncode == 64 and "goes with one core" in wrong.stderr
     empty = run_cli("core")
     assert empty.returncode == 64
+    grouped = run_cli("core", str(core), str(store.exe), "--group")
+    assert grouped.returncode == 0 and grouped.stdout.startswith("1 crash signatures in 1 cores")
+    both = run_cli("core", str(store.folder), "--group", "--collapsed")
+    assert both.returncode == 64 and "choose one" in both.stderr
