@@ -95,11 +95,13 @@ soak: system-deps venv testprogs
 		tests/system/test_interrupts.py
 
 # Not part of `make test`: times liveunwind against its peers (see bench/run.py)
-# and writes bench/results.json; bench/profile.py: `profile` against py-spy and perf.
+# and writes bench/results.json; bench/profile.py: `profile` against py-spy and perf;
+# bench/cores.py: `core DIR --group` over 200 cores against a loop of `core`.
 bench: system-deps venv
 	$(VPY) -m pip install -q pystack py-spy
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) bench/run.py
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) bench/lines.py
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) bench/cores.py
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) bench/profile.py
 
 # Not part of `make test`: busy programs from Debian packages (a JIT runtime,
