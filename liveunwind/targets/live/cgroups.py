@@ -228,10 +228,14 @@ def _by_id(prefix: str, candidates: list[int], asked: str) -> Members:
 
 
 def _by_process(pid: int, candidates: list[int]) -> Members:
-    named = _container_cgroups(pid)
+    """Its container's cgroup, else its pid namespace when not ours.
+
+    A container we run in ourselves is the host to us: its id, in every
+    process's cgroup paths (cgroup v1 has no cgroup namespace), names none.
+    """
+    named = set(_container_cgroups(pid)) - set(_container_cgroups(os.getpid()))
     if len(named) == 1:
-        ((cid, _),) = named.items()
-        return _by_id(cid, candidates, f"--container {pid}")
+        return _by_id(named.pop(), candidates, f"--container {pid}")
     try:
         asked = os.stat(f"/proc/{pid}/ns/pid")
     except (FileNotFoundError, ProcessLookupError):
