@@ -221,4 +221,3 @@ def test_no_such_cgroup_an_empty_one_and_not_a_cgroup_are_one_line(cgroup: Cgrou
         assert_one_line_error(not_cgroup, 64, "not on a cgroup file system")
     finally:
         subprocess.run(["umount", str(cgroup.inner)], check=True)
-

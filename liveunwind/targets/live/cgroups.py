@@ -260,8 +260,13 @@ def _container_cgroups(pid: int) -> dict[str, str]:
         raw = read_kernel_file(f"/proc/{pid}/cgroup", _CGROUP_FILE_LIMIT)
     except OSError:
         return {}  # gone meanwhile
+    return named_containers(raw.decode("utf-8", "replace"))
+
+
+def named_containers(text: str) -> dict[str, str]:
+    """The container ids a /proc/PID/cgroup text names, each with the cgroup naming it."""
     named: dict[str, str] = {}
-    for line in raw.decode("utf-8", "replace").splitlines():
+    for line in text.splitlines():
         path = line.split(":", 2)[-1]
         components = path.split("/")
         for depth, component in enumerate(components):
