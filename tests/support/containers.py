@@ -82,11 +82,16 @@ class Engine:
         self.started = None
 
 
-def small_image(programs: list[Path]) -> str:
-    """An image of ``programs`` (at /prog/NAME), /bin/sh and their libraries; its tag."""
-    files: dict[str, Path] = {f"/prog/{program.name}": program for program in programs}
+def small_image(programs: list[Path], folder: str = "/prog") -> str:
+    """An image of ``programs`` (at FOLDER/NAME), /bin/sh and their libraries; its tag.
+
+    A folder of its own (the default) makes the programs' paths the
+    container's alone; their folder here lets tools that do not look
+    through /proc/PID/root (eu-stack) find them, as the bench needs.
+    """
+    files: dict[str, Path] = {f"{folder}/{program.name}": program for program in programs}
+    files["/bin/sh"] = Path("/bin/sh")
     for executable in [*programs, Path("/bin/sh")]:
-        files.setdefault(str(executable), executable)
         for library in _libraries(executable):
             files.setdefault(library, Path(library))
     digest = hashlib.sha256()
