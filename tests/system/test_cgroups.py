@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from liveunwind.targets.live.cgroups import MAX_DEPTH
 from tests.support.assertions import assert_one_line_error
 from tests.support.cli import run_cli
 from tests.support.hostile import assert_untraced, states
@@ -221,3 +222,40 @@ def test_no_such_cgroup_an_empty_one_and_not_a_cgroup_are_one_line(cgroup: Cgrou
         assert_one_line_error(not_cgroup, 64, "not on a cgroup file system")
     finally:
         subprocess.run(["umount", str(cgroup.inner)], check=True)
+
+
+def test_a_wide_cgroup_with_few_descriptors_and_one_too_deep(
+    cgroup: Cgroup, placed: tuple[list[int], int, int]
+) -> None:
+    """200 cgroups side by side are walked with 64 descriptors; 65 levels down is refused.
+
+    The walk holds one descriptor per level, not one per cgroup found; a
+    cgroup deeper than MAX_DEPTH fails the run in one line (exit 64),
+    rather than leaving its processes out.
+    """
+    inside, _, _ = placed
+    side = [cgroup.inner / f"side{n}" for n in range(200)]
+    chain = [cgroup.path / "/".join(["d"] * depth) for depth in range(1, MAX_DEPTH + 2)]
+    try:
+        for directory in side:
+            directory.mkdir()
+        command = [sys.executable, "-m", "liveunwind", "pid", "--cgroup", str(cgroup.path)]
+        wide = subprocess.run(
+            ["prlimit", "--nofile=64", *command, "--verbose", "--collapsed"],
+            capture_output=True,
+            text=True,
+            cwd="/",
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            timeout=60,
+        )
+        assert wide.returncode == 0, wide.stderr
+        assert f"3 processes of cgroup {cgroup.path} (and 201 cgroups below it)" in wide.stderr
+        for directory in chain:
+            directory.mkdir()
+        deep = run_cli("pid", "--cgroup", str(cgroup.path))
+        assert_one_line_error(deep, 64, f"nested deeper than {MAX_DEPTH}")
+    finally:
+        for directory in [*reversed(chain), *side]:
+            if directory.exists():
+                directory.rmdir()
+    assert_running_untraced(inside)

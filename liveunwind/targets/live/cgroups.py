@@ -28,11 +28,17 @@ never following a link, and each ``cgroup.procs`` is checked regular.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
 
-from liveunwind.errors import NoSuchProcessError, PermissionDeniedError, UsageError
+from liveunwind.errors import (
+    NoSuchProcessError,
+    PermissionDeniedError,
+    TargetError,
+    UsageError,
+)
 from liveunwind.targets.files import READ_FLAGS, read_kernel_file
 
 TYPE_CHECKING = False
@@ -50,6 +56,7 @@ _PROCS_LIMIT = 1 << 20
 #: Most bytes of /proc/PID/cgroup (one line per hierarchy) and of /proc/self/mountinfo.
 _CGROUP_FILE_LIMIT = 1 << 16
 _MOUNTINFO_LIMIT = 1 << 20
+_DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 #: A container id as runtimes write it in a cgroup path component: 64 hex digits, ending
 #: the component or followed by ``.scope``, after a ``prefix-`` or ``prefix:`` if any.
 _CONTAINER_COMPONENT = re.compile(r"(?:^|[-:])([0-9a-f]{64})(?:\.scope)?$")
@@ -70,25 +77,29 @@ class Members:
 
 def cgroup_members(path: str) -> Members:
     """Every process in the cgroup at ``path`` and the cgroups below it, by pid."""
-    directory = _cgroup_directory(path)
+    mounts = _cgroup_mounts()
+    directory = _cgroup_directory(path, mounts)
+    walk = _Walk(directory)
     try:
-        top = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
+        top = os.open(directory, _DIRECTORY_FLAGS)
+    except (FileNotFoundError, NotADirectoryError):
         raise NoSuchProcessError(f"--cgroup {path}: no such cgroup ({directory})") from None
     except OSError as error:
         raise UsageError(f"--cgroup {path}: {directory}: {error.strerror}") from None
     try:
-        if os.fstat(top).st_dev not in {device for device, _ in _cgroup_mounts()}:
+        if os.fstat(top).st_dev not in {device for device, _ in mounts}:
             raise UsageError(f"--cgroup {path}: {directory} is not on a cgroup file system")
-        pids, walked = _walk(top, directory)
+        walk.read(top, 0)
+    except OSError as error:
+        raise TargetError(f"--cgroup {path}: reading {directory}: {error.strerror}") from None
     finally:
         os.close(top)
-    return Members(pids, f"cgroup {directory} (and {walked - 1} cgroups below it)")
+    pids = sorted(walk.pids)
+    return Members(pids, f"cgroup {directory} (and {walk.walked - 1} cgroups below it)")
 
 
-def _cgroup_directory(path: str) -> str:
+def _cgroup_directory(path: str, mounts: list[tuple[int, tuple[str, str]]]) -> str:
     """``path`` made absolute: as given under a cgroup mount, else under the v2 mount."""
-    mounts = _cgroup_mounts()
     resolved = os.path.normpath(path) if os.path.isabs(path) else ""
     if any(_under(resolved, point) for _, (point, _) in mounts):
         return resolved
@@ -125,29 +136,37 @@ def _unescape(field: str) -> str:
     return re.sub(r"\\([0-7]{3})", lambda match: chr(int(match.group(1), 8)), field)
 
 
-def _walk(top: int, directory: str) -> tuple[list[int], int]:
-    """The pids of cgroup.procs in ``top`` and every directory below it; how many were read."""
-    pids: set[int] = set()
-    pending = [(os.dup(top), 0)]
-    walked = 0
-    try:
-        while pending:
-            fd, depth = pending.pop()
+class _Walk:
+    """The pids found so far below one cgroup, and how many cgroups were read, bounded."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.pids: set[int] = set()
+        self.walked = 0
+
+    def read(self, fd: int, depth: int) -> None:
+        """Reads the cgroup open at ``fd`` and those below it, depth first.
+
+        At most MAX_DEPTH descriptors are open at once (one per level), so a
+        cgroup with thousands of children cannot exhaust them.
+        """
+        self.walked += 1
+        if self.walked > MAX_CGROUPS:
+            raise UsageError(f"--cgroup {self.directory}: more than {MAX_CGROUPS} cgroups below")
+        if depth > MAX_DEPTH:
+            raise UsageError(f"--cgroup {self.directory}: cgroups nested deeper than {MAX_DEPTH}")
+        self.pids.update(_procs(fd))
+        if len(self.pids) > MAX_PROCESSES:
+            raise UsageError(f"--cgroup {self.directory}: more than {MAX_PROCESSES} processes")
+        for name in _subdirectory_names(fd):
             try:
-                walked += 1
-                if walked > MAX_CGROUPS:
-                    raise UsageError(f"--cgroup {directory}: more than {MAX_CGROUPS} cgroups below")
-                pids.update(_procs(fd))
-                if len(pids) > MAX_PROCESSES:
-                    raise UsageError(f"--cgroup {directory}: more than {MAX_PROCESSES} processes")
-                if depth < MAX_DEPTH:
-                    pending.extend((child, depth + 1) for child in _subdirectories(fd))
+                child = os.open(name, _DIRECTORY_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                continue  # removed meanwhile
+            try:
+                self.read(child, depth + 1)
             finally:
-                os.close(fd)
-    finally:
-        for fd, _ in pending:
-            os.close(fd)
-    return sorted(pids), walked
+                os.close(child)
 
 
 def _procs(directory: int) -> list[int]:
@@ -160,6 +179,10 @@ def _procs(directory: int) -> list[int]:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return []
         text = _read_bounded(fd, _PROCS_LIMIT)
+    except OSError as error:
+        if error.errno == errno.ENODEV:  # removed while open
+            return []
+        raise
     finally:
         os.close(fd)
     return [int(word) for word in text.split() if word.isdigit()]
@@ -177,21 +200,13 @@ def _read_bounded(fd: int, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _subdirectories(directory: int) -> list[int]:
-    """Descriptors of the child cgroups (a cgroup file system holds no links)."""
-    children = []
+def _subdirectory_names(directory: int) -> list[str]:
+    """The child cgroups' names (a cgroup file system holds no links), [] once removed."""
     try:
         with os.scandir(directory) as entries:
-            names = [entry.name for entry in entries if entry.is_dir(follow_symlinks=False)]
-    except OSError:
-        return []  # removed meanwhile
-    for name in names:
-        try:
-            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-            children.append(os.open(name, flags, dir_fd=directory))
-        except OSError:
-            continue  # removed meanwhile
-    return children
+            return sorted(entry.name for entry in entries if entry.is_dir(follow_symlinks=False))
+    except FileNotFoundError:
+        return []
 
 
 # -- --container ------------------------------------------------------------------------
