@@ -41,10 +41,6 @@ from liveunwind.errors import (
 )
 from liveunwind.targets.files import READ_FLAGS, read_kernel_file
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Iterable
-
 #: Most processes one cgroup or container may list (beyond it the run is refused, never cut).
 MAX_PROCESSES = 1 << 16
 #: Most cgroup directories walked below the one asked for.
@@ -212,14 +208,17 @@ def _subdirectory_names(directory: int) -> list[str]:
 # -- --container ------------------------------------------------------------------------
 
 
-def container_members(key: str, candidates: Iterable[int]) -> Members:
-    """The processes of the container ``key`` names (an id or a pid), among ``candidates``."""
-    candidates = list(candidates)
-    if key.isdigit() and os.path.exists(f"/proc/{int(key)}/stat"):
+def container_members(key: str, candidates: list[int]) -> Members:
+    """The processes of the container ``key`` names, among ``candidates``.
+
+    ``key`` is a pid when it is one of a running process, as written (no
+    leading zero); else an id, or the prefix of one, in hex digits.
+    """
+    if key.isdigit() and not key.startswith("0") and os.path.exists(f"/proc/{key}/stat"):
         return _by_process(int(key), candidates)
-    if not re.fullmatch(r"[0-9a-f]{1,64}", key):
+    if not re.fullmatch(r"[0-9a-fA-F]{1,64}", key):
         raise UsageError(f"--container {key}: neither a container id (hex digits) nor a process")
-    return _by_id(key, candidates, f"--container {key}")
+    return _by_id(key.lower(), candidates, f"--container {key}")
 
 
 def _by_id(prefix: str, candidates: list[int], asked: str) -> Members:
