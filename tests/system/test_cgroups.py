@@ -209,6 +209,8 @@ def test_no_such_cgroup_an_empty_one_and_not_a_cgroup_are_one_line(cgroup: Cgrou
     relative = f"{cgroup.as_proc_writes_it()}/absent"
     assert_one_line_error(run_cli("pid", "--cgroup", relative), 2, str(absent))
     assert_one_line_error(run_cli("pid", "--cgroup", str(cgroup.inner)), 2, "no process matches")
+    assert_one_line_error(run_cli("pid", "--cgroup", ""), 64, "empty path")
+    assert_one_line_error(run_cli("pid", "--cgroup", "/x" * 3000), 64, "too long")
     both = run_cli("pid", "--cgroup", str(cgroup.path), "--container", "1")
     assert_one_line_error(both, 64, "not both")
     # A file system mounted over a directory of the hierarchy: its path is a cgroup's, its files

@@ -73,6 +73,8 @@ class Members:
 
 def cgroup_members(path: str) -> Members:
     """Every process in the cgroup at ``path`` and the cgroups below it, by pid."""
+    if not path:
+        raise UsageError("--cgroup: an empty path (the whole hierarchy is --all)")
     mounts = _cgroup_mounts()
     directory = _cgroup_directory(path, mounts)
     walk = _Walk(directory)
