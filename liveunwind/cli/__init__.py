@@ -207,6 +207,18 @@ def commands() -> list[Command]:
             ),
             Option("--exe", "the processes running this file (/proc/PID/exe)", metavar="PATH"),
             Option(
+                "--cgroup",
+                "the processes of this cgroup and those below it (under /sys/fs/cgroup, or "
+                "as /proc/PID/cgroup writes it)",
+                metavar="PATH",
+            ),
+            Option(
+                "--container",
+                "the processes of a container: by its id (the cgroup naming it), or by one of "
+                "its pids (that cgroup, else that pid namespace)",
+                metavar="ID-or-PID",
+            ),
+            Option(
                 "--per-process",
                 "with several processes, --collapsed counts each apart (name:pid) instead of "
                 "every process of a name together",
@@ -571,7 +583,16 @@ def _pid_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> int:
     """``liveunwind pid``: one process (the document of one backtrace), or many (a list)."""
     from liveunwind.cli.targets import choose
 
-    chosen = choose(arguments.pid, every=arguments.all, name=arguments.name, exe=arguments.exe)
+    chosen = choose(
+        arguments.pid,
+        every=arguments.all,
+        name=arguments.name,
+        exe=arguments.exe,
+        cgroup=arguments.cgroup,
+        container=arguments.container,
+    )
+    if arguments.verbose and chosen.how:
+        print(f"liveunwind: {len(chosen.pids)} processes of {chosen.how}", file=sys.stderr)
     if chosen.single:
         return _one_process(arguments, unwinders, chosen.pids[0])
     if arguments.repeat > 1 or arguments.threads:

@@ -109,3 +109,9 @@ def test_pid_needs_process_ids_or_a_selector_but_not_both() -> None:
     repeated = choose([3, 3, 4], every=False, name=None, exe=None)
     assert repeated.pids == [3, 4] and not repeated.single
     assert choose([5], every=False, name=None, exe=None).single
+    with pytest.raises(UsageError, match="not both"):
+        choose([1], every=False, name=None, exe=None, container="abc")
+    with pytest.raises(UsageError, match="--cgroup or --container, not both"):
+        choose([], every=False, name=None, exe=None, cgroup="/a", container="abc")
+    values = parsed("pid", "--cgroup", "/system.slice/x.service", "--container", "4f2a")
+    assert values.cgroup == "/system.slice/x.service" and values.container == "4f2a"
