@@ -23,9 +23,9 @@ if TYPE_CHECKING:
     from liveunwind.cpython.reader import PythonReader
     from liveunwind.formats.unwind.perfmap import PerfMapView
     from liveunwind.frames import Backtrace
-    from liveunwind.modules.jit import PerfMapFile
     from liveunwind.modules.module import Module
     from liveunwind.modules.modulemap import ModuleMap
+    from liveunwind.modules.perfmapfile import PerfMapFile
     from liveunwind.targets.base import AddressSpace
     from liveunwind.targets.live.ptrace import PtraceProcess
     from liveunwind.unwinder.cache import UnwindCache
@@ -152,7 +152,7 @@ class Session:
         true in it, and the stop reads only what was appended in between.
         """
         if self._perf_map is None:
-            from liveunwind.modules.jit import PerfMapFile
+            from liveunwind.modules.perfmapfile import PerfMapFile
             from liveunwind.targets.live.procfs import perf_map_path
 
             self._perf_map = PerfMapFile(f"/proc/{self.pid}/root", perf_map_path(self.pid))
