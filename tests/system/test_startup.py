@@ -15,3 +15,19 @@ from tests.support.startup import HEAVY, modules_a_backtrace_loaded
 def test_a_live_backtrace_imports_no_heavy_module(run_program) -> None:
     loaded = modules_a_backtrace_loaded(run_program("threads-O2").pid)
     assert not HEAVY & loaded, f"imported on the hot path: {sorted(HEAVY & loaded)}"
+
+
+#: Needed only by a process with JIT code, an unknown architecture name or a Go program's
+#: scheduler: the readers of the run-time registries (the perf map is looked for apart,
+#: modules/perfmapfile.py) and importlib (the architecture registry uses __import__).
+NOT_FOR_A_C_PROGRAM = {
+    "importlib",
+    "liveunwind.formats.unwind.dynamic",
+    "liveunwind.modules.jit",
+    "liveunwind.targets.linkedlist",
+}
+
+
+def test_a_live_backtrace_of_a_c_program_imports_no_jit_reader(run_program) -> None:
+    loaded = modules_a_backtrace_loaded(run_program("threads-O2").pid)
+    assert not NOT_FOR_A_C_PROGRAM & loaded, f"imported: {sorted(NOT_FOR_A_C_PROGRAM & loaded)}"
