@@ -145,7 +145,7 @@ class Session:
         phases.total()
         return backtrace
 
-    def _read_perf_map(self, limit: int, *, settle: bool = True) -> PerfMapView:
+    def _read_perf_map(self, limit: int, *, settle: bool = True) -> PerfMapView | str:
         """The process's perf map as known now: read on (at most ``limit`` more bytes).
 
         Entries are only ever appended: what is read before the stop stays
@@ -158,7 +158,7 @@ class Session:
             self._perf_map = PerfMapFile(f"/proc/{self.pid}/root", perf_map_path(self.pid))
         return self._perf_map.update(limit, settle=settle)
 
-    def _map_running(self, process: PtraceProcess, perf_map: PerfMapView) -> ModuleMap | None:
+    def _map_running(self, process: PtraceProcess, perf_map: PerfMapView | str) -> ModuleMap | None:
         """The module map of the process while it still runs, or None if it cannot be made.
 
         What is read ahead of the stop (JIT registry roots, Python code) is
@@ -204,7 +204,7 @@ class Session:
 
         return prepare(running)
 
-    def _copy_registry(self, space: AddressSpace, perf_map: PerfMapView) -> ModuleMap:
+    def _copy_registry(self, space: AddressSpace, perf_map: PerfMapView | str) -> ModuleMap:
         """While the process is stopped: reads its JIT registry into the snapshot.
 
         The map of the stopped process takes over the modules found before

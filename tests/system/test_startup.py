@@ -17,12 +17,14 @@ def test_a_live_backtrace_imports_no_heavy_module(run_program) -> None:
     assert not HEAVY & loaded, f"imported on the hot path: {sorted(HEAVY & loaded)}"
 
 
-#: Needed only by a process with JIT code, an unknown architecture name or a Go program's
-#: scheduler: the readers of the run-time registries (the perf map is looked for apart,
-#: modules/perfmapfile.py) and importlib (the architecture registry uses __import__).
+#: Needed only by a process with JIT code: the readers of the run-time registries and of a
+#: perf map (which is looked for apart, modules/perfmapfile.py); and importlib (the
+#: architecture registry uses __import__).
 NOT_FOR_A_C_PROGRAM = {
+    "array",
     "importlib",
     "liveunwind.formats.unwind.dynamic",
+    "liveunwind.formats.unwind.perfmap",
     "liveunwind.modules.jit",
     "liveunwind.targets.linkedlist",
 }
