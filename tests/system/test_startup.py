@@ -9,6 +9,11 @@ them, are in tests/support/startup.py (the JIT tests check the same).
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
+from tests.support.paths import ROOT
 from tests.support.startup import HEAVY, modules_a_backtrace_loaded
 
 
@@ -33,3 +38,31 @@ NOT_FOR_A_C_PROGRAM = {
 def test_a_live_backtrace_of_a_c_program_imports_no_jit_reader(run_program) -> None:
     loaded = modules_a_backtrace_loaded(run_program("threads-O2").pid)
     assert not NOT_FOR_A_C_PROGRAM & loaded, f"imported: {sorted(NOT_FOR_A_C_PROGRAM & loaded)}"
+
+
+def test_the_installed_script_imports_no_re(run_program) -> None:
+    """bin/liveunwind (what pip installs as the command) runs a backtrace without ``re``,
+    which the wrapper pip writes for an entry point imports first (docs/speed.md).  Run
+    without site (-S): the development venv's editable-install finder imports ``re``."""
+    pid = run_program("threads-O2").pid
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-S",
+            "-X",
+            "importtime",
+            str(ROOT / "bin" / "liveunwind"),
+            "pid",
+            str(pid),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "main" in result.stdout  # a real backtrace was printed
+    imported = {line.rpartition("|")[2].strip() for line in result.stderr.splitlines()}
+    assert "liveunwind.unwinder.stepper" in imported
+    assert "re" not in imported
