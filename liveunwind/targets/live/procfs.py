@@ -14,8 +14,8 @@ import os
 from collections import namedtuple
 
 from liveunwind.errors import NoSuchProcessError
+from liveunwind.formats.auxv import AT_ENTRY, parse_auxv
 from liveunwind.targets.base import Mapping
-from liveunwind.targets.cores.notes import AT_ENTRY, parse_auxv
 from liveunwind.targets.files import (
     FileError,
     NotRegularFileError,
