@@ -40,6 +40,15 @@ def test_a_live_backtrace_of_a_c_program_imports_no_jit_reader(run_program) -> N
     assert not NOT_FOR_A_C_PROGRAM & loaded, f"imported: {sorted(NOT_FOR_A_C_PROGRAM & loaded)}"
 
 
+#: Read from a core only: a live walk takes AT_ENTRY from formats/auxv.py (docs/speed.md).
+CORES_ONLY = {"liveunwind.targets.cores", "liveunwind.targets.cores.notes"}
+
+
+def test_a_live_backtrace_imports_no_core_reader(run_program) -> None:
+    loaded = modules_a_backtrace_loaded(run_program("threads-O2").pid)
+    assert not CORES_ONLY & loaded, f"imported: {sorted(CORES_ONLY & loaded)}"
+
+
 def test_the_installed_script_imports_no_re(run_program) -> None:
     """bin/liveunwind (what pip installs as the command) runs a backtrace without ``re``,
     which the wrapper pip writes for an entry point imports first (docs/speed.md).  Run
