@@ -13,16 +13,7 @@ from __future__ import annotations
 import struct
 from collections import namedtuple
 
-# The AT_* names are read from here by the core and remote readers too.
-from liveunwind.formats.auxv import (
-    AT_BASE as AT_BASE,
-    AT_ENTRY as AT_ENTRY,
-    AT_EXECFN as AT_EXECFN,
-    AT_PHDR as AT_PHDR,
-    AT_PHNUM as AT_PHNUM,
-    AT_SYSINFO_EHDR as AT_SYSINFO_EHDR,
-    parse_auxv,
-)
+from liveunwind.formats.auxv import parse_auxv
 
 NT_PRSTATUS = 1
 NT_PRPSINFO = 3
