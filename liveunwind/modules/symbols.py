@@ -13,7 +13,7 @@ import bisect
 import struct
 import sys
 from functools import lru_cache
-from itertools import chain, compress
+from itertools import accumulate, compress
 
 from liveunwind.errors import FormatError
 from liveunwind.formats.elf import SHT_SYMTAB, ElfImage, c_string
@@ -31,8 +31,9 @@ _STB_WEAK = 2
 _SYMBOL_SIZE = 24
 #: The host's byte order as ElfImage spells it: symbols in it can be read by casts.
 _NATIVE_ORDER = "<" if sys.byteorder == "little" else ">"
-#: A byte translation: nonzero → 0xFF (a mask).
+#: Byte translations: nonzero → 0xFF (a mask), and for each class c: c → 1, others → 0.
 _NONZERO = b"\0" + b"\xff" * 255
+_ONLY = [bytes(c) + b"\1" + bytes(255 - c) for c in range(4)]
 
 
 def _function_classes() -> bytes:
@@ -69,7 +70,7 @@ class _SymbolSection:
     in a section, else 1 + the rank of its binding.
     """
 
-    __slots__ = ("_packed", "classes", "names", "sizes", "strings", "symtab", "values")
+    __slots__ = ("classes", "names", "sizes", "strings", "symtab", "values")
 
     def __init__(
         self,
@@ -80,16 +81,6 @@ class _SymbolSection:
         self.classes, self.values, self.sizes, self.names = columns
         self.strings = strings
         self.symtab = symtab
-        #: The values as host-order 8-byte words, copied the first time one is searched for.
-        self._packed: bytes | None = None
-
-    def numbers_at(self, value: int) -> Iterator[int]:
-        """The numbers of the symbols whose value is ``value``, in order, found at C speed."""
-        if not isinstance(self.values, memoryview):  # the other byte order's: a tuple
-            return (number for number, each in enumerate(self.values) if each == value)
-        if self._packed is None:
-            self._packed = self.values.tobytes()
-        return _word_positions(self._packed, value.to_bytes(8, sys.byteorder))
 
 
 class SymbolTable:
@@ -105,20 +96,40 @@ class SymbolTable:
 
     def __init__(self, *images: ElfImage) -> None:
         self._sections = [section for image in images for section in _symbol_sections(image)]
-        # Every function's address, sorted (ties side by side), none at 0: no loaded function
-        # is there (an object file's first is).  Which symbol stands at an address is
-        # settled when one is looked up (_number_at): a cold backtrace looks up a few dozen,
-        # and keeping each address's best symbol in a dict (7,092 function symbols at
-        # 5,615 addresses in libpython3.11.so) made the table cost 1.36 ms, against 0.89
-        # with this sort (libc: 0.60 and 0.33).
-        addresses = sorted(
-            chain.from_iterable(
-                compress(section.values, section.classes) for section in self._sections
-            )
-        )
-        del addresses[: bisect.bisect_right(addresses, 0)]
-        self._addresses = addresses
+        #: Symbols are numbered across sections: the first number of each section.
+        self._bases = list(accumulate((len(s.classes) for s in self._sections), initial=0))
+        #: The number of the symbol that stands for each address.
+        self._numbers: dict[int, int] = {}
+        for group in self._ranked_groups():
+            self._numbers.update(group)
+        self._numbers.pop(0, None)  # no loaded function is at 0 (an object file's first is)
+        self._addresses = sorted(self._numbers)
         self._found: dict[int, tuple[int, str]] = {}
+
+    def _ranked_groups(self) -> list[Iterator[tuple[int, int]]]:
+        """(address, symbol number) pairs of the function symbols, worst-ranked group first.
+
+        A group is one binding class of one section, walked backwards, so that
+        a dict fed the groups in this order keeps, for every address, the
+        best-ranked and, of equal ones, the first-seen symbol.
+        """
+        keyed = []
+        for order, (section, base) in enumerate(zip(self._sections, self._bases)):
+            classes = section.classes[::-1]
+            values = section.values[::-1]
+            numbers = range(base + len(classes) - 1, base - 1, -1)
+            for kind in (1, 2, 3):
+                first = classes.find(kind)
+                if first < 0:
+                    continue
+                # The span from its first to its last symbol: ELF puts locals first,
+                # so that is usually a fraction of the section.
+                span = slice(first, classes.rfind(kind) + 1)
+                group = _of_class(classes[span], kind, values[span], numbers[span])
+                rank = kind - 1 + (2 if section.symtab else 0)
+                keyed.append((rank, -order, group))
+        keyed.sort(key=lambda item: item[:2])
+        return [group for _, _, group in keyed]
 
     def lookup(self, address: int) -> SymbolMatch | None:
         """The function whose range holds ``address`` (a sized symbol, or the nearest unsized)."""
@@ -126,41 +137,25 @@ class SymbolTable:
         if index < 0:
             return None
         start = self._addresses[index]
-        size, name = self._symbol(start)
+        size, name = self._symbol(index)
         if size and address >= start + size:
             return None
         return SymbolMatch(name, address - start, size)
 
-    def _symbol(self, start: int) -> tuple[int, str]:
-        """Size and name of the symbol that stands at ``start``, its name decoded once."""
-        found = self._found.get(start)
+    def _symbol(self, index: int) -> tuple[int, str]:
+        """Size and name of the ``index``-th address's symbol, its name decoded once."""
+        found = self._found.get(index)
         if found is None:
-            section, symbol = self._number_at(start)
+            number = self._numbers[self._addresses[index]]
+            which = bisect.bisect_right(self._bases, number) - 1
+            section = self._sections[which]
+            symbol = number - self._bases[which]
             name = c_string(section.strings, section.names[symbol], missing="?")
-            found = self._found[start] = (section.sizes[symbol], name)
+            found = self._found[index] = (section.sizes[symbol], name)
         return found
 
-    def _number_at(self, start: int) -> tuple[_SymbolSection, int]:
-        """The section and number of the best-ranked function symbol at ``start``.
-
-        Global over weak over local, ``.symtab`` two ranks over ``.dynsym``; of
-        equal ranks the first seen, in section order and then by number.
-        """
-        best: tuple[int, _SymbolSection, int] | None = None
-        for section in self._sections:
-            for symbol in section.numbers_at(start):
-                kind = section.classes[symbol]
-                if not kind:
-                    continue
-                rank = kind - 1 + (2 if section.symtab else 0)
-                if best is None or rank > best[0]:
-                    best = (rank, section, symbol)
-        assert best is not None, "every address in the table is some function's"
-        return best[1], best[2]
-
     def __len__(self) -> int:
-        """How many addresses have a function."""
-        return len(set(self._addresses))
+        return len(self._addresses)
 
 
 def has_symtab(image: ElfImage) -> bool:
@@ -212,15 +207,14 @@ class DwarfFunctions:
 _MAX_DWARF_ANSWERS = 1 << 14
 
 
-def _word_positions(words: bytes, word: bytes) -> Iterator[int]:
-    """The indexes of the 8-byte ``word`` in ``words`` (whole words only)."""
-    at = words.find(word)
-    while at >= 0:
-        if at % 8 == 0:
-            yield at // 8
-            at = words.find(word, at + 8)
-        else:
-            at = words.find(word, at + 1)
+def _of_class(
+    classes: bytes, kind: int, values: Sequence[int], numbers: range
+) -> Iterator[tuple[int, int]]:
+    """The (value, symbol number) pairs whose class is ``kind``, filtered at C speed."""
+    pairs = zip(values, numbers)
+    if classes.count(kind) == len(classes):
+        return pairs
+    return compress(pairs, classes.translate(_ONLY[kind]))
 
 
 def _symbol_sections(image: ElfImage) -> Iterator[_SymbolSection]:
