@@ -190,6 +190,7 @@ class Arch:
         "macho",
         "name",
         "pc",
+        "perf_event_open",
         "plt_slot",
         "pointer_auth",
         "prologue",
@@ -237,6 +238,7 @@ class Arch:
         prologue: PrologueAnalysis | None = None,
         plt_slot: Callable[[bytes, int], int | None] | None = None,
         vsyscall_page: int | None = None,
+        perf_event_open: int | None = None,
         self_capture: Callable[[], SelfCapture] | None = None,
         word_size: int = 8,
     ) -> None:
@@ -299,6 +301,9 @@ class Arch:
         self.plt_slot = plt_slot
         #: Address of the kernel's legacy vsyscall page, where it has one.
         self.vsyscall_page = vsyscall_page
+        #: The number of the perf_event_open(2) system call (``profile --on-cpu``);
+        #: None where liveunwind does not know it.
+        self.perf_event_open = perf_event_open
         self._self_capture = self_capture
         self.word_size = word_size
 
