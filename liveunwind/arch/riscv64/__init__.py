@@ -11,7 +11,7 @@ no Mach-O, and no self-capture handler yet: ``local_backtrace`` says so.
 
 from __future__ import annotations
 
-from liveunwind.arch.base import Arch, FrameRecord, GdbDescription
+from liveunwind.arch.base import Arch, FrameRecord, GdbDescription, PerfRegisters
 from liveunwind.arch.riscv64 import instructions, prologue, registers, sigframe
 
 RISCV64 = Arch(
@@ -46,4 +46,5 @@ RISCV64 = Arch(
     prologue=prologue.ANALYSIS,
     plt_slot=instructions.plt_slot,
     perf_event_open=241,  # include/uapi/asm-generic/unistd.h
+    perf_registers=PerfRegisters(registers.PERF_REGISTERS),
 )

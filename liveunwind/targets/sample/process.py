@@ -1,0 +1,243 @@
+"""What the samples of one process share: its mappings, and the files behind them.
+
+A :class:`SampledProcess` is the address space the module map of a sampled
+process is built over, kept for as long as its mappings do not change, so
+that each module opens its file and reads its tables once for every sample.
+Its mappings come from mmap records (:meth:`SampledProcess.map`: a new
+mapping cuts what it overlaps, as ``mmap`` does) or from ``/proc/PID/maps``;
+its memory is what the files hold for mappings that cannot have changed
+since (read-only file mappings: code, read-only data, unwind tables) and
+the vDSO when its bytes were given.  Anything else — the heap, writable
+data, other threads' stacks — was not copied by the kernel: reading it
+raises MemoryReadError saying it is not in the sample.
+
+Files come from a :class:`FileSource`: :class:`RecordedFiles` looks for the
+files of a recording (perf.data) on this machine, under ``--sysroot`` and
+by build-id; :class:`RootFiles` opens a live process's files inside its
+root (``/proc/PID/root``).  A file whose build-id is not the one the
+recording names is not used: its module stays unnamed rather than wrong,
+and the module says why.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+from liveunwind.errors import FormatError, MemoryReadError
+from liveunwind.formats.elf import machine_name
+from liveunwind.targets.base import AddressSpace, Mapping, ThreadState
+from liveunwind.targets.files import FileError, map_elf, open_in_root
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from liveunwind.arch import Arch
+    from liveunwind.formats.elf import ElfImage
+    from liveunwind.targets.filefinder import FileFinder
+    from liveunwind.targets.files import RegularFile
+
+#: Mappings kept per process (the kernel's default vm.max_map_count); more are dropped, said once.
+MAX_MAPPINGS = 65530
+#: Why memory outside the copy and the files cannot be read.
+NOT_IN_SAMPLE = "not in the sample (the kernel copied only the registers and the stack from sp)"
+_PROT_READ, _PROT_WRITE, _PROT_EXEC = 1, 2, 4
+
+
+class FileSource:
+    """Where the files of a sampled process are found (the contract of the two below)."""
+
+    def image(self, path: str, build_id: bytes | None, arch: Arch) -> ElfImage | None:
+        """The ELF image of the process's ``path`` (of ``build_id`` when known), or None."""
+        raise NotImplementedError
+
+
+def _mismatch(image: ElfImage, build_id: bytes | None, arch: Arch) -> str | None:
+    """Why ``image`` is not the file recorded (machine, build-id), or None."""
+    if image.machine != arch.elf_machine:
+        return f"it is built for {machine_name(image.machine)}, the recording is {arch.name}"
+    if build_id:
+        try:
+            theirs = image.build_id
+        except FormatError:
+            theirs = None
+        if theirs != build_id:
+            shown = theirs.hex() if theirs else "(none)"
+            return f"its build-id {shown} differs from {build_id.hex()} in the recording"
+    return None
+
+
+class RecordedFiles(FileSource):
+    """A recording's files on this machine: the path (under the sysroot first), then build-id."""
+
+    def __init__(self, finder: FileFinder, problems: list[str]) -> None:
+        self._finder = finder
+        self.problems = problems
+        self._found: dict[tuple[str, bytes | None], ElfImage | None] = {}
+
+    def image(self, path: str, build_id: bytes | None, arch: Arch) -> ElfImage | None:
+        key = (path, build_id)
+        if key in self._found:
+            return self._found[key]
+        found, rejected = self._finder.find(
+            path, build_id, lambda image: _mismatch(image, build_id, arch)
+        )
+        image = None if found is None else found.image
+        if found is None:
+            why = "not using " + "; ".join(rejected) if rejected else "not found on this machine"
+            self.problems.append(f"{path}: {why}")
+        self._found[key] = image
+        return image
+
+
+class RootFiles(FileSource):
+    """A live process's files, opened inside its root (``/proc/PID/root``)."""
+
+    def __init__(self, root: str, problems: list[str]) -> None:
+        self._root = root
+        self.problems = problems
+        self._found: dict[tuple[str, bytes | None], ElfImage | None] = {}
+
+    def image(self, path: str, build_id: bytes | None, arch: Arch) -> ElfImage | None:
+        key = (path, build_id)
+        if key in self._found:
+            return self._found[key]
+        image: ElfImage | None = None
+        try:
+            image = map_elf(open_in_root(self._root, path.removesuffix(" (deleted)")))
+            why = _mismatch(image, build_id, arch)
+        except (FileError, FormatError) as error:
+            why = str(error)
+        if why is not None:
+            self.problems.append(f"{path}: not using it: {why}")
+            image = None
+        self._found[key] = image
+        return image
+
+
+class SampledProcess(AddressSpace):
+    """One sampled process: its mappings and files, the space its module map reads.
+
+    ``generation`` changes whenever the mappings do: a module map made at
+    one generation holds for every sample taken while it lasts.
+    """
+
+    def __init__(self, arch: Arch, pid: int, files: FileSource) -> None:
+        self.arch = arch
+        self.pid = pid
+        self.files = files
+        self._mappings: list[Mapping] = []
+        self._starts: list[int] = []
+        #: path → the build-id the recording names for it (mmap records, HEADER_BUILD_ID).
+        self.build_ids: dict[str, bytes] = {}
+        #: The vDSO's bytes, when they are known (this machine's own, checked by build-id).
+        self.vdso: bytes | None = None
+        #: A number per path stands for the inode where records give none.
+        self._inodes: dict[str, int] = {}
+        self.generation = 0
+        self.problems: list[str] = []
+
+    # -- what the records say -------------------------------------------------------
+
+    def map(
+        self,
+        start: int,
+        end: int,
+        offset: int,
+        path: str,
+        *,
+        prot: int,
+        inode: int = 0,
+        build_id: bytes | None = None,
+    ) -> None:
+        """A new mapping (an mmap record, a line of maps): it replaces what it overlaps."""
+        if end <= start:
+            return
+        if build_id:
+            self.build_ids[path] = build_id
+        if path.startswith("/") and not path.startswith("//") and not inode:
+            inode = self._inodes.setdefault(path, len(self._inodes) + 1)
+        perms = (
+            ("r" if prot & _PROT_READ else "-")
+            + ("w" if prot & _PROT_WRITE else "-")
+            + ("x" if prot & _PROT_EXEC else "-")
+            + "p"
+        )
+        mapping = Mapping(start, end, perms, offset, inode, path)
+        kept: list[Mapping] = []
+        for old in self._overlapping(start, end):
+            if old.start < start:
+                kept.append(old._replace(end=start))
+            if old.end > end:
+                kept.append(old._replace(start=end, offset=old.offset + (end - old.start)))
+        first = bisect.bisect_left(self._starts, start)
+        while first > 0 and self._mappings[first - 1].end > start:
+            first -= 1
+        last = bisect.bisect_left(self._starts, end)
+        if len(self._mappings) - (last - first) + len(kept) >= MAX_MAPPINGS:
+            if not self.problems or "mappings" not in self.problems[-1]:
+                self.problems.append(f"process {self.pid}: more than {MAX_MAPPINGS} mappings")
+            return
+        self._mappings[first:last] = sorted([*kept, mapping])
+        self._starts = [mapping.start for mapping in self._mappings]
+        self.generation += 1
+
+    def _overlapping(self, start: int, end: int) -> list[Mapping]:
+        index = bisect.bisect_right(self._starts, start) - 1
+        index = max(index, 0)
+        found = []
+        for mapping in self._mappings[index:]:
+            if mapping.start >= end:
+                break
+            if mapping.end > start:
+                found.append(mapping)
+        return found
+
+    def forget_mappings(self) -> None:
+        """The process ran a new program (exec): none of its mappings is left."""
+        self._mappings, self._starts = [], []
+        self.generation += 1
+
+    def copy(self, pid: int) -> SampledProcess:
+        """The child of a fork: the same mappings and files."""
+        child = SampledProcess(self.arch, pid, self.files)
+        child._mappings, child._starts = list(self._mappings), list(self._starts)
+        child.build_ids, child.vdso, child._inodes = dict(self.build_ids), self.vdso, self._inodes
+        return child
+
+    def mapping_at(self, address: int) -> Mapping | None:
+        index = bisect.bisect_right(self._starts, address) - 1
+        if index >= 0 and address < self._mappings[index].end:
+            return self._mappings[index]
+        return None
+
+    # -- AddressSpace -----------------------------------------------------------
+
+    def mappings(self) -> list[Mapping]:
+        return self._mappings
+
+    def threads(self) -> list[ThreadState]:
+        return []  # a process is seen one thread at a time, through its samples
+
+    def read(self, address: int, size: int) -> bytes:
+        """Bytes that cannot have changed since the file was mapped, or the vDSO's."""
+        mapping = self.mapping_at(address)
+        if mapping is None or size < 0 or address + size > mapping.end:
+            raise MemoryReadError(address, size, NOT_IN_SAMPLE)
+        if mapping.path == "[vdso]" and self.vdso is not None:
+            at = address - mapping.start
+            if at + size <= len(self.vdso):
+                return self.vdso[at : at + size]
+        if mapping.is_file and not mapping.writable:
+            image = self.mapped_image(mapping)
+            if image is not None:
+                data = image.read(mapping.offset + address - mapping.start, size)
+                if len(data) == size:
+                    return data
+        raise MemoryReadError(address, size, NOT_IN_SAMPLE)
+
+    def mapped_image(self, mapping: Mapping) -> ElfImage | None:
+        if not mapping.is_file:
+            return None
+        return self.files.image(mapping.path, self.build_ids.get(mapping.path), self.arch)
+
+    def open_mapped_file(self, mapping: Mapping) -> RegularFile | None:
+        return None  # every file is handed over as an image (mapped_image), checked
