@@ -3,7 +3,8 @@
 A :class:`SampleUnwinder` keeps, per sampled process, a
 :class:`~liveunwind.backtrace.backtracer.Backtracer` (its rules and names)
 and the module map of the process's current mappings: a map is made again
-only when the process's mappings change (its ``generation``), so a module
+only when the process's mappings change (its ``generation``) or its perf
+map (JIT code, CPython's ``-X perf``) has grown, so a module
 opens its file and reads its tables once for all the samples that land
 in it.  Each sample becomes a one-thread
 :class:`~liveunwind.frames.Backtrace` over a
@@ -20,6 +21,7 @@ from liveunwind.targets.sample.space import SampleSpace
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from liveunwind.backtrace.options import BacktraceOptions
+    from liveunwind.formats.unwind.perfmap import PerfMapView
     from liveunwind.frames import Backtrace
     from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.targets.sample.process import SampledProcess
@@ -29,12 +31,13 @@ MAX_PROCESSES = 256
 
 
 class _Warm:
-    __slots__ = ("backtracer", "generation", "modules")
+    __slots__ = ("backtracer", "generation", "modules", "perf_map_entries")
 
     def __init__(self, backtracer: Backtracer) -> None:
         self.backtracer = backtracer
         self.modules: ModuleMap | None = None
         self.generation = -1
+        self.perf_map_entries = 0
 
 
 class SampleUnwinder:
@@ -45,17 +48,23 @@ class SampleUnwinder:
         self.options = options.replace(python=False, python_locals=False, python_tasks=False)
         self._warm: dict[SampledProcess, _Warm] = {}
 
-    def modules(self, process: SampledProcess) -> ModuleMap:
-        """The module map of ``process``'s current mappings (made when they changed)."""
+    def modules(self, process: SampledProcess, perf_map: PerfMapView | str = "") -> ModuleMap:
+        """The module map of ``process``'s current mappings (made when they or the perf map changed)."""
         warm = self._warm.pop(process, None)
         if warm is None:
             if len(self._warm) >= MAX_PROCESSES:
                 del self._warm[next(iter(self._warm))]
             warm = _Warm(Backtracer(self.options))
         self._warm[process] = warm  # the most recently used last
-        if warm.modules is None or warm.generation != process.generation:
-            warm.modules = warm.backtracer.module_map(process)
+        entries = len(perf_map)
+        if (
+            warm.modules is None
+            or warm.generation != process.generation
+            or warm.perf_map_entries != entries
+        ):
+            warm.modules = warm.backtracer.module_map(process, perf_map)
             warm.generation = process.generation
+            warm.perf_map_entries = entries
         return warm.modules
 
     def unwind(
@@ -65,13 +74,16 @@ class SampleUnwinder:
         name: str,
         registers: dict[int, int],
         stack: bytes | memoryview,
+        *,
+        perf_map: PerfMapView | str = "",
     ) -> tuple[Backtrace, ModuleMap]:
         """The backtrace of one sample (registers by DWARF number, the stack copy from sp).
 
         Returns it with the module map it was named from (which the
-        profile's writers describe modules with).
+        profile's writers describe modules with).  ``perf_map`` (a live
+        process's, as read so far) names code no file does.
         """
-        modules = self.modules(process)
+        modules = self.modules(process, perf_map)
         space = SampleSpace(process, tid, name, registers, stack)
         backtracer = self._warm[process].backtracer
         return backtracer.backtrace(space, {}, modules=modules), modules

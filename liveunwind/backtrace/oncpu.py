@@ -1,0 +1,254 @@
+"""``profile --on-cpu``: the kernel's samples of a process, unwound as they arrive, counted.
+
+The process is never stopped: the kernel samples each thread on its own CPU
+clock (:mod:`liveunwind.targets.perfevent`) and copies its user registers
+and the top of its stack; here, outside the target's time, each sample is
+walked by the one stepper over a
+:class:`~liveunwind.targets.sample.space.SampleSpace` (registers, stack
+copy, and the process's files for the rest) and counted in a
+:class:`~liveunwind.backtrace.profile.Profile`, so every writer of the
+wall-clock profile writes this one too.
+
+The process's mappings are those of ``/proc/PID/maps`` when sampling
+starts, then what the mmap records say (a library dlopened, JIT code);
+thread names those of ``/proc`` then of the comm records; its perf map
+(``/tmp/perf-PID.map``: JITs, CPython's ``-X perf``) is read on after
+every batch and names code no file does.  Samples of other processes (a
+child the process forked inherits the events) are counted and left out.
+A CPython process without ``-X perf`` is said to need the wall-clock mode
+for its Python frames.
+
+Records are taken in batches, one per drain of the rings; each batch is put
+in time order first (the rings are one per CPU), so a mapping precedes the
+samples that land in it.
+"""
+
+from __future__ import annotations
+
+import time
+
+from liveunwind.arch import host_arch
+from liveunwind.backtrace.profile import (
+    END_INTERRUPTED,
+    END_TARGET_LOST,
+    Profile,
+    _add_cpu,
+    _cpu_times,
+)
+from liveunwind.backtrace.samples import SampleUnwinder
+from liveunwind.errors import TargetError
+from liveunwind.formats.perfevents import (
+    Comm,
+    EventAttr,
+    Mmap,
+    Sample,
+    Task,
+    decode,
+    record_time,
+)
+from liveunwind.modules.jit import PerfMapFile
+from liveunwind.targets.files import read_kernel_file
+from liveunwind.targets.live.procfs import perf_map_path, read_maps
+from liveunwind.targets.live.syscalls import read_remote
+from liveunwind.targets.perfevent.recorder import END_EXITED, END_STOPPED, Recorder
+from liveunwind.targets.sample.process import RootFiles, SampledProcess
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from liveunwind.backtrace.options import BacktraceOptions
+    from liveunwind.targets.base import Mapping
+
+#: Bytes of the perf map read on after each batch (the rest on the next).
+PERF_MAP_STEP = 1 << 20
+#: Thread names kept (a thread-per-request server names thread after thread).
+MAX_NAMES = 100_000
+_PROT_READ, _PROT_WRITE, _PROT_EXEC = 1, 2, 4
+#: What a profile of a Python process without ``-X perf`` says.
+PYTHON_NOTE = (
+    "process {pid} runs CPython{how}: its Python functions are not in these stacks (only the "
+    "interpreter's C functions); CPython 3.12+ started with -X perf (or PYTHONPERFSUPPORT=1) "
+    "names them here, and the wall-clock mode (profile --python, without --on-cpu) reads "
+    "them from any CPython"
+)
+
+
+def record_on_cpu(
+    pid: int,
+    options: BacktraceOptions,
+    *,
+    rate: float,
+    duration: float | None,
+    stack_size: int,
+    per_thread: bool = False,
+    should_stop: Callable[[], bool] = lambda: False,
+    on_sample: Callable[[Profile, float], None] | None = None,
+) -> Profile:
+    """Samples ``pid`` on its threads' CPU clock, ``rate`` times a CPU-second, for ``duration``.
+
+    Ends early when ``should_stop()`` turns true, on KeyboardInterrupt, or
+    when the process exits; the profile says why.  Errors of opening the
+    events (no such process, no permission) are raised.
+    """
+    arch = host_arch()
+    if arch.perf_registers is None:
+        raise TargetError(f"profile --on-cpu cannot read perf samples' registers on {arch.name}")
+    registers = arch.perf_registers
+    profile = Profile(pid, rate, per_thread=per_thread)
+    process = SampledProcess(arch, pid, RootFiles(f"/proc/{pid}/root", []))
+    names = _thread_names(pid)
+    _seed(process, pid)
+    perf_map = PerfMapFile(f"/proc/{pid}/root", perf_map_path(pid))
+    unwinder = SampleUnwinder(options)
+    others = 0
+    with Recorder(
+        pid, rate=round(rate), regs_mask=registers.unwind_mask, stack_size=stack_size
+    ) as recorder:
+        attr = EventAttr.from_bytes(recorder.attr)
+        before = _cpu_times(pid)
+        started = time.perf_counter()
+        profile.started_at = time.time()
+        try:
+            for batch in recorder.batches(duration, should_stop):
+                view = perf_map.update(PERF_MAP_STEP)
+                records = [decode(attr, raw)[0] for raw in _in_time_order(attr, batch)]
+                for record in records:
+                    if isinstance(record, Sample):
+                        if record.pid != pid:
+                            others += 1
+                            continue
+                        values = registers.registers(attr.sample_regs_user, record.registers)
+                        name = names.get(record.tid, "")
+                        backtrace, modules = unwinder.unwind(
+                            process, record.tid, name, values, record.stack, perf_map=view
+                        )
+                        profile.add(backtrace, modules)
+                    elif isinstance(record, Mmap):
+                        if record.pid == pid:
+                            _map_record(process, record)
+                    elif isinstance(record, Comm):
+                        if record.pid == pid and (record.tid in names or len(names) < MAX_NAMES):
+                            names[record.tid] = record.name
+                            if record.exec:
+                                process.forget_mappings()
+                    elif isinstance(record, Task) and record.exit:
+                        names.pop(record.tid, None)
+                if on_sample is not None:
+                    on_sample(profile, time.perf_counter() - started)
+        except KeyboardInterrupt:
+            profile.end = END_INTERRUPTED
+        ended = time.perf_counter()
+        if recorder.end == END_STOPPED:
+            profile.end = END_INTERRUPTED
+        elif recorder.end == END_EXITED:
+            profile.end, profile.end_detail = END_TARGET_LOST, f"process {pid} exited"
+        profile.duration = ended - started
+        _add_cpu(profile, before, _cpu_times(pid), ended - started)
+        _notes(profile, recorder, others, stack_size, perf_map, process, options)
+    return profile
+
+
+def _in_time_order(attr: EventAttr, batch: list[bytes]) -> list[bytes]:
+    """The records of one drain (one ring per CPU) in the order they happened."""
+
+    def when(raw: bytes) -> int:
+        return record_time(attr, int.from_bytes(raw[:4], "little"), raw, 0) or 0
+
+    return sorted(batch, key=when)
+
+
+def _thread_names(pid: int) -> dict[int, str]:
+    """Each thread's name as ``/proc`` has it now."""
+    from liveunwind.targets.live.procfs import list_tids
+
+    names = {}
+    for tid in list_tids(pid)[:MAX_NAMES]:
+        try:
+            names[tid] = read_kernel_file(f"/proc/{pid}/task/{tid}/comm", 64).decode(
+                "utf-8", "replace"
+            ).rstrip("\n")
+        except OSError:
+            continue  # it ended
+    return names
+
+
+def _seed(process: SampledProcess, pid: int) -> None:
+    """The mappings ``/proc/PID/maps`` has when sampling starts, and the vDSO's bytes."""
+    try:
+        mappings = read_maps(f"/proc/{pid}")
+    except OSError as error:
+        raise TargetError(f"cannot read the mappings of process {pid}: {error.strerror}") from None
+    for mapping in mappings:
+        process.map(
+            mapping.start,
+            mapping.end,
+            mapping.offset,
+            mapping.path,
+            prot=_prot(mapping),
+            inode=mapping.inode,
+        )
+        if mapping.path == "[vdso]":
+            # Read while the process runs (process_vm_readv stops nothing); it never changes.
+            process.vdso = read_remote(pid, [(mapping.start, mapping.end - mapping.start)])[0]
+
+
+def _prot(mapping: Mapping) -> int:
+    return (
+        (_PROT_READ if mapping.readable else 0)
+        | (_PROT_WRITE if mapping.writable else 0)
+        | (_PROT_EXEC if mapping.executable else 0)
+    )
+
+
+def _map_record(process: SampledProcess, record: Mmap) -> None:
+    prot = record.prot if record.prot is not None else (_PROT_READ | _PROT_EXEC)
+    process.map(
+        record.start,
+        record.end,
+        record.pgoff,
+        record.path,
+        prot=prot,
+        inode=record.inode,
+        build_id=record.build_id,
+    )
+
+
+def _notes(
+    profile: Profile,
+    recorder: Recorder,
+    others: int,
+    stack_size: int,
+    perf_map: PerfMapFile,
+    process: SampledProcess,
+    options: BacktraceOptions,
+) -> None:
+    """What the reader of an on-CPU profile must know: its clock, what was lost or cut."""
+    profile.note(
+        f"on-CPU samples: the kernel's CPU clock, {profile.rate_asked:g} a second of each "
+        f"thread's CPU time in user space (threads asleep or in the kernel are not sampled); "
+        f"{stack_size} bytes of stack copied per sample (--stack-size)"
+    )
+    if recorder.lost:
+        profile.note(
+            f"{recorder.lost} samples were lost: the kernel's buffers were full "
+            "(unwinding fell behind; a lower --rate keeps up)"
+        )
+    if recorder.corrupt:
+        profile.note(f"{recorder.corrupt} bytes of the kernel's buffers were corrupt and skipped")
+    if others:
+        profile.note(f"{others} samples of child processes were left out")
+    cut = profile.incomplete_reasons
+    if any("not in the sample" in reason for reason in cut):
+        profile.note(
+            "a walk that needed memory beyond the stack copy ended there: a larger "
+            "--stack-size copies more"
+        )
+    python = any("python" in mapping.path.rsplit("/", 1)[-1].lower() for mapping in process.mappings())
+    if python and (options.python or not len(perf_map.perf_map.view())):
+        how = " (--python reads its frames only in the wall-clock mode)" if options.python else (
+            " without -X perf"
+        )
+        profile.note(PYTHON_NOTE.format(pid=profile.pid, how=how))
+    for problem in process.problems + getattr(process.files, "problems", []):
+        profile.note(problem)
