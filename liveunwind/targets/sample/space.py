@@ -24,8 +24,9 @@ if TYPE_CHECKING:
     from liveunwind.targets.sample.process import SampledProcess
 
 _WORD = struct.Struct("<Q")
-#: The state a sampled thread is reported in: it was on a CPU.
-RUNNING = "R (running)"
+#: The state a sampled thread is reported in: it was on a CPU (``/proc``'s word, as a
+#: live thread's, which the profile counts running stacks by).
+RUNNING = "running"
 
 
 class SampleSpace(AddressSpace):
