@@ -123,7 +123,7 @@ def record_on_cpu(
                         backtrace, modules = unwinder.unwind(
                             process, record.tid, name, values, record.stack, perf_map=view
                         )
-                        profile.add(backtrace, modules)
+                        profile.add(backtrace, modules, every_thread=False)
                     elif isinstance(record, Mmap):
                         if record.pid == pid:
                             _map_record(process, record)
@@ -132,8 +132,9 @@ def record_on_cpu(
                             names[record.tid] = record.name
                             if record.exec:
                                 process.forget_mappings()
-                    elif isinstance(record, Task) and record.exit:
+                    elif isinstance(record, Task) and record.exit and record.pid == pid:
                         names.pop(record.tid, None)
+                        profile.thread_ended(record.tid)
                 if on_sample is not None:
                     on_sample(profile, time.perf_counter() - started)
         except KeyboardInterrupt:
@@ -176,7 +177,7 @@ def _thread_names(pid: int) -> dict[int, str]:
 def _seed(process: SampledProcess, pid: int) -> None:
     """The mappings ``/proc/PID/maps`` has when sampling starts, and the vDSO's bytes."""
     try:
-        mappings = read_maps(f"/proc/{pid}")
+        mappings = read_maps(str(pid))
     except OSError as error:
         raise TargetError(f"cannot read the mappings of process {pid}: {error.strerror}") from None
     for mapping in mappings:

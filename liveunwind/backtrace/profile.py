@@ -298,15 +298,29 @@ class Profile:
         """Problems the backtraces reported (unreadable files, …), each once."""
         return list(self._problems)
 
+    def note(self, problem: str) -> None:
+        """A line for the report's notes (and the JSON's ``problems``), said once."""
+        self._problems[problem] = None
+
     @property
     def incomplete(self) -> int:
         """Thread walks, over every sample, that ended before the end of the stack."""
         return sum(thread.incomplete for thread in self.threads.values())
 
-    def add(self, backtrace: Backtrace, modules: ModuleMap | None = None) -> None:
-        """Counts one sample's stacks; ``modules`` (its module map) describes new names' modules."""
+    def add(
+        self, backtrace: Backtrace, modules: ModuleMap | None = None, *, every_thread: bool = True
+    ) -> None:
+        """Counts one sample's stacks; ``modules`` (its module map) describes new names' modules.
+
+        ``every_thread`` False: the backtrace holds only the threads the
+        sample caught (an on-CPU sample holds one), so a thread is new only
+        when not seen since it began (:meth:`thread_ended` forgets one).
+        """
         self.samples += 1
-        last, self._last = self._last, {}
+        if every_thread:
+            last, self._last = self._last, {}
+        else:
+            last = self._last
         for walked in backtrace.threads:
             thread = self._entry(walked.tid, walked.name, last)
             self._last[walked.tid] = thread
@@ -414,6 +428,10 @@ class Profile:
         thread.tid = tid
         thread.thread_count += new
         return thread
+
+    def thread_ended(self, tid: int) -> None:
+        """A thread of a profile of ``every_thread=False`` samples ended: its tid may come again."""
+        self._last.pop(tid, None)
 
     @property
     def threads_folded(self) -> int:

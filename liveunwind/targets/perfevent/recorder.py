@@ -80,12 +80,13 @@ class Recorder:
             raise NoSuchProcessError(f"no process {pid}") from None
         try:
             ring_bytes = data_pages * os.sysconf("SC_PAGE_SIZE")
-            attr = attr_bytes(
+            #: The events' ``perf_event_attr``, which the records are decoded with.
+            self.attr = attr_bytes(
                 rate=rate, regs_mask=regs_mask, stack_size=stack_size, wakeup_bytes=ring_bytes // 4
             )
             self._events = ProcessEvents(
                 pid,
-                attr,
+                self.attr,
                 arch.perf_event_open,
                 lambda fd: self._rings.append(Ring(fd, data_pages)),
             )
