@@ -29,6 +29,7 @@ import time
 
 from liveunwind.arch import host_arch
 from liveunwind.backtrace.profile import (
+    END_DURATION,
     END_INTERRUPTED,
     END_TARGET_LOST,
     Profile,
@@ -36,7 +37,7 @@ from liveunwind.backtrace.profile import (
     _cpu_times,
 )
 from liveunwind.backtrace.samples import SampleUnwinder
-from liveunwind.errors import TargetError
+from liveunwind.errors import TargetError, UsageError
 from liveunwind.formats.perfevents import (
     Comm,
     EventAttr,
@@ -91,6 +92,8 @@ def record_on_cpu(
     when the process exits; the profile says why.  Errors of opening the
     events (no such process, no permission) are raised.
     """
+    if rate < 1:
+        raise UsageError("profile --on-cpu: --rate must be at least 1 (samples per CPU-second)")
     arch = host_arch()
     if arch.perf_registers is None:
         raise TargetError(f"profile --on-cpu cannot read perf samples' registers on {arch.name}")
@@ -144,7 +147,11 @@ def record_on_cpu(
             profile.end = END_INTERRUPTED
         elif recorder.end == END_EXITED:
             profile.end, profile.end_detail = END_TARGET_LOST, f"process {pid} exited"
-        profile.duration = ended - started
+        # Ended by the clock, the profile covers the time asked (the last drain ran past it).
+        if duration is not None and profile.end == END_DURATION:
+            profile.duration = duration
+        else:
+            profile.duration = ended - started
         _add_cpu(profile, before, _cpu_times(pid), ended - started)
         _notes(profile, recorder, others, stack_size, perf_map, process, options)
     return profile
@@ -166,9 +173,11 @@ def _thread_names(pid: int) -> dict[int, str]:
     names = {}
     for tid in list_tids(pid)[:MAX_NAMES]:
         try:
-            names[tid] = read_kernel_file(f"/proc/{pid}/task/{tid}/comm", 64).decode(
-                "utf-8", "replace"
-            ).rstrip("\n")
+            names[tid] = (
+                read_kernel_file(f"/proc/{pid}/task/{tid}/comm", 64)
+                .decode("utf-8", "replace")
+                .rstrip("\n")
+            )
         except OSError:
             continue  # it ended
     return names
@@ -245,10 +254,14 @@ def _notes(
             "a walk that needed memory beyond the stack copy ended there: a larger "
             "--stack-size copies more"
         )
-    python = any("python" in mapping.path.rsplit("/", 1)[-1].lower() for mapping in process.mappings())
+    python = any(
+        "python" in mapping.path.rsplit("/", 1)[-1].lower() for mapping in process.mappings()
+    )
     if python and (options.python or not len(perf_map.perf_map.view())):
-        how = " (--python reads its frames only in the wall-clock mode)" if options.python else (
-            " without -X perf"
+        how = (
+            " (--python reads its frames only in the wall-clock mode)"
+            if options.python
+            else (" without -X perf")
         )
         profile.note(PYTHON_NOTE.format(pid=profile.pid, how=how))
     for problem in process.problems + getattr(process.files, "problems", []):

@@ -49,7 +49,7 @@ class SampleUnwinder:
         self._warm: dict[SampledProcess, _Warm] = {}
 
     def modules(self, process: SampledProcess, perf_map: PerfMapView | str = "") -> ModuleMap:
-        """The module map of ``process``'s current mappings (made when they or the perf map changed)."""
+        """The module map of ``process``'s mappings (remade when they or the perf map changed)."""
         warm = self._warm.pop(process, None)
         if warm is None:
             if len(self._warm) >= MAX_PROCESSES:
