@@ -25,6 +25,7 @@ samples that land in it.
 
 from __future__ import annotations
 
+import os
 import time
 
 from liveunwind.arch import host_arch
@@ -189,12 +190,21 @@ def _seed(process: SampledProcess, pid: int) -> None:
         mappings = read_maps(str(pid))
     except OSError as error:
         raise TargetError(f"cannot read the mappings of process {pid}: {error.strerror}") from None
+    # /proc prints paths as we see them; the files are opened inside the process's root,
+    # and mmap records name them as the process sees them (a chroot's own paths).
+    try:
+        root = os.readlink(f"/proc/{pid}/root").rstrip("/")
+    except OSError:
+        root = ""
     for mapping in mappings:
+        path = mapping.path
+        if root and path.startswith(root + "/"):
+            path = path[len(root) :]
         process.map(
             mapping.start,
             mapping.end,
             mapping.offset,
-            mapping.path,
+            path,
             prot=_prot(mapping),
             inode=mapping.inode,
         )
@@ -264,5 +274,10 @@ def _notes(
             else (" without -X perf")
         )
         profile.note(PYTHON_NOTE.format(pid=profile.pid, how=how))
-    for problem in process.problems + getattr(process.files, "problems", []):
+    profile_notes = list(process.problems)
+    # Files of code only: a data file mapped read-only (a locale archive) is no ELF file.
+    code = {mapping.path for mapping in process.mappings() if mapping.executable}
+    files = process.files.problems if isinstance(process.files, RootFiles) else []
+    profile_notes += [problem for problem in files if problem.partition(": ")[0] in code]
+    for problem in profile_notes:
         profile.note(problem)
