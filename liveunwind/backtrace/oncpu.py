@@ -25,6 +25,7 @@ samples that land in it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
@@ -101,8 +102,6 @@ def record_on_cpu(
     registers = arch.perf_registers
     profile = Profile(pid, rate, per_thread=per_thread)
     process = SampledProcess(arch, pid, RootFiles(f"/proc/{pid}/root", []))
-    names = _thread_names(pid)
-    _seed(process, pid)
     perf_map = PerfMapFile(f"/proc/{pid}/root", perf_map_path(pid))
     unwinder = SampleUnwinder(options)
     others = 0
@@ -110,6 +109,10 @@ def record_on_cpu(
         pid, rate=round(rate), regs_mask=registers.unwind_mask, stack_size=stack_size
     ) as recorder:
         attr = EventAttr.from_bytes(recorder.attr)
+        # After the events are open (a refusal is theirs to explain): mappings made
+        # from here on come as records too, and one applied twice is the same mapping.
+        names = _thread_names(pid)
+        _seed(process, pid)
         before = _cpu_times(pid)
         started = time.perf_counter()
         profile.started_at = time.time()
@@ -210,7 +213,9 @@ def _seed(process: SampledProcess, pid: int) -> None:
         )
         if mapping.path == "[vdso]":
             # Read while the process runs (process_vm_readv stops nothing); it never changes.
-            process.vdso = read_remote(pid, [(mapping.start, mapping.end - mapping.start)])[0]
+            # Unreadable, the vDSO's code is not walked through: its frames say so.
+            with contextlib.suppress(OSError):
+                process.vdso = read_remote(pid, [(mapping.start, mapping.end - mapping.start)])[0]
 
 
 def _prot(mapping: Mapping) -> int:

@@ -272,10 +272,10 @@ def open_error(code: int, pid: int) -> TargetError:
     if code in (errno.EACCES, errno.EPERM):
         return PermissionDeniedError(
             f"the kernel refused to sample process {pid} (perf_event_open: "
-            f"{os.strerror(code)}; kernel.perf_event_paranoid is {paranoid_level()}): run "
-            "liveunwind as the process's user with perf_event_paranoid at most 2 "
-            "(sysctl kernel.perf_event_paranoid=2), or as root or with CAP_PERFMON; in a "
-            "container, allow perf_event_open in its seccomp profile and add CAP_PERFMON"
+            f"{os.strerror(code)}; kernel.perf_event_paranoid is {paranoid_level()}): sample "
+            "it as its own user with kernel.perf_event_paranoid at most 2, or as root (with "
+            "CAP_PERFMON, and CAP_SYS_PTRACE for another user's process); in a container, "
+            "allow perf_event_open in its seccomp profile and add CAP_PERFMON"
         )
     if code in (errno.ENOENT, errno.EOPNOTSUPP, errno.ENOSYS, errno.ENODEV):
         return TargetError(
