@@ -29,8 +29,10 @@ import sys
 import threading
 import time
 from collections import Counter
+from importlib.resources import files
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from tests.support.assertions import assert_one_line_error
@@ -41,6 +43,9 @@ from tests.support.pythons import SID_ROOT
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="sampling other processes needs root")
 
 PARANOID = Path("/proc/sys/kernel/perf_event_paranoid")
+PROFILE_SCHEMA = json.loads(
+    (files("liveunwind.cli") / "schemas" / "profile.schema.json").read_text()
+)
 
 
 def cli(
@@ -145,6 +150,7 @@ def test_the_hottest_stack_names_the_burner_and_the_target_never_stops(
     (run,) = result
     assert run.returncode == 0, run.stderr
     document = json.loads(run.stdout)
+    jsonschema.Draft202012Validator(PROFILE_SCHEMA).validate(document)
     assert not watcher.seen, watcher.seen
     assert watcher.reads > 100
     # The kernel copies a stack at each sample: the burner's work per CPU-second keeps its pace.
