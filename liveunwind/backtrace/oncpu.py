@@ -49,6 +49,7 @@ from liveunwind.formats.perfevents import (
     decode,
     record_time,
 )
+from liveunwind.frames import StopReason
 from liveunwind.modules.jit import PerfMapFile
 from liveunwind.targets.files import read_kernel_file
 from liveunwind.targets.live.procfs import perf_map_path, read_maps
@@ -263,11 +264,12 @@ def _notes(
         profile.note(f"{recorder.corrupt} bytes of the kernel's buffers were corrupt and skipped")
     if others:
         profile.note(f"{others} samples of child processes were left out")
-    cut = profile.incomplete_reasons
-    if any("not in the sample" in reason for reason in cut):
+    cut = profile.incomplete_reasons[StopReason.UNREADABLE_MEMORY.value]
+    if cut:
         profile.note(
-            "a walk that needed memory beyond the stack copy ended there: a larger "
-            "--stack-size copies more"
+            f"{cut} walks needed memory the sample does not hold (beyond the {stack_size} "
+            "bytes of stack copied, or data the kernel does not copy): a larger --stack-size "
+            "copies more"
         )
     python = any(
         "python" in mapping.path.rsplit("/", 1)[-1].lower() for mapping in process.mappings()

@@ -381,3 +381,22 @@ def test_sigint_ends_sampling_and_everything_is_written(
     assert runner.returncode == 0, err
     assert "Sampling ended early (interrupted)" in stdout
     assert "spin_hot" in out.read_text()
+
+
+def test_a_walk_beyond_the_stack_copy_ends_there_saying_so(
+    testprogs_build: Path, tmp_path: Path
+) -> None:
+    program = start_program(
+        testprogs_build, "profiled", str(tmp_path / "c"), busy={"burner", "third"}
+    )
+    with program:
+        out = tmp_path / "out.folded"
+        run = cli("profile", str(program.pid), "--on-cpu", "--duration", "2", "--stack-size", "16",
+                  "--collapsed-out", str(out))  # fmt: skip
+    # 16 bytes hold spin_hot's return address, not burner_main's frame: the walk stops
+    # short of start_thread's caller instead of guessing past the copy.
+    assert run.returncode == 1, run.stderr
+    assert "why they ended early: unreadable memory" in run.stdout
+    assert "walks needed memory the sample does not hold" in run.stdout
+    assert all("__clone3" not in stack for stack in folded(out) if stack.startswith("burner;"))
+    assert any(stack.startswith("burner;") and stack.endswith("spin_hot") for stack in folded(out))
