@@ -298,15 +298,28 @@ class Profile:
         """Problems the backtraces reported (unreadable files, …), each once."""
         return list(self._problems)
 
+    def note(self, problems: list[str]) -> None:
+        """Adds problems found outside the backtraces (of the recording they came from)."""
+        self._problems.update(dict.fromkeys(problems))
+
     @property
     def incomplete(self) -> int:
         """Thread walks, over every sample, that ended before the end of the stack."""
         return sum(thread.incomplete for thread in self.threads.values())
 
-    def add(self, backtrace: Backtrace, modules: ModuleMap | None = None) -> None:
-        """Counts one sample's stacks; ``modules`` (its module map) describes new names' modules."""
+    def add(
+        self, backtrace: Backtrace, modules: ModuleMap | None = None, *, some_threads: bool = False
+    ) -> None:
+        """Counts one sample's stacks; ``modules`` (its module map) describes new names' modules.
+
+        ``some_threads``: the sample holds only some threads of the process (a
+        perf sample holds the one on the CPU), so a thread is new the first
+        time it is seen at all, not when the sample before did not hold it.
+        """
         self.samples += 1
-        last, self._last = self._last, {}
+        last = self._last
+        if not some_threads:
+            self._last = {}
         for walked in backtrace.threads:
             thread = self._entry(walked.tid, walked.name, last)
             self._last[walked.tid] = thread

@@ -73,14 +73,7 @@ def profile_command(arguments: SimpleNamespace, options: BacktraceOptions) -> in
 
     session = Session(arguments.pid, threads=arguments.threads, options=options)
     progress = _Progress(arguments.pid, arguments.duration) if sys.stderr.isatty() else None
-    outputs = _open_outputs(
-        {
-            "folded": arguments.collapsed_out,
-            "svg": arguments.svg,
-            "pprof": arguments.pprof,
-            "speedscope": arguments.speedscope,
-        }
-    )
+    outputs = open_outputs(arguments)
     try:
         try:
             with _StopRequest() as stop:
@@ -95,6 +88,21 @@ def profile_command(arguments: SimpleNamespace, options: BacktraceOptions) -> in
         finally:
             if progress is not None:
                 progress.finish()
+    except BaseException:
+        for output in outputs.values():
+            output.discard()
+        raise
+    return deliver(profile, arguments, outputs)
+
+
+def deliver(profile: Profile, arguments: SimpleNamespace, outputs: dict[str, AtomicFile]) -> int:
+    """Writes the files ``outputs`` were opened for and prints the report (text or JSON).
+
+    Every source of a :class:`~liveunwind.backtrace.profile.Profile` (the
+    sampling of ``profile``, the samples of ``perf``) ends here.  Returns
+    the exit status: 0 if every walk reached the end of its stack, else 1.
+    """
+    try:
         if "folded" in outputs:
             outputs["folded"].commit(format_folded(profile, merge=arguments.merge))
         if "svg" in outputs:
@@ -116,8 +124,15 @@ def profile_command(arguments: SimpleNamespace, options: BacktraceOptions) -> in
     return 0 if not profile.incomplete else 1
 
 
-def _open_outputs(paths: dict[str, str | None]) -> dict[str, AtomicFile]:
-    """The output files, begun before sampling: a path that cannot be written fails at once."""
+def open_outputs(arguments: SimpleNamespace) -> dict[str, AtomicFile]:
+    """The output files asked for, begun before sampling: a path that cannot be written fails
+    at once."""
+    paths = {
+        "folded": arguments.collapsed_out,
+        "svg": arguments.svg,
+        "pprof": arguments.pprof,
+        "speedscope": arguments.speedscope,
+    }
     outputs: dict[str, AtomicFile] = {}
     try:
         for kind, path in paths.items():

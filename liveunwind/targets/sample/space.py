@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 _WORD = struct.Struct("<Q")
 #: The state a sampled thread is reported in: it was on a CPU.
-RUNNING = "R (running)"
+RUNNING = "running"  # as /proc says it (procfs.state_word("R")): the profile counts it running
 
 
 class SampleSpace(AddressSpace):
