@@ -19,26 +19,31 @@ from liveunwind.errors import LiveUnwindError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from types import SimpleNamespace
 
     from liveunwind.arch import Arch
     from liveunwind.arch.base import PerfRegisters
     from liveunwind.backtrace.options import BacktraceOptions
     from liveunwind.backtrace.profile import Profile
+    from liveunwind.backtrace.samples import SampleReplay, Unwound
     from liveunwind.formats.perfevents import EventAttr
     from liveunwind.targets.sample.perfdata import PerfDataFile
-    from liveunwind.targets.sample.process import FileSource, SampledProcess
 
 #: PERF_TYPE_SOFTWARE, and its clocks whose period is nanoseconds on a CPU.
 _TYPE_SOFTWARE = 1
 _CPU_CLOCKS = (0, 1)  # PERF_COUNT_SW_CPU_CLOCK, PERF_COUNT_SW_TASK_CLOCK
-#: PERF_SAMPLE_REGS_ABI_64: the only user register set read (a 32-bit process is not).
-_ABI_64 = 2
 _NANOSECONDS = 1e9
 
 
 def perf_command(arguments: SimpleNamespace, options: BacktraceOptions) -> int:
-    """Reads ``arguments.file``, unwinds its samples, writes and prints what ``profile`` does."""
+    """Reads ``arguments.file``, unwinds its samples, writes and prints what ``profile`` does.
+
+    Exit status: 0 every walk reached the end of its stack, 1 some did not
+    or the file is cut short or corrupt inside its data (what is before
+    that is reported), 2 the file cannot be read as a perf.data made for
+    unwinding (:class:`~liveunwind.targets.sample.perfdata.PerfDataError`).
+    """
     from liveunwind.cli.profile import deliver, open_outputs
     from liveunwind.targets.sample.perfdata import PerfDataFile
 
@@ -50,7 +55,9 @@ def perf_command(arguments: SimpleNamespace, options: BacktraceOptions) -> int:
         for output in outputs.values():
             output.discard()
         raise
-    return deliver(profile, arguments, outputs)
+    status = deliver(profile, arguments, outputs)
+    # A file cut short or corrupt in its data: what was read is reported, and it is incomplete.
+    return max(status, 1) if recording.problems else status
 
 
 def _arch(recording: PerfDataFile) -> Arch:
@@ -90,117 +97,89 @@ def check_unwindable(recording: PerfDataFile, arch: Arch) -> PerfRegisters:
     return perf
 
 
-def _profile(
+def replay(
     recording: PerfDataFile, arguments: SimpleNamespace, options: BacktraceOptions
-) -> Profile:
-    from liveunwind.backtrace.profile import Profile
-    from liveunwind.backtrace.samples import SampleUnwinder
+) -> tuple[SampleReplay, Iterator[Unwound]]:
+    """The replay of ``recording`` and its samples unwound, those ``--pid``/``--tid`` ask for.
+
+    Files are looked for under ``--sysroot`` and along ``--search-path``.
+    """
+    from liveunwind.backtrace.samples import SampleReplay
     from liveunwind.formats import perfevents
     from liveunwind.targets.filefinder import FileFinder
-    from liveunwind.targets.sample.perfdata import compressed_note
     from liveunwind.targets.sample.process import RecordedFiles
 
     arch = _arch(recording)
-    perf = check_unwindable(recording, arch)
-    attr = recording.attr
-    problems: list[str] = []
+    check_unwindable(recording, arch)
     finder = FileFinder(
         sysroot=arguments.sysroot,
         search_path=[part for part in arguments.search_path.split(":") if part],
     )
-    files = RecordedFiles(finder, problems)
     build_ids = {entry.path: entry.build_id for entry in recording.build_ids}
-    vdso = _own_vdso(arch, build_ids.get("[vdso]"))
-    unwinder = SampleUnwinder(options)
-    profile = Profile(arguments.pid or 0, _rate(attr), per_thread=arguments.per_thread)
-    processes: dict[int, SampledProcess] = {}
-    names: dict[int, str] = {}
-    periods: dict[int, int] = {}
-    first = last = None
-    lost = without_registers = 0
+    files = RecordedFiles(finder, [])
+    samples = SampleReplay(
+        arch,
+        recording.attr,
+        files,
+        options,
+        build_ids=build_ids,
+        vdso=_own_vdso(arch, build_ids.get("[vdso]")),
+    )
     wanted_pid, wanted_tids = arguments.pid, set(arguments.threads or ())
 
-    def process(pid: int) -> SampledProcess:
-        found = processes.get(pid)
-        if found is None:
-            found = processes[pid] = _new_process(arch, pid, files, build_ids, vdso)
-        return found
+    def unwound() -> Iterator[Unwound]:
+        for record in recording.records():
+            if isinstance(record, perfevents.Sample) and (
+                (wanted_pid is not None and record.pid != wanted_pid)
+                or (wanted_tids and record.tid not in wanted_tids)
+            ):
+                continue
+            result = samples.feed(record)
+            if result is not None:
+                yield result
 
-    for record in recording.records():
-        if isinstance(record, perfevents.Sample):
-            if wanted_pid is not None and record.pid != wanted_pid:
-                continue
-            if wanted_tids and record.tid not in wanted_tids:
-                continue
-            first = record.time if first is None else first
-            last = record.time
-            if record.abi != _ABI_64 or not record.registers:
-                without_registers += 1
-                continue
-            registers = perf.registers(attr.sample_regs_user, record.registers)
-            sampled = process(record.pid)
-            name = names.get(record.tid, "")
-            backtrace, modules = unwinder.unwind(sampled, record.tid, name, registers, record.stack)
-            if record.tid == record.pid:
-                profile.main_name = name
-            profile.add(backtrace, modules, some_threads=True)
-            periods[record.tid] = periods.get(record.tid, 0) + record.period
-        elif isinstance(record, perfevents.Mmap):
-            prot = record.prot if record.prot is not None else (5 if record.executable else 3)
-            process(record.pid).map(
-                record.start,
-                record.end,
-                record.pgoff,
-                record.path,
-                prot=prot,
-                inode=record.inode,
-                build_id=record.build_id,
-            )
-        elif isinstance(record, perfevents.Comm):
-            names[record.tid] = record.name
-            if record.exec and record.pid in processes:
-                processes[record.pid].forget_mappings()
-        elif isinstance(record, perfevents.Task):
-            if not record.exit:
-                names.setdefault(record.tid, names.get(record.ptid, ""))
-                if record.pid != record.ppid and record.ppid in processes:
-                    processes[record.pid] = processes[record.ppid].copy(record.pid)
-        elif isinstance(record, perfevents.Lost):
-            lost += record.lost
-    if profile.pid == 0 and len(processes) == 1:
-        profile.pid = next(iter(processes))
+    return samples, unwound()
+
+
+def _profile(
+    recording: PerfDataFile, arguments: SimpleNamespace, options: BacktraceOptions
+) -> Profile:
+    from liveunwind.backtrace.profile import Profile
+    from liveunwind.targets.sample.perfdata import compressed_note
+
+    samples, unwound = replay(recording, arguments, options)
+    attr = recording.attr
+    profile = Profile(arguments.pid or 0, _rate(attr), per_thread=arguments.per_thread)
+    periods: dict[int, int] = {}
+    #: Samples per process: the profile is titled by the most sampled one.
+    sampled_pids: dict[int, int] = {}
+    first = last = None
+    for each in unwound:
+        sample = each.sample
+        first = sample.time if first is None else first
+        last = sample.time
+        sampled_pids[sample.pid] = sampled_pids.get(sample.pid, 0) + 1
+        if sample.tid == sample.pid:
+            profile.main_name = each.name
+        profile.add(each.backtrace, each.modules, some_threads=True)
+        periods[sample.tid] = periods.get(sample.tid, 0) + sample.period
+    if profile.pid == 0 and sampled_pids:
+        profile.pid = max(sampled_pids, key=sampled_pids.__getitem__)
     profile.duration = (last - first) / _NANOSECONDS if first is not None and last else 0.0
     _cpu(profile, attr, periods)
-    notes = [*recording.problems, *problems]
-    if lost:
-        notes.append(f"{lost} samples were lost by the kernel (perf's buffers were full)")
-    if without_registers:
+    notes = [*recording.problems, *samples.files.problems, *samples.problems]
+    if samples.lost:
+        notes.append(f"{samples.lost} samples were lost by the kernel (perf's buffers were full)")
+    if samples.without_registers:
         notes.append(
-            f"{without_registers} samples hold no 64-bit user registers (kernel threads, "
-            "32-bit processes): not counted"
+            f"{samples.without_registers} samples hold no 64-bit user registers (kernel "
+            "threads, 32-bit processes): not counted"
         )
     compressed = compressed_note(recording.skipped)
     if compressed:
         notes.append(compressed)
-    for process_ in processes.values():
-        notes += process_.problems
     profile.note(notes)
     return profile
-
-
-def _new_process(
-    arch: Arch,
-    pid: int,
-    files: FileSource,
-    build_ids: dict[str, bytes],
-    vdso: bytes | None,
-) -> SampledProcess:
-    from liveunwind.targets.sample.process import SampledProcess
-
-    created = SampledProcess(arch, pid, files)
-    created.build_ids.update(build_ids)
-    created.vdso = vdso
-    return created
 
 
 def _rate(attr: EventAttr) -> float:

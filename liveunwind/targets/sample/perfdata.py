@@ -53,6 +53,11 @@ class PerfDataFile:
             raise PerfDataError(f"{path}: {error}") from None
         #: What went wrong while reading the records (a corrupt or cut record ends them).
         self.problems: list[str] = []
+        if self.header.data_cut:
+            self.problems.append(
+                f"{path}: the file ends inside its data section (it is truncated): "
+                "the samples up to there are read"
+            )
         #: Records of types not read (by type), and compressed records seen.
         self.skipped: dict[int, int] = {}
 
@@ -86,8 +91,6 @@ class PerfDataFile:
         if section is not None:
             found = perfdata.read_build_ids(self._file.pread(section.size, section.offset))
             self.build_ids = [entry for entry in found if not entry.kernel]
-        #: Features listed whose sections lie past the end: the file was cut short.
-        self.truncated = table.end > size or len(sections) < len(self.header.features)
 
     def _string(self, section: perfdata.Section | None) -> str:
         if section is None:
@@ -168,10 +171,10 @@ class PerfDataFile:
                 self.skipped[kind] = self.skipped.get(kind, 0) + 1
                 continue
             yield kind, time, record
-        if at < len(buffer):
+        if at < len(buffer) and not self.header.data_cut:
             self.problems.append(
                 f"{self.path}: the data section ends inside a record at offset "
-                f"{end - (len(buffer) - at):#x}: the file is truncated"
+                f"{end - (len(buffer) - at):#x}"
             )
 
 
