@@ -245,6 +245,9 @@ class Profile:
     def __init__(self, pid: int, rate_asked: float, *, per_thread: bool = False) -> None:
         self.pid = pid
         self.rate_asked = rate_asked
+        #: Where the samples came from: "ptrace" (every thread, stopped), "perf_event"
+        #: (the kernel's samples of a live process), "perf.data" (a perf record file).
+        self.source = "ptrace"
         #: Whether threads are kept apart by tid (at most MAX_THREADS) or counted by name.
         self.per_thread = per_thread
         #: Samples taken, and schedule slots given up because a sample ran late.

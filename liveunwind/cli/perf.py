@@ -150,6 +150,7 @@ def _profile(
     samples, unwound = replay(recording, arguments, options)
     attr = recording.attr
     profile = Profile(arguments.pid or 0, _rate(attr), per_thread=arguments.per_thread)
+    profile.source = "perf.data"
     periods: dict[int, int] = {}
     #: Samples per process: the profile is titled by the most sampled one.
     sampled_pids: dict[int, int] = {}
@@ -166,6 +167,8 @@ def _profile(
     if profile.pid == 0 and sampled_pids:
         profile.pid = max(sampled_pids, key=sampled_pids.__getitem__)
     profile.duration = (last - first) / _NANOSECONDS if first is not None and last else 0.0
+    if not profile.rate_asked:  # a period was asked (-c): the rate it gave stands for it
+        profile.rate_asked = profile.rate or 1.0
     _cpu(profile, attr, periods)
     notes = [*recording.problems, *samples.files.problems, *samples.problems]
     if samples.lost:
@@ -183,7 +186,7 @@ def _profile(
 
 
 def _rate(attr: EventAttr) -> float:
-    """The samples per second asked (``-F``), or 0 when a period was asked instead."""
+    """The samples per second asked (``-F``), or 0 when a period was asked instead (``-c``)."""
     return float(attr.sample_period) if attr.freq else 0.0
 
 

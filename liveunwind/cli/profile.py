@@ -42,8 +42,8 @@ if TYPE_CHECKING:
 
 #: The shape of the ``profile --json`` document and the ``$id`` of its schema;
 #: any change of shape raises the version (the schema is closed).
-SCHEMA_VERSION = 2
-SCHEMA_ID = "urn:liveunwind:profile:2"
+SCHEMA_VERSION = 3
+SCHEMA_ID = "urn:liveunwind:profile:3"
 #: Stacks in the text summary, and frames shown of each (innermost first).
 HOTTEST = 10
 SHOWN_FRAMES = 8
@@ -369,6 +369,7 @@ def to_json_document(profile: Profile) -> dict[str, Any]:
     return {
         "$schema": SCHEMA_ID,
         "schema_version": SCHEMA_VERSION,
+        "source": profile.source,
         "pid": profile.pid,
         "rate_asked": profile.rate_asked,
         "rate": profile.rate,
