@@ -6,7 +6,7 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 # What the test suite drives: compilers for the test programs, the oracles
 # (gdb, eu-stack, readelf, objdump), and the programs nobody here wrote.
-SYSTEM_PACKAGES := gcc g++ make binutils gdb elfutils sqlite3 python3 debootstrap xz-utils \
+SYSTEM_PACKAGES := gcc g++ make binutils gdb elfutils sqlite3 python3 debootstrap xz-utils linux-perf \
 	gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu \
 	qemu-user gdb-multiarch libunwind-dev clang-16 lld-16 llvm-16 \
 	gcc-riscv64-linux-gnu libc6-dev-riscv64-cross binutils-riscv64-linux-gnu \

@@ -348,15 +348,16 @@ def decode(attr: EventAttr, data: bytes | memoryview, offset: int = 0) -> tuple[
     """The record at ``offset`` of ``data`` and its size (where the next one starts).
 
     The header's size must cover the header, and the record must lie whole
-    in ``data``; a body shorter than its fields say is a FormatError.
+    in ``data``; a body shorter than its fields say is a FormatError (whose
+    message does not repeat the offset: the caller knows where it read).
     """
     if offset + HEADER.size > len(data):
-        raise FormatError(f"perf record header at {offset:#x} is cut short")
+        raise FormatError("perf record header is cut short")
     kind, misc, size = HEADER.unpack_from(data, offset)
     if size < HEADER.size:
-        raise FormatError(f"perf record at {offset:#x} says it is {size} bytes")
+        raise FormatError(f"perf record says it is {size} bytes")
     if offset + size > len(data):
-        raise FormatError(f"perf record at {offset:#x} ({size} bytes) is cut short")
+        raise FormatError(f"perf record of {size} bytes is cut short")
     body = memoryview(data)[offset + HEADER.size : offset + size]
     decoder = _DECODERS.get(kind)
     if decoder is None:
