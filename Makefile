@@ -95,12 +95,14 @@ soak: system-deps venv testprogs
 		tests/system/test_interrupts.py
 
 # Not part of `make test`: times liveunwind against its peers (see bench/run.py)
-# and writes bench/results.json; bench/profile.py: `profile` against py-spy and perf.
+# and writes bench/results.json; bench/profile.py: `profile` against py-spy and perf;
+# bench/perfdata.py: `liveunwind perf` against `perf script` on one perf.data.
 bench: system-deps venv
 	$(VPY) -m pip install -q pystack py-spy
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) bench/run.py
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) bench/lines.py
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) bench/profile.py
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) bench/perfdata.py
 
 # Not part of `make test`: busy programs from Debian packages (a JIT runtime,
 # hand-written assembly, PostgreSQL's LLVM JIT, chromium) stopped at random

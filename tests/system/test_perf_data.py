@@ -7,8 +7,7 @@ recorded twice by the real ``perf record``: attached to the running process
 (``-p``: perf synthesizes its mappings from /proc) and started by perf
 through ``timeout`` (``--``: a fork, an exec, the loader's start-up, every
 mmap as the kernel reports it).  Each sample's walk is compared with
-``perf script``'s on the same file, by address (perf prints a caller's
-return address minus one, each inlined call once more at the same address):
+``perf script``'s on the same file, by address (tests/support/perfscript.py):
 
 - equal;
 - perf's shorter and ours goes on to the end of the stack: perf's libdw walk
@@ -28,24 +27,18 @@ import shutil
 import subprocess
 import sys
 import time
-from collections import Counter
 from importlib.resources import files
 from pathlib import Path
-from types import SimpleNamespace
 
 import jsonschema
 import pytest
 
-from liveunwind.backtrace.options import BacktraceOptions
-from liveunwind.cli.perf import replay
-from liveunwind.targets.sample.perfdata import PerfDataFile
 from tests.support.paths import ROOT
+from tests.support.perfscript import Compared
 from tests.support.programs import start_program
 
 pytestmark = pytest.mark.skipif(shutil.which("perf") is None, reason="perf is not installed")
 
-#: User addresses end below this (perf script lists kernel frames too).
-KERNEL = 0xFFFF800000000000
 RATE = 1500
 BUSY = {"burner", "third"}
 SCHEMA = json.loads((files("liveunwind.cli") / "schemas" / "profile.schema.json").read_text())
@@ -104,91 +97,14 @@ def started(testprogs_build: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     return folder / "started.data"
 
 
-def perf_script(path: Path) -> dict[tuple[int, int], list[tuple[int, str]]]:
-    """(tid, time in ns) → the user frames perf script gives: (address, name), inlined once."""
-    result = subprocess.run(
-        ["perf", "script", "-i", str(path), "-F", "tid,time,ip,sym", "--ns"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr
-    stacks = {}
-    for block in result.stdout.split("\n\n"):
-        lines = [line for line in block.splitlines() if line.strip()]
-        if not lines:
-            continue
-        tid, time = lines[0].split()[:2]
-        seconds, nanoseconds = time.rstrip(":").split(".")
-        frames: list[tuple[int, str]] = []
-        for line in lines[1:]:
-            address, _, name = line.strip().partition(" ")
-            value = int(address, 16)
-            if value < KERNEL and not (frames and frames[-1][0] == value):
-                frames.append((value, name))
-        stacks[(int(tid), int(seconds) * 10**9 + int(nanoseconds))] = frames
-    return stacks
-
-
-class Compared:
-    """Each sample's walk against perf script's, classified."""
-
-    def __init__(self, path: Path) -> None:
-        theirs = perf_script(path)
-        self.kinds: Counter[str] = Counter()
-        self.startup: Counter[str] = Counter()
-        self.stacks: Counter[tuple[str, ...]] = Counter()
-        self.unexplained: list[str] = []
-        arguments = SimpleNamespace(pid=None, threads=None, sysroot=None, search_path="")
-        with PerfDataFile(str(path)) as recording:
-            _samples, unwound = replay(recording, arguments, BacktraceOptions())
-            for each in unwound:
-                sample, thread = each.sample, each.backtrace.threads[0]
-                perf = theirs.pop((sample.tid, sample.time))
-                # Perf names a caller by its return address minus one.
-                ours = [
-                    None if frame.module_offset is None else frame.module_offset - (index > 0)
-                    for index, frame in enumerate(thread.frames)
-                ]
-                addresses = [address for address, _name in perf]
-                kind = self._kind(ours, addresses, perf, thread.complete)
-                if each.name in BUSY:
-                    self.kinds[kind] += 1
-                    self.stacks[tuple(frame.function or "?" for frame in thread.frames)] += 1
-                    if kind == "unexplained":
-                        self.unexplained.append(
-                            f"{sample.tid} ours {[hex(a or 0) for a in ours]} "
-                            f"{thread.stop_reason.value} perf {perf}"
-                        )
-                else:  # the main thread, and timeout: the loader's start-up among them
-                    self.startup[kind] += 1
-        self.missing = len(theirs)
-
-    @staticmethod
-    def _kind(
-        ours: list[int | None], addresses: list[int], perf: list[tuple[int, str]], complete: bool
-    ) -> str:
-        if ours == addresses:
-            return "equal"
-        if ours[: len(addresses)] == addresses:
-            return "perf shorter" if complete else "unexplained"
-        common = next(
-            (index for index, (a, b) in enumerate(zip(ours, addresses)) if a != b),
-            min(len(ours), len(addresses)),
-        )
-        if complete and common < len(perf) and perf[common][1] == "[unknown]":
-            return "perf left the program"
-        return "unexplained"
-
-
 @pytest.fixture(scope="module")
 def compared_attached(attached: Path) -> Compared:
-    return Compared(attached)
+    return Compared(attached, BUSY)
 
 
 @pytest.fixture(scope="module")
 def compared_started(started: Path) -> Compared:
-    return Compared(started)
+    return Compared(started, BUSY)
 
 
 def test_every_sample_is_perf_scripts_where_perf_is_right_attached(
