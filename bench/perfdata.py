@@ -135,9 +135,11 @@ def main() -> int:
     )
     for tool, median in medians.items():
         print(f"  {tool:24} wall {median['wall']:6.2f} s   CPU {median['cpu']:6.2f} s")
-    print(f"  liveunwind / perf script: wall {results['wall_ratio']:.2f}x, CPU "
-          f"{results['cpu_ratio']:.2f}x; / perf script --no-inline: wall "
-          f"{results['wall_ratio_no_inline']:.2f}x, CPU {results['cpu_ratio_no_inline']:.2f}x")  # fmt: skip
+    print(
+        f"  liveunwind / perf script: wall {results['wall_ratio']:.2f}x, CPU "
+        f"{results['cpu_ratio']:.2f}x; / perf script --no-inline: wall "
+        f"{results['wall_ratio_no_inline']:.2f}x, CPU {results['cpu_ratio_no_inline']:.2f}x"
+    )
     print(f"  each sample against perf script's walk: {kinds}")
     return 0
 
