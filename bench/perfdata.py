@@ -2,7 +2,8 @@
 
 The C benchmark target (bench/target.c: 9 threads 30 frames deep, one of
 them busy, a heartbeat thread waking every 100 µs) is recorded by ``perf
-record --call-graph dwarf -F 4000 -p PID`` for 3 seconds.  On that file, in
+record --call-graph dwarf -F 4000 --max-size 86M -p PID``: about 10,000
+samples, however busy the machine.  On that file, in
 turn, REPETITIONS times each: ``liveunwind perf FILE --collapsed-out``
 (every sample unwound, counted, written), ``perf script -i FILE`` (every
 sample unwound with its callchain, printed to /dev/null; perf's default
@@ -36,7 +37,10 @@ sys.path.insert(0, str(ROOT))
 from tests.support.perfscript import Compared  # noqa: E402
 
 RATE = 4000
-SECONDS = 3
+#: perf record stops when its file reaches this: about 10,000 samples of an 8 KiB stack copy.
+MAX_SIZE = "86M"
+#: ...or after this long, whichever comes first (on a busy machine the busy thread runs less).
+SECONDS = 30
 REPETITIONS = 5
 ENV = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
 
@@ -70,15 +74,17 @@ def record(work: Path) -> tuple[Path, int]:
         assert target.stdout is not None and target.stdout.readline().strip() == "ready"
         data = work / "perf.data"
         result = subprocess.run(
-            ["perf", "record", "--call-graph", "dwarf", "-F", str(RATE), "-p", str(target.pid),
-             "-o", str(data), "--", "sleep", str(SECONDS)],
-            capture_output=True, text=True, check=True,
-        )  # fmt: skip
+            ["perf", "record", "--call-graph", "dwarf", "-F", str(RATE), "--max-size", MAX_SIZE,
+             "-p", str(target.pid), "-o", str(data), "--", "sleep", str(SECONDS)],
+            capture_output=True, text=True,
+        )  # fmt: skip  # at the size limit perf ends its command: not a failure
     finally:
         target.kill()
         target.wait()
     found = re.search(r"\((\d+) samples\)", result.stderr)
-    return data, int(found.group(1)) if found else 0
+    if found is None:
+        raise RuntimeError(f"perf record failed: {result.stderr[-300:]}")
+    return data, int(found.group(1))
 
 
 def main() -> int:
