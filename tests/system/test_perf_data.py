@@ -194,3 +194,33 @@ def test_a_recording_without_stack_copies_is_refused(testprogs_build: Path, tmp_
         "its samples hold no user registers and stack copy: "
         "record with perf record --call-graph dwarf\n"
     )
+
+
+def test_files_are_the_recordings_by_build_id_under_the_sysroot(
+    testprogs_build: Path, tmp_path: Path
+) -> None:
+    """The program is rebuilt after the recording: its frames go unnamed, said, never misnamed;
+    its recorded copy under ``--sysroot`` names them again."""
+    program = tmp_path / "bin" / "profiled"
+    program.parent.mkdir()
+    shutil.copy(testprogs_build / "profiled", program)
+    data = tmp_path / "rebuilt.data"
+    perf_record(data, "--", "timeout", "-s", "INT", "1", str(program), str(tmp_path / "chunks"))
+    sysroot = tmp_path / "sysroot"
+    (sysroot / program.parent.relative_to("/")).mkdir(parents=True)
+    shutil.copy(program, sysroot / program.relative_to("/"))
+    shutil.copy(testprogs_build / "threads-O2", program)  # another build-id at the same path
+
+    rebuilt = json.loads(cli(str(data), "--json").stdout)
+    functions = {name for stack in rebuilt["stacks"] for name in stack["frames"]}
+    assert "spin_hot" not in functions
+    assert any(name.startswith("profiled+0x") for name in functions)  # named by offset
+    assert any(
+        str(program) in problem and "build-id" in problem and "differs" in problem
+        for problem in rebuilt["problems"]
+    ), rebuilt["problems"]
+
+    found = json.loads(cli(str(data), "--json", "--sysroot", str(sysroot)).stdout)
+    top = max(found["threads"], key=lambda thread: thread["samples"])
+    assert top["name"] == "burner" and top["top_function"] == "spin_hot"
+    assert not any("differs" in problem for problem in found["problems"])
