@@ -3,9 +3,10 @@
 The process is never stopped: the kernel samples each thread on its own CPU
 clock (:mod:`liveunwind.targets.perfevent`) and copies its user registers
 and the top of its stack; here, outside the target's time, each sample is
-walked by the one stepper over a
+fed to :class:`~liveunwind.backtrace.samples.SampleReplay` (the records of
+mappings, names and tasks; each sample walked by the one stepper over a
 :class:`~liveunwind.targets.sample.space.SampleSpace` (registers, stack
-copy, and the process's files for the rest) and counted in a
+copy, and the process's files for the rest)) and counted in a
 :class:`~liveunwind.backtrace.profile.Profile`, so every writer of the
 wall-clock profile writes this one too.
 
@@ -38,24 +39,16 @@ from liveunwind.backtrace.profile import (
     _add_cpu,
     _cpu_times,
 )
-from liveunwind.backtrace.samples import SampleUnwinder
+from liveunwind.backtrace.samples import SampleReplay
 from liveunwind.errors import TargetError, UsageError
-from liveunwind.formats.perfevents import (
-    Comm,
-    EventAttr,
-    Mmap,
-    Sample,
-    Task,
-    decode,
-    record_time,
-)
+from liveunwind.formats.perfevents import EventAttr, Sample, Task, decode, record_time
 from liveunwind.frames import StopReason
 from liveunwind.modules.jit import PerfMapFile
 from liveunwind.targets.files import read_kernel_file
 from liveunwind.targets.live.procfs import perf_map_path, read_maps
 from liveunwind.targets.live.syscalls import read_remote
 from liveunwind.targets.perfevent.recorder import END_EXITED, END_STOPPED, Recorder
-from liveunwind.targets.sample.process import RootFiles, SampledProcess
+from liveunwind.targets.sample.process import RootFiles
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -63,10 +56,11 @@ if TYPE_CHECKING:
 
     from liveunwind.backtrace.options import BacktraceOptions
     from liveunwind.targets.base import Mapping
+    from liveunwind.targets.sample.process import SampledProcess
 
 #: Bytes of the perf map read on after each batch (the rest on the next).
 PERF_MAP_STEP = 1 << 20
-#: Thread names kept (a thread-per-request server names thread after thread).
+#: Thread names read from /proc at the start (the comm records name the rest).
 MAX_NAMES = 100_000
 _PROT_READ, _PROT_WRITE, _PROT_EXEC = 1, 2, 4
 #: What a profile of a Python process without ``-X perf`` says.
@@ -100,48 +94,37 @@ def record_on_cpu(
     arch = host_arch()
     if arch.perf_registers is None:
         raise TargetError(f"profile --on-cpu cannot read perf samples' registers on {arch.name}")
-    registers = arch.perf_registers
     profile = Profile(pid, rate, per_thread=per_thread)
-    process = SampledProcess(arch, pid, RootFiles(f"/proc/{pid}/root", []))
+    profile.source = "perf_event"
     perf_map = PerfMapFile(f"/proc/{pid}/root", perf_map_path(pid))
-    unwinder = SampleUnwinder(options)
     others = 0
     with Recorder(
-        pid, rate=round(rate), regs_mask=registers.unwind_mask, stack_size=stack_size
+        pid, rate=round(rate), regs_mask=arch.perf_registers.unwind_mask, stack_size=stack_size
     ) as recorder:
         attr = EventAttr.from_bytes(recorder.attr)
+        replay = SampleReplay(arch, attr, RootFiles(f"/proc/{pid}/root", []), options)
         # After the events are open (a refusal is theirs to explain): mappings made
         # from here on come as records too, and one applied twice is the same mapping.
-        names = _thread_names(pid)
-        _seed(process, pid)
+        replay.names.update(_thread_names(pid))
+        _seed(replay.process(pid), pid)
         before = _cpu_times(pid)
         started = time.perf_counter()
         profile.started_at = time.time()
         try:
             for batch in recorder.batches(duration, should_stop):
-                view = perf_map.update(PERF_MAP_STEP)
-                records = [decode(attr, raw)[0] for raw in _in_time_order(attr, batch)]
-                for record in records:
-                    if isinstance(record, Sample):
-                        if record.pid != pid:
-                            others += 1
-                            continue
-                        values = registers.registers(attr.sample_regs_user, record.registers)
-                        name = names.get(record.tid, "")
-                        backtrace, modules = unwinder.unwind(
-                            process, record.tid, name, values, record.stack, perf_map=view
-                        )
-                        profile.add(backtrace, modules, every_thread=False)
-                    elif isinstance(record, Mmap):
-                        if record.pid == pid:
-                            _map_record(process, record)
-                    elif isinstance(record, Comm):
-                        if record.pid == pid and (record.tid in names or len(names) < MAX_NAMES):
-                            names[record.tid] = record.name
-                            if record.exec:
-                                process.forget_mappings()
-                    elif isinstance(record, Task) and record.exit and record.pid == pid:
-                        names.pop(record.tid, None)
+                replay.perf_map = perf_map.update(PERF_MAP_STEP)
+                for raw in _in_time_order(attr, batch):
+                    record = decode(attr, raw)[0]
+                    if isinstance(record, Sample) and record.pid != pid:
+                        others += 1  # a child process: it inherited the events
+                        continue
+                    if getattr(record, "pid", pid) != pid:
+                        continue  # a child's mappings and names
+                    unwound = replay.feed(record)
+                    if unwound is not None:
+                        profile.add(unwound.backtrace, unwound.modules, some_threads=True)
+                    elif isinstance(record, Task) and record.exit:
+                        replay.names.pop(record.tid, None)
                         profile.thread_ended(record.tid)
                 if on_sample is not None:
                     on_sample(profile, time.perf_counter() - started)
@@ -158,7 +141,7 @@ def record_on_cpu(
         else:
             profile.duration = ended - started
         _add_cpu(profile, before, _cpu_times(pid), ended - started)
-        _notes(profile, recorder, others, stack_size, perf_map, process, options)
+        _notes(profile, recorder, replay, others, stack_size, perf_map, options)
     return profile
 
 
@@ -227,64 +210,52 @@ def _prot(mapping: Mapping) -> int:
     )
 
 
-def _map_record(process: SampledProcess, record: Mmap) -> None:
-    prot = record.prot if record.prot is not None else (_PROT_READ | _PROT_EXEC)
-    process.map(
-        record.start,
-        record.end,
-        record.pgoff,
-        record.path,
-        prot=prot,
-        inode=record.inode,
-        build_id=record.build_id,
-    )
-
-
 def _notes(
     profile: Profile,
     recorder: Recorder,
+    replay: SampleReplay,
     others: int,
     stack_size: int,
     perf_map: PerfMapFile,
-    process: SampledProcess,
     options: BacktraceOptions,
 ) -> None:
     """What the reader of an on-CPU profile must know: its clock, what was lost or cut."""
-    profile.note(
+    notes = [
         f"on-CPU samples: the kernel's CPU clock, {profile.rate_asked:g} a second of each "
         f"thread's CPU time in user space (threads asleep or in the kernel are not sampled); "
         f"{stack_size} bytes of stack copied per sample (--stack-size)"
-    )
-    if recorder.lost:
-        profile.note(
-            f"{recorder.lost} samples were lost: the kernel's buffers were full "
+    ]
+    if replay.lost:
+        notes.append(
+            f"{replay.lost} samples were lost: the kernel's buffers were full "
             "(unwinding fell behind; a lower --rate keeps up)"
         )
+    if replay.without_registers:
+        notes.append(f"{replay.without_registers} samples held no 64-bit user registers")
     if recorder.corrupt:
-        profile.note(f"{recorder.corrupt} bytes of the kernel's buffers were corrupt and skipped")
+        notes.append(f"{recorder.corrupt} bytes of the kernel's buffers were corrupt and skipped")
     if others:
-        profile.note(f"{others} samples of child processes were left out")
+        notes.append(f"{others} samples of child processes were left out")
     cut = profile.incomplete_reasons[StopReason.UNREADABLE_MEMORY.value]
     if cut:
-        profile.note(
+        notes.append(
             f"{cut} walks needed memory the sample does not hold (beyond the {stack_size} "
             "bytes of stack copied, or data the kernel does not copy): a larger --stack-size "
             "copies more"
         )
-    python = any(
-        "python" in mapping.path.rsplit("/", 1)[-1].lower() for mapping in process.mappings()
-    )
+    process = replay.process(profile.pid)
+    mappings = process.mappings()
+    python = any("python" in mapping.path.rsplit("/", 1)[-1].lower() for mapping in mappings)
     if python and (options.python or not len(perf_map.perf_map.view())):
         how = (
             " (--python reads its frames only in the wall-clock mode)"
             if options.python
-            else (" without -X perf")
+            else " without -X perf"
         )
-        profile.note(PYTHON_NOTE.format(pid=profile.pid, how=how))
-    profile_notes = list(process.problems)
+        notes.append(PYTHON_NOTE.format(pid=profile.pid, how=how))
+    notes += replay.problems
     # Files of code only: a data file mapped read-only (a locale archive) is no ELF file.
-    code = {mapping.path for mapping in process.mappings() if mapping.executable}
-    files = process.files.problems if isinstance(process.files, RootFiles) else []
-    profile_notes += [problem for problem in files if problem.partition(": ")[0] in code]
-    for problem in profile_notes:
-        profile.note(problem)
+    code = {mapping.path for mapping in mappings if mapping.executable}
+    files = replay.files.problems if isinstance(replay.files, RootFiles) else []
+    notes += [problem for problem in files if problem.partition(": ")[0] in code]
+    profile.note(notes)

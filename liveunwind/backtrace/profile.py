@@ -245,6 +245,9 @@ class Profile:
     def __init__(self, pid: int, rate_asked: float, *, per_thread: bool = False) -> None:
         self.pid = pid
         self.rate_asked = rate_asked
+        #: Where the samples came from: "ptrace" (every thread, stopped), "perf_event"
+        #: (the kernel's samples of a live process), "perf.data" (a perf record file).
+        self.source = "ptrace"
         #: Whether threads are kept apart by tid (at most MAX_THREADS) or counted by name.
         self.per_thread = per_thread
         #: Samples taken, and schedule slots given up because a sample ran late.
@@ -298,9 +301,9 @@ class Profile:
         """Problems the backtraces reported (unreadable files, …), each once."""
         return list(self._problems)
 
-    def note(self, problem: str) -> None:
-        """A line for the report's notes (and the JSON's ``problems``), said once."""
-        self._problems[problem] = None
+    def note(self, problems: list[str]) -> None:
+        """Adds problems found outside the backtraces (of the recording they came from)."""
+        self._problems.update(dict.fromkeys(problems))
 
     @property
     def incomplete(self) -> int:
@@ -308,19 +311,18 @@ class Profile:
         return sum(thread.incomplete for thread in self.threads.values())
 
     def add(
-        self, backtrace: Backtrace, modules: ModuleMap | None = None, *, every_thread: bool = True
+        self, backtrace: Backtrace, modules: ModuleMap | None = None, *, some_threads: bool = False
     ) -> None:
         """Counts one sample's stacks; ``modules`` (its module map) describes new names' modules.
 
-        ``every_thread`` False: the backtrace holds only the threads the
-        sample caught (an on-CPU sample holds one), so a thread is new only
-        when not seen since it began (:meth:`thread_ended` forgets one).
+        ``some_threads``: the sample holds only some threads of the process (a
+        perf sample holds the one on the CPU), so a thread is new the first
+        time it is seen at all, not when the sample before did not hold it.
         """
         self.samples += 1
-        if every_thread:
-            last, self._last = self._last, {}
-        else:
-            last = self._last
+        last = self._last
+        if not some_threads:
+            self._last = {}
         for walked in backtrace.threads:
             thread = self._entry(walked.tid, walked.name, last)
             self._last[walked.tid] = thread

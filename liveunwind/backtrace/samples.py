@@ -10,21 +10,28 @@ in it.  Each sample becomes a one-thread
 :class:`~liveunwind.frames.Backtrace` over a
 :class:`~liveunwind.targets.sample.space.SampleSpace`; every unwind source
 and fallback works on it, and a frame that needed memory the sample does
-not hold ends the walk saying so.
+not hold ends the walk saying so.  A :class:`SampleReplay` takes perf
+records in time order (a perf.data file's, a ring buffer's), keeps the
+processes they describe, and unwinds each sample.
 """
 
 from __future__ import annotations
 
 from liveunwind.backtrace.backtracer import Backtracer
+from liveunwind.errors import UsageError
+from liveunwind.formats import perfevents
+from liveunwind.targets.sample.process import SampledProcess
 from liveunwind.targets.sample.space import SampleSpace
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from liveunwind.arch import Arch
     from liveunwind.backtrace.options import BacktraceOptions
+    from liveunwind.formats.perfevents import EventAttr, Record, Sample
     from liveunwind.formats.unwind.perfmap import PerfMapView
     from liveunwind.frames import Backtrace
     from liveunwind.modules.modulemap import ModuleMap
-    from liveunwind.targets.sample.process import SampledProcess
+    from liveunwind.targets.sample.process import FileSource
 
 #: Processes kept warm at once; the one sampled longest ago goes first.
 MAX_PROCESSES = 256
@@ -87,3 +94,124 @@ class SampleUnwinder:
         space = SampleSpace(process, tid, name, registers, stack)
         backtracer = self._warm[process].backtracer
         return backtracer.backtrace(space, {}, modules=modules), modules
+
+
+#: PERF_SAMPLE_REGS_ABI_64: the only user register set walked (a 32-bit process is not).
+ABI_64 = 2
+
+
+class Unwound:
+    """One sample and its walk: what :meth:`SampleReplay.feed` gives for a sample record."""
+
+    __slots__ = ("backtrace", "modules", "name", "sample")
+
+    def __init__(self, sample: Sample, name: str, backtrace: Backtrace, modules: ModuleMap) -> None:
+        self.sample = sample
+        #: The thread's name as the COMM records left it ("" if none was seen).
+        self.name = name
+        self.backtrace = backtrace
+        self.modules = modules
+
+
+class SampleReplay:
+    """Perf records in time order → the processes they describe → each sample unwound.
+
+    MMAP/MMAP2 records place files in their process (``SampledProcess.map``),
+    COMM names threads (and, for an exec, empties the process's mappings:
+    the new program's follow), FORK of a new process copies its parent's
+    mappings and a new thread takes its parent's name, LOST is counted.  The
+    same for a perf.data file and a live ring buffer.
+    """
+
+    def __init__(
+        self,
+        arch: Arch,
+        attr: EventAttr,
+        files: FileSource,
+        options: BacktraceOptions,
+        *,
+        build_ids: dict[str, bytes] | None = None,
+        vdso: bytes | None = None,
+    ) -> None:
+        """``build_ids``: path → build-id the recording names; ``vdso``: this machine's
+        vDSO when it is the recording's."""
+        perf = arch.perf_registers
+        if perf is None:
+            raise UsageError(f"liveunwind reads no perf registers of {arch.name}")
+        self.arch = arch
+        self.attr = attr
+        self._perf = perf
+        self.files = files
+        self.build_ids = build_ids or {}
+        self.vdso = vdso
+        self.unwinder = SampleUnwinder(options)
+        self.processes: dict[int, SampledProcess] = {}
+        self.names: dict[int, str] = {}
+        #: Samples the kernel dropped (LOST records), and samples without 64-bit user registers.
+        self.lost = 0
+        self.without_registers = 0
+        #: A live process's perf map as read so far (``profile --on-cpu`` sets it): JIT code.
+        self.perf_map: PerfMapView | str = ""
+
+    def process(self, pid: int) -> SampledProcess:
+        """The process ``pid`` as the records so far describe it."""
+        found = self.processes.get(pid)
+        if found is None:
+            found = self.processes[pid] = SampledProcess(self.arch, pid, self.files)
+            found.build_ids.update(self.build_ids)
+            found.vdso = self.vdso
+        return found
+
+    def feed(self, record: Record) -> Unwound | None:
+        """Takes one record in; a sample comes back unwound (else None)."""
+        if isinstance(record, perfevents.Sample):
+            return self.unwind(record)
+        if isinstance(record, perfevents.Mmap):
+            prot = record.prot if record.prot is not None else (5 if record.executable else 3)
+            self.process(record.pid).map(
+                record.start,
+                record.end,
+                record.pgoff,
+                record.path,
+                prot=prot,
+                inode=record.inode,
+                build_id=record.build_id,
+            )
+        elif isinstance(record, perfevents.Comm):
+            self.names[record.tid] = record.name
+            if record.exec and record.pid in self.processes:
+                self.processes[record.pid].forget_mappings()
+        elif isinstance(record, perfevents.Task):
+            if not record.exit:
+                self.names.setdefault(record.tid, self.names.get(record.ptid, ""))
+                parent = self.processes.get(record.ppid)
+                if record.pid != record.ppid and parent is not None:
+                    self.processes[record.pid] = parent.copy(record.pid)
+        elif isinstance(record, perfevents.Lost):
+            self.lost += record.lost
+        return None
+
+    def unwind(self, sample: Sample) -> Unwound | None:
+        """The walk of one sample; None (counted) when it holds no 64-bit user registers."""
+        if sample.abi != ABI_64 or not sample.registers:
+            self.without_registers += 1
+            return None
+        registers = self._perf.registers(self.attr.sample_regs_user, sample.registers)
+        name = self.names.get(sample.tid, "")
+        backtrace, modules = self.unwinder.unwind(
+            self.process(sample.pid),
+            sample.tid,
+            name,
+            registers,
+            sample.stack,
+            perf_map=self.perf_map,
+        )
+        return Unwound(sample, name, backtrace, modules)
+
+    @property
+    def problems(self) -> list[str]:
+        """What the processes' mappings and files said (each once)."""
+        found: dict[str, None] = {}
+        for process in self.processes.values():
+            found.update(dict.fromkeys(process.problems))
+        return list(found)

@@ -402,7 +402,28 @@ def commands() -> list[Command]:
             ),
         ],
     )
-    return [pid, core, remote, info, profile]
+    perf = Command(
+        "perf",
+        "unwind the samples of a perf record --call-graph dwarf file: the outputs of profile",
+        [Positional("file", "the perf.data file (not a pipe-mode one)")],
+        [
+            Option("--pid", "only the samples of this process", convert=_pid, metavar="PID"),
+            Option("--tid", "only these threads", convert=_tid_list, metavar="TID,..."),
+            Option("--sysroot", "look for the recording's files under DIR", metavar="DIR"),
+            Option(
+                "--search-path",
+                "folders to look for the recording's files in, by name",
+                default="",
+                metavar="DIR[:DIR...]",
+            ),
+            *(option for option in profile.options.values() if option.name not in _PROFILE_ONLY),
+        ],
+    )
+    return [pid, core, remote, info, profile, perf]
+
+
+#: ``profile``'s options that sample a live process: ``perf`` has a recording instead.
+_PROFILE_ONLY = ("--duration", "--rate", "--threads", "--python")
 
 
 class Interrupted(KeyboardInterrupt):
@@ -535,6 +556,12 @@ def _run(argv: Sequence[str] | None) -> int:
         from liveunwind.cli.profile import profile_command
 
         return profile_command(arguments, _backtrace_options(arguments, unwinders))
+    if arguments.command == "perf":
+        from liveunwind.cli.perf import perf_command
+
+        arguments.python = False
+        arguments.threads = arguments.tid
+        return perf_command(arguments, _backtrace_options(arguments, unwinders))
     raise UsageError(f"unknown command {arguments.command}")
 
 

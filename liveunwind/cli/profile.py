@@ -44,8 +44,8 @@ if TYPE_CHECKING:
 
 #: The shape of the ``profile --json`` document and the ``$id`` of its schema;
 #: any change of shape raises the version (the schema is closed).
-SCHEMA_VERSION = 2
-SCHEMA_ID = "urn:liveunwind:profile:2"
+SCHEMA_VERSION = 3
+SCHEMA_ID = "urn:liveunwind:profile:3"
 #: Stacks in the text summary, and frames shown of each (innermost first).
 HOTTEST = 10
 SHOWN_FRAMES = 8
@@ -72,14 +72,7 @@ def profile_command(arguments: SimpleNamespace, options: BacktraceOptions) -> in
     not at all (:class:`~liveunwind.cli.output.AtomicFile`).
     """
     progress = _Progress(arguments.pid, arguments.duration) if sys.stderr.isatty() else None
-    outputs = _open_outputs(
-        {
-            "folded": arguments.collapsed_out,
-            "svg": arguments.svg,
-            "pprof": arguments.pprof,
-            "speedscope": arguments.speedscope,
-        }
-    )
+    outputs = open_outputs(arguments)
     try:
         try:
             with _StopRequest() as stop:
@@ -92,6 +85,21 @@ def profile_command(arguments: SimpleNamespace, options: BacktraceOptions) -> in
         finally:
             if progress is not None:
                 progress.finish()
+    except BaseException:
+        for output in outputs.values():
+            output.discard()
+        raise
+    return deliver(profile, arguments, outputs)
+
+
+def deliver(profile: Profile, arguments: SimpleNamespace, outputs: dict[str, AtomicFile]) -> int:
+    """Writes the files ``outputs`` were opened for and prints the report (text or JSON).
+
+    Every source of a :class:`~liveunwind.backtrace.profile.Profile` (the
+    sampling of ``profile``, the samples of ``perf``) ends here.  Returns
+    the exit status: 0 if every walk reached the end of its stack, else 1.
+    """
+    try:
         if "folded" in outputs:
             outputs["folded"].commit(format_folded(profile, merge=arguments.merge))
         if "svg" in outputs:
@@ -149,8 +157,15 @@ def _sample(
     )
 
 
-def _open_outputs(paths: dict[str, str | None]) -> dict[str, AtomicFile]:
-    """The output files, begun before sampling: a path that cannot be written fails at once."""
+def open_outputs(arguments: SimpleNamespace) -> dict[str, AtomicFile]:
+    """The output files asked for, begun before sampling: a path that cannot be written fails
+    at once."""
+    paths = {
+        "folded": arguments.collapsed_out,
+        "svg": arguments.svg,
+        "pprof": arguments.pprof,
+        "speedscope": arguments.speedscope,
+    }
     outputs: dict[str, AtomicFile] = {}
     try:
         for kind, path in paths.items():
@@ -387,6 +402,7 @@ def to_json_document(profile: Profile) -> dict[str, Any]:
     return {
         "$schema": SCHEMA_ID,
         "schema_version": SCHEMA_VERSION,
+        "source": profile.source,
         "pid": profile.pid,
         "rate_asked": profile.rate_asked,
         "rate": profile.rate,

@@ -57,10 +57,20 @@ class Section:
 class FileHeader:
     """perf.data's header: its sections and the features it has."""
 
-    __slots__ = ("attr_size", "attrs", "data", "features")
+    __slots__ = ("attr_size", "attrs", "data", "data_cut", "features")
 
-    def __init__(self, attr_size: int, attrs: Section, data: Section, features: list[int]) -> None:
+    def __init__(
+        self,
+        attr_size: int,
+        attrs: Section,
+        data: Section,
+        features: list[int],
+        *,
+        data_cut: bool = False,
+    ) -> None:
         self.attr_size = attr_size
+        #: The file ends inside the data section: ``data`` is what is there of it.
+        self.data_cut = data_cut
         self.attrs = attrs
         self.data = data
         #: The feature bits set, in order: their sections follow the data in that order.
@@ -84,13 +94,25 @@ def read_header(data: bytes, file_size: int) -> FileHeader:
             "a pipe-mode perf.data (perf record -o -): not read; record to a file, "
             "or convert it with perf inject -i IN -o OUT"
         )
-    if size < _FILE_HEADER.size or len(data) < _FILE_HEADER.size:
+    if len(data) < _FILE_HEADER.size:
+        raise FormatError(
+            f"the file is {len(data)} bytes, shorter than perf.data's header: it is truncated"
+        )
+    if size < _FILE_HEADER.size:
         raise FormatError(f"perf.data header of {size} bytes is too short")
     (_magic, _size, attr_size, attrs_at, attrs_size, data_at, data_size, _et, _ets, bits) = (
         _FILE_HEADER.unpack_from(data)
     )
     attrs = _checked(Section(attrs_at, attrs_size), file_size, "attr section")
-    body = _checked(Section(data_at, data_size), file_size, "data section")
+    if data_size == 0:
+        raise FormatError(
+            "its data section is empty: nothing was recorded, or perf record did not finish "
+            "the file (it writes the header last)"
+        )
+    body = Section(data_at, data_size)
+    cut = body.end > file_size
+    if cut:  # a file cut short: what is there is read, and said to be cut
+        body = _checked(Section(data_at, max(file_size - data_at, 0)), file_size, "data section")
     if attr_size < _SECTION.size + 64 or attr_size > 4096:
         raise FormatError(f"perf.data attr entries of {attr_size} bytes: not a perf_file_attr")
     if attrs.size % attr_size or attrs.size // attr_size > MAX_ATTRS:
@@ -99,7 +121,7 @@ def read_header(data: bytes, file_size: int) -> FileHeader:
         raise FormatError("perf.data has no events (an empty attr section)")
     mask = int.from_bytes(bits, "little")
     features = [bit for bit in range(_FEATURE_BITS) if mask >> bit & 1]
-    return FileHeader(attr_size, attrs, body, features)
+    return FileHeader(attr_size, attrs, body, features, data_cut=cut)
 
 
 def _checked(section: Section, file_size: int, what: str) -> Section:

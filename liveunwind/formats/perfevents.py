@@ -74,6 +74,8 @@ READ_LOST = 1 << 4
 BRANCH_HW_INDEX = 1 << 17
 #: perf_event_attr's flags word: bit 18 is sample_id_all.
 _FLAG_SAMPLE_ID_ALL = 1 << 18
+#: ...and bit 10 is freq: sample_period is a frequency.
+_FLAG_FREQ = 1 << 10
 
 #: ``PERF_SAMPLE_REGS_ABI_NONE``: the sample caught a kernel thread, no user registers.
 REGS_ABI_NONE = 0
@@ -100,11 +102,15 @@ class EventAttr:
 
     __slots__ = (
         "branch_sample_type",
+        "config",
+        "freq",
         "read_format",
+        "sample_period",
         "sample_id_all",
         "sample_regs_user",
         "sample_stack_user",
         "sample_type",
+        "type",
         "_id_size",
         "_regs",
     )
@@ -118,8 +124,18 @@ class EventAttr:
         sample_stack_user: int = 0,
         sample_id_all: bool = False,
         branch_sample_type: int = 0,
+        type: int = 0,
+        config: int = 0,
+        sample_period: int = 0,
+        freq: bool = False,
     ) -> None:
         self.sample_type = sample_type
+        #: The event: PERF_TYPE_* and its config (software 1: cpu-clock 0, task-clock 1).
+        self.type = type
+        self.config = config
+        #: Samples per second asked (``freq``), else events between samples.
+        self.sample_period = sample_period
+        self.freq = freq
         self.read_format = read_format
         self.sample_regs_user = sample_regs_user
         self.sample_stack_user = sample_stack_user
@@ -139,7 +155,7 @@ class EventAttr:
         """Decodes a ``perf_event_attr`` as ``perf_event_open`` takes it and perf.data keeps it."""
         if len(data) < _ATTR_VER0:
             raise FormatError(f"perf_event_attr of {len(data)} bytes: shorter than version 0")
-        size = _U32.unpack_from(data, 4)[0]
+        kind, size, config, period = struct.unpack_from("<IIQQ", data)
         if size and size < _ATTR_VER0:
             raise FormatError(f"perf_event_attr says it is {size} bytes: too short")
         available = min(len(data), size) if size else len(data)
@@ -155,6 +171,10 @@ class EventAttr:
             sample_stack_user=stack,
             sample_id_all=bool(flags & _FLAG_SAMPLE_ID_ALL),
             branch_sample_type=branch,
+            type=kind,
+            config=config,
+            sample_period=period,
+            freq=bool(flags & _FLAG_FREQ),
         )
 
     @property
@@ -328,15 +348,16 @@ def decode(attr: EventAttr, data: bytes | memoryview, offset: int = 0) -> tuple[
     """The record at ``offset`` of ``data`` and its size (where the next one starts).
 
     The header's size must cover the header, and the record must lie whole
-    in ``data``; a body shorter than its fields say is a FormatError.
+    in ``data``; a body shorter than its fields say is a FormatError (whose
+    message does not repeat the offset: the caller knows where it read).
     """
     if offset + HEADER.size > len(data):
-        raise FormatError(f"perf record header at {offset:#x} is cut short")
+        raise FormatError("perf record header is cut short")
     kind, misc, size = HEADER.unpack_from(data, offset)
     if size < HEADER.size:
-        raise FormatError(f"perf record at {offset:#x} says it is {size} bytes")
+        raise FormatError(f"perf record says it is {size} bytes")
     if offset + size > len(data):
-        raise FormatError(f"perf record at {offset:#x} ({size} bytes) is cut short")
+        raise FormatError(f"perf record of {size} bytes is cut short")
     body = memoryview(data)[offset + HEADER.size : offset + size]
     decoder = _DECODERS.get(kind)
     if decoder is None:

@@ -151,6 +151,7 @@ def test_the_hottest_stack_names_the_burner_and_the_target_never_stops(
     assert run.returncode == 0, run.stderr
     document = json.loads(run.stdout)
     jsonschema.Draft202012Validator(PROFILE_SCHEMA).validate(document)
+    assert document["source"] == "perf_event"
     assert not watcher.seen, watcher.seen
     assert watcher.reads > 100
     # The kernel copies a stack at each sample: the burner's work per CPU-second keeps its pace.

@@ -10,15 +10,14 @@ rate.  Whatever happens — the end, Ctrl-C, an error — :meth:`Recorder.close`
 (``with``) disables the events, unmaps the rings and closes every
 descriptor; the process never notices: it is never stopped, only sampled.
 
-LOST records (samples the kernel dropped because a ring was full) are
-counted here as they pass: ``lost``.
+The records are handed out whole and undecoded (formats/perfevents.py
+decodes them; LOST records say what the kernel dropped when a ring was full).
 """
 
 from __future__ import annotations
 
 import os
 import select
-import struct
 import time
 
 from liveunwind.arch import host_arch
@@ -36,10 +35,6 @@ if TYPE_CHECKING:
 
 #: The longest wait between two drains of the rings (seconds).
 DRAIN_EVERY = 0.05
-#: ``PERF_RECORD_LOST``: ``id``, then the number of samples lost.
-RECORD_LOST = 2
-_LOST = struct.Struct("<QQ")
-_KIND = struct.Struct("<I")
 
 #: Why recording ended.
 END_DURATION = "duration"
@@ -68,8 +63,7 @@ class Recorder:
             raise TargetError(f"profile --on-cpu does not know perf_event_open on {arch.name}")
         self.pid = pid
         self.stack_size = stack_size
-        #: Samples the kernel dropped (LOST records), and why recording ended.
-        self.lost = 0
+        #: Why recording ended.
         self.end = END_DURATION
         self._rings: list[Ring] = []
         self._pidfd = -1
@@ -156,11 +150,7 @@ class Recorder:
     def _drain(self) -> list[bytes]:
         batch: list[bytes] = []
         for ring in self._rings:
-            records = ring.read()
-            for record in records:
-                if len(record) >= 8 + _LOST.size and _KIND.unpack_from(record)[0] == RECORD_LOST:
-                    self.lost += _LOST.unpack_from(record, 8)[1]
-            batch += records
+            batch += ring.read()
         return batch
 
     def stop(self) -> list[bytes]:

@@ -39,11 +39,18 @@ if TYPE_CHECKING:
 MAX_MAPPINGS = 65530
 #: Why memory outside the copy and the files cannot be read.
 NOT_IN_SAMPLE = "not in the sample (the kernel copied only the registers and the stack from sp)"
+#: ...and why the vDSO cannot be read: its bytes are known only when this machine's is the one.
+NOT_IN_SAMPLE_VDSO = (
+    "the vDSO: not in the recording, and this machine's is not known to be the same (build-id)"
+)
 _PROT_READ, _PROT_WRITE, _PROT_EXEC = 1, 2, 4
 
 
 class FileSource:
     """Where the files of a sampled process are found (the contract of the two below)."""
+
+    #: A line for each file not found or not used, in the order found.
+    problems: list[str]
 
     def image(self, path: str, build_id: bytes | None, arch: Arch) -> ElfImage | None:
         """The ELF image of the process's ``path`` (of ``build_id`` when known), or None."""
@@ -69,6 +76,7 @@ class RecordedFiles(FileSource):
     """A recording's files on this machine: the path (under the sysroot first), then build-id."""
 
     def __init__(self, finder: FileFinder, problems: list[str]) -> None:
+        """``problems`` gets a line for each file not found or not used."""
         self._finder = finder
         self.problems = problems
         self._found: dict[tuple[str, bytes | None], ElfImage | None] = {}
@@ -222,10 +230,11 @@ class SampledProcess(AddressSpace):
         mapping = self.mapping_at(address)
         if mapping is None or size < 0 or address + size > mapping.end:
             raise MemoryReadError(address, size, NOT_IN_SAMPLE)
-        if mapping.path == "[vdso]" and self.vdso is not None:
+        if mapping.path == "[vdso]":
             at = address - mapping.start
-            if at + size <= len(self.vdso):
-                return self.vdso[at : at + size]
+            if self.vdso is None or at + size > len(self.vdso):
+                raise MemoryReadError(address, size, NOT_IN_SAMPLE_VDSO)
+            return self.vdso[at : at + size]
         if mapping.is_file and not mapping.writable:
             image = self.mapped_image(mapping)
             if image is not None:

@@ -1,0 +1,195 @@
+"""A perf.data file: its events, its features, and its records in time order.
+
+``perf record`` writes each CPU's ring buffer out in turn, so records are
+in time order only within a ring; a FINISHED_ROUND record marks the end of a
+pass over all rings.  As perf itself does, records are held back until a
+round ends and then handed on in time order up to the newest time of the
+round before (a later round never holds anything older), at most
+:data:`MAX_PENDING` at once.  The file is read through ``targets/files.py``
+in chunks; every size comes from the file and is checked against it.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from liveunwind.errors import FormatError, TargetError
+from liveunwind.formats import perfdata, perfevents
+from liveunwind.formats.perfevents import HEADER, RECORD_FINISHED_ROUND
+from liveunwind.targets.files import FileError, open_file
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from liveunwind.formats.perfevents import EventAttr, Record
+    from liveunwind.targets.files import RegularFile
+
+#: Bytes of the data section read at once.
+CHUNK = 8 << 20
+#: Records held back for ordering; beyond it the oldest go on without waiting for their round.
+MAX_PENDING = 200_000
+#: PERF_RECORD_COMPRESSED (perf record -z).
+_RECORD_COMPRESSED = 81
+
+
+class PerfDataError(TargetError):
+    """The file is not a perf.data this can read, or not one made for unwinding (exit 2)."""
+
+
+class PerfDataFile:
+    """An opened perf.data: its one sample layout, its features, its records."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        try:
+            self._file: RegularFile = open_file(path)
+        except FileError as error:
+            raise PerfDataError(str(error)) from None
+        try:
+            self._read_structure()
+        except FormatError as error:
+            self._file.close()
+            raise PerfDataError(f"{path}: {error}") from None
+        #: What went wrong while reading the records (a corrupt or cut record ends them).
+        self.problems: list[str] = []
+        if self.header.data_cut:
+            self.problems.append(
+                f"{path}: the file ends inside its data section (it is truncated): "
+                "the samples up to there are read"
+            )
+        #: Records of types not read (by type), and compressed records seen.
+        self.skipped: dict[int, int] = {}
+
+    def _read_structure(self) -> None:
+        size = self._file.size
+        head = self._file.pread(4096, 0)
+        self.header = perfdata.read_header(head, size)
+        attrs = self.header.attrs
+        entries = perfdata.read_attrs(self.header, self._file.pread(attrs.size, attrs.offset), size)
+        layouts = {entry.attr.layout_key() for entry in entries}
+        if len(layouts) > 1:
+            raise FormatError(
+                f"its {len(entries)} events have different sample layouts (not read: record "
+                "one event, or events of the same sample type)"
+            )
+        #: The events' common layout (the first event's attr).
+        self.attr: EventAttr = entries[0].attr
+        self.events = len(entries)
+        table = self.header.feature_table
+        sections = {}
+        if table.end <= size:
+            raw = self._file.pread(table.size, table.offset)
+            sections = perfdata.feature_sections(self.header, raw, size)
+        #: HEADER_ARCH ("" when the file does not say).
+        self.arch_name = self._string(sections.get(perfdata.FEATURE_ARCH))
+        self.hostname = self._string(sections.get(perfdata.FEATURE_HOSTNAME))
+        self.cmdline = self._string(sections.get(perfdata.FEATURE_CMDLINE))
+        #: HEADER_BUILD_ID's entries of user-space files.
+        self.build_ids: list[perfdata.BuildId] = []
+        section = sections.get(perfdata.FEATURE_BUILD_ID)
+        if section is not None:
+            found = perfdata.read_build_ids(self._file.pread(section.size, section.offset))
+            self.build_ids = [entry for entry in found if not entry.kernel]
+
+    def _string(self, section: perfdata.Section | None) -> str:
+        if section is None:
+            return ""
+        try:
+            return perfdata.read_string(self._file.pread(section.size, section.offset))
+        except FormatError:
+            return ""
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> PerfDataFile:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- records ------------------------------------------------------------------
+
+    def records(self) -> Iterator[Record]:
+        """Every record of the data section, in time order within what rounds allow.
+
+        A record that is cut or corrupt ends the records; :attr:`problems` says where.
+        """
+        pending: list[tuple[int, int, Record]] = []
+        sequence = 0
+        newest = 0  # the newest time seen since the last round ended
+        flush_to = -1  # the newest time of the round before: all older may go
+        for kind, time, record in self._raw_records():
+            if kind == RECORD_FINISHED_ROUND:
+                while pending and pending[0][0] <= flush_to:
+                    yield heapq.heappop(pending)[2]
+                flush_to = newest
+                continue
+            if time is None:
+                time = newest
+            newest = max(newest, time)
+            heapq.heappush(pending, (time, sequence, record))
+            sequence += 1
+            if len(pending) > MAX_PENDING:
+                yield heapq.heappop(pending)[2]
+        while pending:
+            yield heapq.heappop(pending)[2]
+
+    def _raw_records(self) -> Iterator[tuple[int, int | None, Record]]:
+        """(type, time, record) of each record in file order."""
+        attr = self.attr
+        data = self.header.data
+        position, end = data.offset, data.end
+        buffer: bytes = b""
+        at = 0
+        while True:
+            if at + HEADER.size > len(buffer) or at + _size_at(buffer, at) > len(buffer):
+                if position >= end:
+                    break
+                chunk = self._file.pread(min(CHUNK, end - position), position)
+                if not chunk:
+                    self.problems.append(f"{self.path}: cut short at offset {position:#x}")
+                    return
+                position += len(chunk)
+                buffer = buffer[at:] + chunk
+                at = 0
+                continue
+            kind = int.from_bytes(buffer[at : at + 4], "little")
+            try:
+                time = perfevents.record_time(attr, kind, buffer, at)
+                record, size = perfevents.decode(attr, buffer, at)
+            except FormatError as error:
+                offset = position - len(buffer) + at
+                self.problems.append(
+                    f"{self.path}: corrupt record at offset {offset:#x} ({error}); "
+                    "the records after it are not read"
+                )
+                return
+            at += size
+            if isinstance(record, perfevents.Other) and kind != RECORD_FINISHED_ROUND:
+                self.skipped[kind] = self.skipped.get(kind, 0) + 1
+                continue
+            yield kind, time, record
+        if at < len(buffer) and not self.header.data_cut:
+            self.problems.append(
+                f"{self.path}: the data section ends inside a record at offset "
+                f"{end - (len(buffer) - at):#x}"
+            )
+
+
+def _size_at(buffer: bytes, at: int) -> int:
+    """The size field of the record header at ``at`` (at least the header's, to move on)."""
+    size = int.from_bytes(buffer[at + 6 : at + 8], "little")
+    return max(size, HEADER.size)
+
+
+def compressed_note(skipped: dict[int, int]) -> str | None:
+    """What to say when the file holds compressed records (``perf record -z``)."""
+    count = skipped.get(_RECORD_COMPRESSED)
+    if not count:
+        return None
+    return (
+        f"{count} compressed records (perf record -z) were not read: "
+        "record without -z, or decompress with perf inject"
+    )
