@@ -297,11 +297,53 @@ def test_python_without_x_perf_is_said_to_need_the_wall_clock_mode() -> None:
     process = _sid_python("liveunwind-oncpu-burn-plain.py")
     try:
         run = cli("profile", str(process.pid), "--on-cpu", "--duration", "1")
+        asked = cli("profile", str(process.pid), "--on-cpu", "--duration", "1", "--python")
     finally:
         _stop(process)
     assert run.returncode in (0, 1), run.stderr
     assert f"process {process.pid} runs CPython without -X perf" in run.stdout
     assert "wall-clock mode" in run.stdout
+    assert asked.returncode in (0, 1), asked.stderr
+    assert "--python reads its frames only in the wall-clock mode" in asked.stdout
+
+
+def test_a_small_ring_wraps_around_and_every_record_comes_out_whole(
+    testprogs_build: Path, tmp_path: Path
+) -> None:
+    # 4 pages of 4 KiB and samples of about 1.2 KiB: the kernel wraps around the end of
+    # the ring every few samples, and each drain joins the records cut by the end.
+    from liveunwind.arch import host_arch
+    from liveunwind.formats.perfevents import EventAttr, Lost, Sample, decode
+    from liveunwind.targets.perfevent.recorder import Recorder
+
+    perf = host_arch().perf_registers
+    assert perf is not None
+    program = start_program(
+        testprogs_build, "profiled", str(tmp_path / "c"), busy={"burner", "third"}
+    )
+    with program:
+        burner = program.tid("burner")
+        cpu = cpu_seconds(program.pid, burner)
+        samples: Counter[int] = Counter()
+        lost = 0
+        with Recorder(program.pid, rate=100, regs_mask=perf.unwind_mask, stack_size=1024,
+                      data_pages=4) as recorder:  # fmt: skip
+            attr = EventAttr.from_bytes(recorder.attr)
+            for batch in recorder.batches(3.0):
+                for raw in batch:
+                    record, size = decode(attr, raw)
+                    assert size == len(raw)
+                    if isinstance(record, Sample):
+                        assert record.pid == program.pid and record.dyn_size > 0
+                        samples[record.tid] += 1
+                    elif isinstance(record, Lost):
+                        lost += record.lost
+            assert recorder.corrupt == 0
+        ran = cpu_seconds(program.pid, burner) - cpu
+    # The burner's samples (and any the kernel dropped) are its CPU time at 100 Hz.
+    expected = ran * 100
+    assert samples[burner] * 1400 > 4 * 4096, samples  # more than the ring holds: it wrapped
+    assert 0.7 * expected <= samples[burner] + lost <= 1.2 * expected + 2, (samples, lost, ran)
 
 
 def test_a_refused_perf_event_open_is_one_line_naming_the_fix(testprogs_build: Path) -> None:
