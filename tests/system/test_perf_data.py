@@ -224,3 +224,15 @@ def test_files_are_the_recordings_by_build_id_under_the_sysroot(
     top = max(found["threads"], key=lambda thread: thread["samples"])
     assert top["name"] == "burner" and top["top_function"] == "spin_hot"
     assert not any("differs" in problem for problem in found["problems"])
+
+
+def test_a_compressed_recording_is_perf_scripts(testprogs_build: Path, tmp_path: Path) -> None:
+    """``perf record -z``: the records are pieces of one zstd stream, no build-ids are listed."""
+    data, program = tmp_path / "z.data", str(testprogs_build / "profiled")
+    command = ["timeout", "-s", "INT", "1", program, str(tmp_path / "chunks")]
+    perf_record(data, "-z", "--", *command)
+    compared = Compared(data, BUSY)
+    print("compressed:", dict(compared.kinds), "other threads:", dict(compared.startup))
+    assert compared.missing == 0
+    assert not compared.unexplained, compared.unexplained[:5]
+    assert sum(compared.kinds.values()) > 300

@@ -240,3 +240,40 @@ def test_a_file_that_is_not_one_is_a_perf_data_error(tmp_path: Path) -> None:
         PerfDataFile(str(Path(__file__)))
     with pytest.raises(PerfDataError, match="No such file"):
         PerfDataFile(str(tmp_path / "missing.data"))
+
+
+# -- perf record -z -------------------------------------------------------------------------
+
+#: ``perf record -z --call-graph dwarf -F 200 -- timeout -s INT 0.3 profiled``: its records are
+#: three PERF_RECORD_COMPRESSED pieces of one zstd stream (perf report --stats: 43 samples,
+#: 68 MMAP2 and 1 MMAP, 6 COMM, 4 FORK, 5 EXIT; perf script: the first sample below).
+ZSTD_DATA = DATA.parent / "profiled-zstd.data"
+
+
+def test_compressed_records_are_perfs() -> None:
+    with PerfDataFile(str(ZSTD_DATA)) as recording:
+        records = list(recording.records())
+        assert not recording.problems
+    kinds = Counter(type(record).__name__ for record in records)
+    assert kinds["Sample"] == 43 and kinds["Mmap"] == 69 and kinds["Comm"] == 6
+    assert kinds["Task"] == 9
+    first = next(record for record in records if isinstance(record, perfevents.Sample))
+    assert (first.tid, first.time, first.ip) == (3834, 23193718159621, 0x5612253B33A4)
+    assert first.dyn_size == len(first.stack) > 0
+
+
+def test_a_corrupt_compressed_stream_ends_the_records_saying_so(tmp_path: Path) -> None:
+    raw = bytearray(ZSTD_DATA.read_bytes())
+    header = perfdata.read_header(bytes(raw), len(raw))
+    at = header.data.offset
+    while struct.unpack_from("<I", raw, at)[0] != 81:  # the first compressed record
+        at += struct.unpack_from("<H", raw, at + 6)[0]
+    for offset in range(at + 8 + 4, at + 8 + 64):  # past the zstd magic: the frame's header
+        raw[offset] ^= 0x5A
+    broken = tmp_path / "broken.data"
+    broken.write_bytes(bytes(raw))
+    with PerfDataFile(str(broken)) as recording:
+        records = list(recording.records())
+        assert not any(isinstance(record, perfevents.Sample) for record in records)
+        assert len(recording.problems) == 1
+        assert "compressed records" in recording.problems[0]

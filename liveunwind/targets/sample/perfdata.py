@@ -1,5 +1,7 @@
 """A perf.data file: its events, its features, and its records in time order.
 
+Compressed records (``perf record -z``) are pieces of one zstd stream of
+records, inflated as they come (each at most :data:`MAX_DECOMPRESSED`).
 ``perf record`` writes each CPU's ring buffer out in turn, so records are
 in time order only within a ring; a FINISHED_ROUND record marks the end of a
 pass over all rings.  As perf itself does, records are held back until a
@@ -16,6 +18,7 @@ import heapq
 from liveunwind.errors import FormatError, TargetError
 from liveunwind.formats import perfdata, perfevents
 from liveunwind.formats.perfevents import HEADER, RECORD_FINISHED_ROUND
+from liveunwind.formats.zstd import StreamDecompressor
 from liveunwind.targets.files import FileError, open_file
 
 TYPE_CHECKING = False
@@ -29,8 +32,11 @@ if TYPE_CHECKING:
 CHUNK = 8 << 20
 #: Records held back for ordering; beyond it the oldest go on without waiting for their round.
 MAX_PENDING = 200_000
-#: PERF_RECORD_COMPRESSED (perf record -z).
-_RECORD_COMPRESSED = 81
+#: PERF_RECORD_COMPRESSED (perf record -z): a piece of one zstd stream of records.
+RECORD_COMPRESSED = 81
+#: Bytes one compressed record may inflate to (perf compresses its ring buffers' flushes:
+#: at most their size, 512 KiB by default; -m can raise it).
+MAX_DECOMPRESSED = 64 << 20
 
 
 class PerfDataError(TargetError):
@@ -58,8 +64,12 @@ class PerfDataFile:
                 f"{path}: the file ends inside its data section (it is truncated): "
                 "the samples up to there are read"
             )
-        #: Records of types not read (by type), and compressed records seen.
+        #: Records of types not read (by type).
         self.skipped: dict[int, int] = {}
+        #: perf record -z: the zstd stream of the compressed records, and what is left of
+        #: a record its last piece began.
+        self._stream: StreamDecompressor | None = None
+        self._left_over = b""
 
     def _read_structure(self) -> None:
         size = self._file.size
@@ -83,7 +93,9 @@ class PerfDataFile:
             sections = perfdata.feature_sections(self.header, raw, size)
         #: HEADER_ARCH ("" when the file does not say).
         self.arch_name = self._string(sections.get(perfdata.FEATURE_ARCH))
+        #: HEADER_HOSTNAME and HEADER_OSRELEASE: the machine and kernel it was recorded on.
         self.hostname = self._string(sections.get(perfdata.FEATURE_HOSTNAME))
+        self.osrelease = self._string(sections.get(perfdata.FEATURE_OSRELEASE))
         self.cmdline = self._string(sections.get(perfdata.FEATURE_CMDLINE))
         #: HEADER_BUILD_ID's entries of user-space files.
         self.build_ids: list[perfdata.BuildId] = []
@@ -166,6 +178,16 @@ class PerfDataFile:
                     "the records after it are not read"
                 )
                 return
+            if kind == RECORD_COMPRESSED:
+                try:
+                    yield from self._decompressed(buffer[at + HEADER.size : at + size])
+                except FormatError as error:
+                    self.problems.append(
+                        f"{self.path}: compressed records: {error}; the records after are not read"
+                    )
+                    return
+                at += size
+                continue
             at += size
             if isinstance(record, perfevents.Other) and kind != RECORD_FINISHED_ROUND:
                 self.skipped[kind] = self.skipped.get(kind, 0) + 1
@@ -177,19 +199,29 @@ class PerfDataFile:
                 f"{end - (len(buffer) - at):#x}"
             )
 
+    def _decompressed(self, piece: bytes) -> Iterator[tuple[int, int | None, Record]]:
+        """The records in one PERF_RECORD_COMPRESSED's piece of the zstd stream (perf record -z).
+
+        A record may begin in one piece and end in the next: what is left over
+        waits for it.  FormatError for a corrupt stream or record.
+        """
+        if self._stream is None:
+            self._stream = StreamDecompressor(f"{self.path}: compressed records")
+        inner = self._left_over + self._stream.feed(piece, MAX_DECOMPRESSED)
+        attr, at = self.attr, 0
+        while at + HEADER.size <= len(inner) and at + _size_at(inner, at) <= len(inner):
+            kind = int.from_bytes(inner[at : at + 4], "little")
+            time = perfevents.record_time(attr, kind, inner, at)
+            record, size = perfevents.decode(attr, inner, at)
+            at += size
+            if isinstance(record, perfevents.Other) and kind != RECORD_FINISHED_ROUND:
+                self.skipped[kind] = self.skipped.get(kind, 0) + 1
+                continue
+            yield kind, time, record
+        self._left_over = inner[at:]
+
 
 def _size_at(buffer: bytes, at: int) -> int:
     """The size field of the record header at ``at`` (at least the header's, to move on)."""
     size = int.from_bytes(buffer[at + 6 : at + 8], "little")
     return max(size, HEADER.size)
-
-
-def compressed_note(skipped: dict[int, int]) -> str | None:
-    """What to say when the file holds compressed records (``perf record -z``)."""
-    count = skipped.get(_RECORD_COMPRESSED)
-    if not count:
-        return None
-    return (
-        f"{count} compressed records (perf record -z) were not read: "
-        "record without -z, or decompress with perf inject"
-    )
