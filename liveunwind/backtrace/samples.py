@@ -27,8 +27,11 @@ if TYPE_CHECKING:
     from liveunwind.arch import Arch
     from liveunwind.backtrace.options import BacktraceOptions
     from liveunwind.formats.perfevents import EventAttr, Record, Sample
+    from liveunwind.formats.unwind.perfmap import PerfMapView
     from liveunwind.frames import Backtrace
+    from liveunwind.modules.jit import PerfMapFile
     from liveunwind.modules.modulemap import ModuleMap
+    from liveunwind.targets.base import Mapping
     from liveunwind.targets.sample.process import FileSource
 
 #: Processes kept warm at once; the one sampled longest ago goes first.
@@ -52,8 +55,11 @@ class SampleUnwinder:
         self.options = options.replace(python=False, python_locals=False, python_tasks=False)
         self._warm: dict[SampledProcess, _Warm] = {}
 
-    def modules(self, process: SampledProcess) -> ModuleMap:
-        """The module map of ``process``'s current mappings (made when they changed)."""
+    def modules(self, process: SampledProcess, perf_map: PerfMapView | str = "") -> ModuleMap:
+        """The module map of ``process``'s current mappings (made when they changed).
+
+        ``perf_map``: the process's perf map as known now, taken when the map is made.
+        """
         warm = self._warm.pop(process, None)
         if warm is None:
             if len(self._warm) >= MAX_PROCESSES:
@@ -61,9 +67,14 @@ class SampleUnwinder:
             warm = _Warm(Backtracer(self.options))
         self._warm[process] = warm  # the most recently used last
         if warm.modules is None or warm.generation != process.generation:
-            warm.modules = warm.backtracer.module_map(process)
+            warm.modules = warm.backtracer.module_map(process, perf_map)
             warm.generation = process.generation
         return warm.modules
+
+    def stale(self, process: SampledProcess) -> bool:
+        """Whether the next sample of ``process`` makes its module map anew."""
+        warm = self._warm.get(process)
+        return warm is None or warm.modules is None or warm.generation != process.generation
 
     def unwind(
         self,
@@ -72,16 +83,28 @@ class SampleUnwinder:
         name: str,
         registers: dict[int, int],
         stack: bytes | memoryview,
+        perf_map: PerfMapView | str = "",
     ) -> tuple[Backtrace, ModuleMap]:
         """The backtrace of one sample (registers by DWARF number, the stack copy from sp).
+
+        ``perf_map`` names JIT code when the process's module map is made anew.
 
         Returns it with the module map it was named from (which the
         profile's writers describe modules with).
         """
-        modules = self.modules(process)
+        modules = self.modules(process, perf_map)
         space = SampleSpace(process, tid, name, registers, stack)
         backtracer = self._warm[process].backtracer
         return backtracer.backtrace(space, {}, modules=modules), modules
+
+
+#: Bytes of a perf map read on each time a process's module map is made anew.
+PERF_MAP_READ = 64 << 20
+
+
+def _maybe_jit(mapping: Mapping) -> bool:
+    """Executable memory no file describes: where a JIT compiler's code (and a perf map) is."""
+    return mapping.executable and not mapping.is_file and not mapping.path.startswith("[v")
 
 
 #: PERF_SAMPLE_REGS_ABI_64: the only user register set walked (a 32-bit process is not).
@@ -120,9 +143,11 @@ class SampleReplay:
         *,
         build_ids: dict[str, bytes] | None = None,
         vdso: bytes | None = None,
+        perf_maps: str | None = None,
     ) -> None:
         """``build_ids``: path → build-id the recording names; ``vdso``: this machine's
-        vDSO when it is the recording's."""
+        vDSO when it is the recording's; ``perf_maps``: the root under which each
+        process's ``/tmp/perf-PID.map`` is read (JIT code's names), None for none."""
         perf = arch.perf_registers
         if perf is None:
             raise UsageError(f"liveunwind reads no perf registers of {arch.name}")
@@ -133,6 +158,8 @@ class SampleReplay:
         self.build_ids = build_ids or {}
         self.vdso = vdso
         self.unwinder = SampleUnwinder(options)
+        self.perf_maps = perf_maps
+        self._perf_map_files: dict[SampledProcess, PerfMapFile] = {}
         self.processes: dict[int, SampledProcess] = {}
         self.names: dict[int, str] = {}
         #: Samples the kernel dropped (LOST records), and samples without 64-bit user registers.
@@ -184,10 +211,25 @@ class SampleReplay:
             return None
         registers = self._perf.registers(self.attr.sample_regs_user, sample.registers)
         name = self.names.get(sample.tid, "")
+        process = self.process(sample.pid)
         backtrace, modules = self.unwinder.unwind(
-            self.process(sample.pid), sample.tid, name, registers, sample.stack
+            process, sample.tid, name, registers, sample.stack, self._perf_map(process)
         )
         return Unwound(sample, name, backtrace, modules)
+
+    def _perf_map(self, process: SampledProcess) -> PerfMapView | str:
+        """The process's perf map read on, when its module map is to be made anew; else ""."""
+        if self.perf_maps is None or not self.unwinder.stale(process):
+            return ""
+        found = self._perf_map_files.get(process)
+        if found is None:
+            if not any(_maybe_jit(mapping) for mapping in process.mappings()):
+                return ""
+            from liveunwind.modules.jit import PerfMapFile
+
+            found = PerfMapFile(self.perf_maps, f"/tmp/perf-{process.pid}.map")
+            self._perf_map_files[process] = found
+        return found.update(PERF_MAP_READ)
 
     @property
     def problems(self) -> list[str]:

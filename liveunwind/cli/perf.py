@@ -124,6 +124,7 @@ def replay(
         options,
         build_ids=build_ids,
         vdso=_own_vdso(recording, arch, build_ids.get("[vdso]")),
+        perf_maps=arguments.sysroot or "/",
     )
     wanted_pid, wanted_tids = arguments.pid, set(arguments.threads or ())
 

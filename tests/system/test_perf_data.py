@@ -33,6 +33,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from tests.support.builds import build
 from tests.support.paths import ROOT
 from tests.support.perfscript import Compared
 from tests.support.programs import start_program
@@ -115,7 +116,7 @@ def test_every_sample_is_perf_scripts_where_perf_is_right_attached(
     assert compared.missing == 0
     assert not compared.unexplained, compared.unexplained[:5]
     total = sum(compared.kinds.values())
-    assert total > 1000
+    assert total > 300  # 2 s at 1500 Hz, of threads burning one core and a third (load permitting)
     assert compared.kinds["equal"] >= 0.95 * total
     burner = ("spin_hot", "burner_main", "start_thread", "__clone3")
     third = ("spin_hot", "third_busy", "third_main", "start_thread", "__clone3")
@@ -132,7 +133,7 @@ def test_every_sample_is_perf_scripts_where_perf_is_right_started(
     assert compared.missing == 0
     assert not compared.unexplained, compared.unexplained[:5]
     total = sum(compared.kinds.values())
-    assert total > 500
+    assert total > 200
     burner = ("spin_hot", "burner_main", "start_thread", "__clone3")
     assert compared.stacks[burner] > 0.4 * total
 
@@ -145,7 +146,7 @@ def test_the_command_gives_profiles_outputs(attached: Path, tmp_path: Path) -> N
     jsonschema.validate(document, SCHEMA)
     assert document["source"] == "perf.data" and document["rate_asked"] == RATE
     counts = [int(line.rpartition(" ")[2]) for line in folded.read_text().splitlines()]
-    assert sum(counts) == document["samples"] > 1000
+    assert sum(counts) == document["samples"] > 300
     busiest = max(document["threads"], key=lambda thread: thread["samples"])
     assert busiest["name"] == "burner" and busiest["top_function"] == "spin_hot"
     # From the samples' periods (cpu-clock nanoseconds) over the recording; the scheduler's
@@ -235,4 +236,20 @@ def test_a_compressed_recording_is_perf_scripts(testprogs_build: Path, tmp_path:
     print("compressed:", dict(compared.kinds), "other threads:", dict(compared.startup))
     assert compared.missing == 0
     assert not compared.unexplained, compared.unexplained[:5]
-    assert sum(compared.kinds.values()) > 300
+    assert sum(compared.kinds.values()) > 100
+
+
+def test_jit_code_is_named_from_the_perf_map_and_walked_through(tmp_path: Path) -> None:
+    """testprogs/jit/jit-entry spins on the first instruction of code in anonymous memory
+    that only its perf map names: perf's walk ends there (no CFI), ours goes on to the
+    thread's start, the chain the program documents."""
+    program = build("jit") / "jit-entry"
+    data = tmp_path / "jit.data"
+    perf_record(data, "--", "timeout", "-s", "INT", "1", str(program))
+    compared = Compared(data, {"spinner"})
+    print("jit:", dict(compared.kinds), "other threads:", dict(compared.startup))
+    assert not compared.unexplained, compared.unexplained[:5]
+    total = sum(compared.kinds.values())
+    assert total > 100 and compared.kinds["perf shorter"] == total
+    chain = ("jit_entry", "call_jit", "spin", "start_thread", "__clone3")
+    assert compared.stacks[chain] >= 0.95 * total

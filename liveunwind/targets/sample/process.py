@@ -138,6 +138,8 @@ class SampledProcess(AddressSpace):
         self.build_ids: dict[str, bytes] = {}
         #: The vDSO's bytes, when they are known (this machine's own, checked by build-id).
         self.vdso: bytes | None = None
+        #: The paths mapped executable at some time: the files looked for.
+        self._code_paths: set[str] = set()
         #: A number per path stands for the inode where records give none.
         self._inodes: dict[str, int] = {}
         self.generation = 0
@@ -161,6 +163,8 @@ class SampledProcess(AddressSpace):
             return
         if build_id:
             self.build_ids[path] = build_id
+        if prot & _PROT_EXEC:
+            self._code_paths.add(path)
         if path.startswith("/") and not path.startswith("//") and not inode:
             inode = self._inodes.setdefault(path, len(self._inodes) + 1)
         perms = (
@@ -209,6 +213,7 @@ class SampledProcess(AddressSpace):
         child = SampledProcess(self.arch, pid, self.files)
         child._mappings, child._starts = list(self._mappings), list(self._starts)
         child.build_ids, child.vdso, child._inodes = dict(self.build_ids), self.vdso, self._inodes
+        child._code_paths = set(self._code_paths)
         return child
 
     def mapping_at(self, address: int) -> Mapping | None:
@@ -244,7 +249,13 @@ class SampledProcess(AddressSpace):
         raise MemoryReadError(address, size, NOT_IN_SAMPLE)
 
     def mapped_image(self, mapping: Mapping) -> ElfImage | None:
-        if not mapping.is_file:
+        """The file of a mapping of code's file; None for a file never mapped executable.
+
+        Perf records no munmap: data files the loader maps for a moment (its
+        cache, locale archives) stay in the mappings; they hold no code to
+        walk or name, and are not looked for.
+        """
+        if not mapping.is_file or mapping.path not in self._code_paths:
             return None
         return self.files.image(mapping.path, self.build_ids.get(mapping.path), self.arch)
 
