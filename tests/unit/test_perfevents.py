@@ -277,3 +277,31 @@ def test_a_corrupt_compressed_stream_ends_the_records_saying_so(tmp_path: Path) 
         assert not any(isinstance(record, perfevents.Sample) for record in records)
         assert len(recording.problems) == 1
         assert "compressed records" in recording.problems[0]
+
+
+@pytest.mark.parametrize(
+    ("arch_name", "perf_numbers"),
+    [
+        # arch/x86/include/uapi/asm/perf_regs.h: ax bx cx dx si di bp sp ip flags cs ss ds es fs gs
+        # r8..r15; perf record asks 0xff0fff (no ds es fs gs).
+        ("x86_64", {"rax": 0, "rbx": 1, "rcx": 2, "rdx": 3, "rbp": 6, "rsp": 7, "rip": 8,
+                    "r8": 16, "r15": 23}),
+        # arch/arm64/include/uapi/asm/perf_regs.h: x0..x28, x29 (fp), lr, sp, pc.
+        ("aarch64", {"x0": 0, "x28": 28, "fp": 29, "lr": 30, "sp": 31, "pc": 32}),
+        # arch/riscv/include/uapi/asm/perf_regs.h: pc, ra, sp, gp, tp, t0-t2, s0, s1, a0-a7...
+        ("riscv64", {"pc": 0, "ra": 1, "sp": 2, "fp": 8, "a0": 10, "s2": 18, "t6": 31}),
+    ],
+)  # fmt: skip
+def test_each_architecture_numbers_perf_registers_as_its_kernel(
+    arch_name: str, perf_numbers: dict[str, int]
+) -> None:
+    arch = arch_by_name(arch_name)
+    perf = arch.perf_registers
+    assert perf is not None
+    # Each register's value at its perf number, with every register an unwind needs asked.
+    values = tuple(range(1000, 1000 + bin(perf.unwind_mask).count("1")))
+    registers = perf.registers(perf.unwind_mask, values)
+    bits = [bit for bit in range(64) if perf.unwind_mask >> bit & 1]
+    for name, number in perf_numbers.items():
+        assert registers[arch.register_number(name)] == values[bits.index(number)], name
+    assert arch.pc in registers and arch.sp in registers and arch.fp in registers
