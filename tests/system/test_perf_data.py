@@ -23,6 +23,7 @@ loader's start-up are counted apart (ld.so's ``_start`` has no CFI).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -253,3 +254,40 @@ def test_jit_code_is_named_from_the_perf_map_and_walked_through(tmp_path: Path) 
     assert total > 100 and compared.kinds["perf shorter"] == total
     chain = ("jit_entry", "call_jit", "spin", "start_thread", "__clone3")
     assert compared.stacks[chain] >= 0.95 * total
+
+
+def test_a_sample_space_reads_the_copy_and_unchanging_file_bytes_only() -> None:
+    """This process as a sampled one: its stack copy, its files inside its root (``RootFiles``,
+    what a live sampler uses), and "not in the sample" for the rest."""
+    from liveunwind.arch import host_arch
+    from liveunwind.errors import MemoryReadError
+    from liveunwind.targets.live.procfs import read_maps
+    from liveunwind.targets.sample.process import RootFiles, SampledProcess
+    from liveunwind.targets.sample.space import SampleSpace
+
+    arch, problems = host_arch(), []
+    process = SampledProcess(arch, os.getpid(), RootFiles(f"/proc/{os.getpid()}/root", problems))
+    maps = read_maps("self")
+    for mapping in maps:
+        prot = (4 if mapping.executable else 0) | (2 if mapping.writable else 0) | 1
+        process.map(mapping.start, mapping.end, mapping.offset, mapping.path, prot=prot)
+    code = next(m for m in maps if m.executable and "libc.so" in m.path)
+    heap = next(m for m in maps if m.path == "[heap]")
+    stack = bytes(range(256)) * 4
+    space = SampleSpace(process, 1, "t", {arch.sp: 0x1000, arch.pc: code.start}, stack)
+
+    assert space.read(0x1010, 4) == stack[16:20]
+    assert space.read_word(0x1008) == int.from_bytes(stack[8:16], "little")
+    with open(f"/proc/{os.getpid()}/mem", "rb") as memory:  # the live bytes, the truth
+        memory.seek(code.start + 0x100)
+        assert space.read(code.start + 0x100, 64) == memory.read(64)
+    for address in (heap.start, 0x1000 + len(stack) - 4):  # the heap, past the copy's end
+        with pytest.raises(MemoryReadError, match="not in the sample"):
+            space.read(address, 8)
+    assert not problems
+
+    process.build_ids[code.path] = bytes(20)  # a recording naming another build-id
+    process.files = RootFiles(f"/proc/{os.getpid()}/root", problems)
+    with pytest.raises(MemoryReadError, match="not in the sample"):
+        process.read(code.start + 0x100, 64)
+    assert len(problems) == 1 and "differs from 0000" in problems[0]
