@@ -7,8 +7,9 @@ in time order only within a ring; a FINISHED_ROUND record marks the end of a
 pass over all rings.  As perf itself does, records are held back until a
 round ends and then handed on in time order up to the newest time of the
 round before (a later round never holds anything older), at most
-:data:`MAX_PENDING` at once.  The file is read through ``targets/files.py``
-in chunks; every size comes from the file and is checked against it.
+:data:`MAX_PENDING` (and :data:`MAX_PENDING_BYTES` of stack copies) at
+once.  The file is read through ``targets/files.py`` in chunks; every size
+comes from the file and is checked against it.
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ if TYPE_CHECKING:
 
 #: Bytes of the data section read at once.
 CHUNK = 8 << 20
-#: Records held back for ordering; beyond it the oldest go on without waiting for their round.
+#: Records held back for ordering, and the stack bytes of the samples among them; beyond
+#: either the oldest go on without waiting for their round (a file without rounds).
 MAX_PENDING = 200_000
+MAX_PENDING_BYTES = 256 << 20
 #: PERF_RECORD_COMPRESSED (perf record -z): a piece of one zstd stream of records.
 RECORD_COMPRESSED = 81
 #: Bytes one compressed record may inflate to (perf compresses its ring buffers' flushes:
@@ -129,12 +132,13 @@ class PerfDataFile:
         A record that is cut or corrupt ends the records; :attr:`problems` says where.
         """
         pending: list[tuple[int, int, Record]] = []
-        sequence = 0
+        sequence = held = 0  # held: the stack bytes the pending samples keep
         newest = 0  # the newest time seen since the last round ended
         flush_to = -1  # the newest time of the round before: all older may go
         for kind, time, record in self._raw_records():
             if kind == RECORD_FINISHED_ROUND:
                 while pending and pending[0][0] <= flush_to:
+                    held -= _held(pending[0][2])
                     yield heapq.heappop(pending)[2]
                 flush_to = newest
                 continue
@@ -143,7 +147,9 @@ class PerfDataFile:
             newest = max(newest, time)
             heapq.heappush(pending, (time, sequence, record))
             sequence += 1
-            if len(pending) > MAX_PENDING:
+            held += _held(record)
+            while len(pending) > MAX_PENDING or held > MAX_PENDING_BYTES:
+                held -= _held(pending[0][2])
                 yield heapq.heappop(pending)[2]
         while pending:
             yield heapq.heappop(pending)[2]
@@ -219,6 +225,11 @@ class PerfDataFile:
                 continue
             yield kind, time, record
         self._left_over = inner[at:]
+
+
+def _held(record: Record) -> int:
+    """Bytes a pending record keeps: a sample's stack copy."""
+    return record.dyn_size if isinstance(record, perfevents.Sample) else 0
 
 
 def _size_at(buffer: bytes, at: int) -> int:
