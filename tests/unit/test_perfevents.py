@@ -305,3 +305,19 @@ def test_each_architecture_numbers_perf_registers_as_its_kernel(
     for name, number in perf_numbers.items():
         assert registers[arch.register_number(name)] == values[bits.index(number)], name
     assert arch.pc in registers and arch.sp in registers and arch.fp in registers
+
+
+def test_records_held_for_ordering_are_bounded_and_none_is_lost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The file's one round holds 31 samples of 1 KiB stack copies: with room for three,
+    the oldest go on before the round ends, and every record still comes out once."""
+    from liveunwind.targets.sample import perfdata as reader
+
+    monkeypatch.setattr(reader, "MAX_PENDING_BYTES", 3 * 1024)
+    with PerfDataFile(str(DATA)) as recording:
+        records = list(recording.records())
+    kinds = Counter(type(record).__name__ for record in records)
+    assert kinds["Sample"] == 31 and len(records) == 31 + 6 + 69 + 9
+    times = [record.time for record in records if isinstance(record, perfevents.Sample)]
+    assert len(set(times)) == 31
