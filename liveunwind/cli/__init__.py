@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 EXIT_COMPLETE = 0
 EXIT_INCOMPLETE = 1
+#: Frames in a crash signature (``core --group``); cli/group.py says why 3.
+_GROUP_FRAMES = 3
 #: 128 + the signal's number, as shells report a command a signal ended.
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 EXIT_TERMINATED = 128 + signal.SIGTERM
@@ -205,6 +207,18 @@ def commands() -> list[Command]:
             ),
             Option("--exe", "the processes running this file (/proc/PID/exe)", metavar="PATH"),
             Option(
+                "--cgroup",
+                "the processes of this cgroup and those below it (under /sys/fs/cgroup, or "
+                "as /proc/PID/cgroup writes it)",
+                metavar="PATH",
+            ),
+            Option(
+                "--container",
+                "the processes of a container: by its id (the cgroup naming it), or by one of "
+                "its pids (that cgroup, else that pid namespace)",
+                metavar="ID-or-PID",
+            ),
+            Option(
                 "--per-process",
                 "with several processes, --collapsed counts each apart (name:pid) instead of "
                 "every process of a name together",
@@ -267,11 +281,32 @@ def commands() -> list[Command]:
         [
             Positional(
                 "core",
-                "the core file (.gz, .xz, .zst, .bz2 and .lz4 are read as they are)",
+                "core files (.gz, .xz, .zst, .bz2 and .lz4 are read as they are) or folders "
+                "of them (systemd-coredump's /var/lib/systemd/coredump); after one core, the "
+                "program that dumped it may follow",
+                many=True,
             ),
-            Positional("executable", "the program that dumped it", optional=True),
         ],
         [
+            Option(
+                "--group",
+                "print crash signatures (program, signal, first frames in its own code), "
+                "each with its number of cores and examples, most first",
+                value=False,
+            ),
+            Option(
+                "--group-frames",
+                f"frames of the program's own code in a crash signature (default {_GROUP_FRAMES})",
+                convert=_count,
+                default=_GROUP_FRAMES,
+                metavar="N",
+            ),
+            Option(
+                "--collapsed",
+                "print folded stacks (program;thread;outer;...;inner count) summed over the cores",
+                value=False,
+            ),
+            _per_thread_option(),
             Option("--sysroot", "look for the core's files under DIR", metavar="DIR"),
             Option(
                 "--search-path",
@@ -518,16 +553,7 @@ def _run(argv: Sequence[str] | None) -> int:
     if arguments.command == "pid":
         return _pid_command(arguments, unwinders)
     if arguments.command == "core":
-        from liveunwind.backtrace.api import open_core
-
-        backtrace = open_core(
-            arguments.core,
-            arguments.executable,
-            sysroot=arguments.sysroot,
-            search_path=[part for part in arguments.search_path.split(":") if part],
-            options=_backtrace_options(arguments, unwinders),
-        )
-        return _print(arguments, backtrace)
+        return _core_command(arguments, unwinders)
     if arguments.command == "gdb-remote":
         return _remote_command(arguments, unwinders)
     if arguments.command == "profile":
@@ -584,7 +610,16 @@ def _pid_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> int:
     """``liveunwind pid``: one process (the document of one backtrace), or many (a list)."""
     from liveunwind.cli.targets import choose
 
-    chosen = choose(arguments.pid, every=arguments.all, name=arguments.name, exe=arguments.exe)
+    chosen = choose(
+        arguments.pid,
+        every=arguments.all,
+        name=arguments.name,
+        exe=arguments.exe,
+        cgroup=arguments.cgroup,
+        container=arguments.container,
+    )
+    if arguments.verbose and chosen.how:
+        print(f"liveunwind: {len(chosen.pids)} processes of {chosen.how}", file=sys.stderr)
     if chosen.single:
         return _one_process(arguments, unwinders, chosen.pids[0])
     if arguments.repeat > 1 or arguments.threads:
@@ -597,6 +632,44 @@ def _pid_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> int:
         chosen.pids,
         print_stats=_print_stats,
     )
+
+
+def _core_command(arguments: SimpleNamespace, unwinders: tuple[str, ...]) -> int:
+    """``liveunwind core``: one core (the document of one backtrace), or many (a list).
+
+    ``core CORE EXE`` keeps its meaning (``cli.cores.core_arguments``): a
+    second argument that is not itself a core or a folder is the program
+    that dumped the first.  ``--group`` and ``--collapsed`` take the
+    many-core path even for one core.
+    """
+    from liveunwind.cli.cores import core_arguments
+
+    if arguments.group and arguments.collapsed:
+        raise UsageError("core: --group and --collapsed print different things; choose one")
+    if arguments.group_frames == 0:
+        raise UsageError("core: --group-frames must be at least 1")
+    cores, executable = core_arguments(arguments.core)
+    options = _backtrace_options(arguments, unwinders)
+    many = arguments.group or arguments.collapsed or len(cores) > 1 or os.path.isdir(cores[0])
+    if not many:
+        from liveunwind.backtrace.api import open_core
+
+        backtrace = open_core(
+            cores[0],
+            executable,
+            sysroot=arguments.sysroot,
+            search_path=[part for part in arguments.search_path.split(":") if part],
+            options=options,
+        )
+        return _print(arguments, backtrace)
+    from liveunwind.cli.cores import many_cores
+    from liveunwind.targets.cores.store import StoreError, core_entries
+
+    try:
+        entries = core_entries(cores)
+    except StoreError as error:
+        raise UsageError(f"core: {error}") from None
+    return many_cores(arguments, options, entries, executable, print_stats=_print_stats)
 
 
 def _one_process(arguments: SimpleNamespace, unwinders: tuple[str, ...], pid: int) -> int:
