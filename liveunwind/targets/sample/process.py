@@ -188,8 +188,11 @@ class SampledProcess(AddressSpace):
             if not self.problems or "mappings" not in self.problems[-1]:
                 self.problems.append(f"process {self.pid}: more than {MAX_MAPPINGS} mappings")
             return
-        self._mappings[first:last] = sorted([*kept, mapping])
-        self._starts = [mapping.start for mapping in self._mappings]
+        placed = sorted([*kept, mapping])
+        # Slices replaced in place (a memmove), not lists rebuilt: a recording may hold
+        # tens of thousands of mmap records of one process.
+        self._mappings[first:last] = placed
+        self._starts[first:last] = [each.start for each in placed]
         self.generation += 1
 
     def _overlapping(self, start: int, end: int) -> list[Mapping]:
