@@ -89,3 +89,19 @@ def test_memory_outside_read_only_files_is_not_in_the_sample() -> None:
     sampled.vdso = bytes(range(256)) * 16
     assert sampled.read(0x20010, 4) == bytes([16, 17, 18, 19])
     assert "kernel copied only" in NOT_IN_SAMPLE
+
+
+def test_only_files_and_code_make_a_new_generation() -> None:
+    """malloc's and Python's anonymous blocks come and go all along: each would make the module
+    map anew for the next sample (0.14 ms against 0.03 for the sample itself, measured)."""
+    sampled = process()
+    sampled.map(0x10000, 0x20000, 0, "/lib/a.so", prot=5)
+    generation = sampled.generation
+    sampled.map(0x40000, 0x80000, 0, "//anon", prot=3)  # data: no new module map
+    assert sampled.generation == generation and len(sampled.mappings()) == 2
+    sampled.map(0x80000, 0x81000, 0, "//anon", prot=7)  # JIT code
+    assert sampled.generation == generation + 1
+    sampled.map(0x18000, 0x19000, 0, "//anon", prot=3)  # data over a file's pages
+    assert sampled.generation == generation + 2
+    sampled.map(0x90000, 0x91000, 0, "/lib/b.so", prot=1)  # a file
+    assert sampled.generation == generation + 3

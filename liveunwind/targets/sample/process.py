@@ -46,6 +46,11 @@ NOT_IN_SAMPLE_VDSO = (
 _PROT_READ, _PROT_WRITE, _PROT_EXEC = 1, 2, 4
 
 
+def _holds_code(mapping: Mapping) -> bool:
+    """A mapping a module map cares about: of a file, or executable (JIT code)."""
+    return mapping.is_file or mapping.executable or mapping.path.startswith("[")
+
+
 class FileSource:
     """Where the files of a sampled process are found (the contract of the two below)."""
 
@@ -124,8 +129,12 @@ class RootFiles(FileSource):
 class SampledProcess(AddressSpace):
     """One sampled process: its mappings and files, the space its module map reads.
 
-    ``generation`` changes whenever the mappings do: a module map made at
-    one generation holds for every sample taken while it lasts.
+    ``generation`` changes whenever mappings of files or of code do: a module
+    map made at one generation holds for every sample taken while it lasts.
+    Anonymous data (malloc's large blocks, Python's arenas, new threads'
+    stacks: mapped and unmapped all along) is kept in :meth:`mappings`
+    without a new generation: a module map built before does not know it,
+    and a walk on a stack it does not know is bounded by the stack copy.
     """
 
     def __init__(self, arch: Arch, pid: int, files: FileSource) -> None:
@@ -175,7 +184,8 @@ class SampledProcess(AddressSpace):
         )
         mapping = Mapping(start, end, perms, offset, inode, path)
         kept: list[Mapping] = []
-        for old in self._overlapping(start, end):
+        overlapped = self._overlapping(start, end)
+        for old in overlapped:
             if old.start < start:
                 kept.append(old._replace(end=start))
             if old.end > end:
@@ -193,7 +203,8 @@ class SampledProcess(AddressSpace):
         # tens of thousands of mmap records of one process.
         self._mappings[first:last] = placed
         self._starts[first:last] = [each.start for each in placed]
-        self.generation += 1
+        if any(map(_holds_code, [mapping, *overlapped])):
+            self.generation += 1
 
     def _overlapping(self, start: int, end: int) -> list[Mapping]:
         index = bisect.bisect_right(self._starts, start) - 1
