@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from liveunwind.backtrace.options import BacktraceOptions
     from liveunwind.formats.perfevents import EventAttr, Record, Sample
     from liveunwind.formats.unwind.perfmap import PerfMapView
-    from liveunwind.modules.jit import PerfMapFile
     from liveunwind.modules.modulemap import ModuleMap
+    from liveunwind.modules.perfmapfile import PerfMapFile
     from liveunwind.targets.base import Mapping
     from liveunwind.targets.sample.process import FileSource
 
@@ -285,7 +285,7 @@ class SampleReplay:
         if found is None:
             if not any(_maybe_jit(mapping) for mapping in process.mappings()):
                 return ""
-            from liveunwind.modules.jit import PerfMapFile
+            from liveunwind.modules.perfmapfile import PerfMapFile
 
             found = PerfMapFile(self.perf_maps, f"/tmp/perf-{process.pid}.map")
             self._perf_map_files[process] = found
