@@ -2,8 +2,12 @@
 
 Targets (built or started here): a C program with 9 threads 30 frames deep,
 the same with 64 threads, python3 with 8 threads 20 Python frames deep, and a
-core of the python3 one. On the python3 targets ``liveunwind --python`` runs
-beside ``pystack --native``, the two that merge Python frames into the native
+core of the python3 one.  Then the cold command beside eu-stack, taking turns
+(bench/coldstart.py), on the C target and on CPython 3.11 built from Debian's
+source with an unstripped libpython3.11.so (bench/shared-python.sh builds it
+once), 100 copies of the C target by ``--name`` and ``--all`` beside shell
+loops.  On the python3 targets ``liveunwind --python`` runs beside
+``pystack --native``, the two that merge Python frames into the native
 stack. For each tool that applies: the wall time of the
 whole command and the freeze it caused (the longest gap a heartbeat thread
 inside the target saw), several repetitions, median and spread. Then warm
@@ -28,6 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench import coldstart  # noqa: E402
 from bench.breakdown import breakdown, format_breakdown  # noqa: E402
 
 #: The tools run as subprocesses, with liveunwind as a user has it (see install_liveunwind).
@@ -251,13 +256,54 @@ def main() -> int:
                 }
         finally:
             target.stop()
+    results["cold_start"] = cold_start(work, c_target)
     out = Path(__file__).with_name("results.json")
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(format_table(results))
     print(f"\ncold liveunwind pid, layer by layer ({scenarios[0][0]}):")
     print(format_breakdown(results["cold_breakdown"]))
+    for title, entry in results["cold_start"].items():
+        print(coldstart.format_rows(title, entry))
     shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def shared_python() -> str | None:
+    """CPython 3.11 from Debian's source with an unstripped libpython3.11.so (built once)."""
+    build = subprocess.run(
+        [str(Path(__file__).with_name("shared-python.sh"))], capture_output=True, text=True
+    )
+    if build.returncode != 0:
+        print(f"skipping the CPython-from-source target: {build.stderr.strip()}", flush=True)
+        return None
+    return str(Path(build.stdout.strip()) / "bin" / "python3.11")
+
+
+def cold_start(work: Path, c_target: Path) -> dict:
+    """bench/coldstart.py's measurements: cold command, many processes, every process."""
+    found: dict = {}
+    targets = [("cold pid, C, 9 threads x 30 frames", [str(c_target), "9", "30"])]
+    python = shared_python()
+    if python is not None:
+        script = str(Path(__file__).with_name("target.py"))
+        targets.append(("cold pid, CPython 3.11 from source (libpython3.11.so)",
+                        [python, script, "8", "20"]))  # fmt: skip
+    for title, command in targets:
+        heartbeat = work / f"heartbeat-cold-{len(found)}"
+        heartbeat.write_bytes(bytes(16))
+        target = Target(title, [*command, str(heartbeat)], heartbeat)
+        try:
+            print(f"== {title} (pid {target.pid})", flush=True)
+            found[title] = coldstart.cold(LIVEUNWIND, target.pid)
+        finally:
+            target.stop()
+    print("== 100 processes of the C target", flush=True)
+    found["100 processes of the C target (9 threads each)"] = coldstart.many(
+        LIVEUNWIND, str(c_target)
+    )
+    print("== every process of this machine", flush=True)
+    found["every process (--all)"] = coldstart.every_process(LIVEUNWIND)
+    return found
 
 
 def format_table(results: dict) -> str:

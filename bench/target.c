@@ -1,5 +1,5 @@
 /*
- * target THREADS DEPTH HEARTBEAT_FILE [busy] — the C benchmark target.
+ * target THREADS DEPTH HEARTBEAT_FILE [busy|quiet] — the C benchmark target.
  *
  * THREADS-1 worker threads each recurse DEPTH distinct-enough frames and
  * sleep; with "busy", the first worker works there instead, counting chunks
@@ -9,7 +9,9 @@
  * in HEARTBEAT_FILE (a double, milliseconds) the longest gap it saw between
  * two wake-ups. A tool that stops the process stops the heartbeat too, so the
  * gap measured across one tool run is how long that tool froze the process.
- * The benchmark resets the value to 0 before each run.
+ * The benchmark resets the value to 0 before each run.  With "quiet", the
+ * heartbeat thread only sleeps (the same threads, no wake-ups): a hundred
+ * copies of the target then leave the machine idle (bench/coldstart.py).
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -25,6 +27,7 @@ static volatile double *longest_gap_ms;
 static volatile unsigned long long *work_done;
 static volatile int keep_going = 1;
 static int depth;
+static int quiet;
 
 static double now_ms(void)
 {
@@ -38,6 +41,8 @@ static void *heartbeat(void *arg)
     (void)arg;
     const struct timespec tick = {0, 100000};
     double last = now_ms();
+    while (keep_going && quiet)
+        sleep(3600);
     while (keep_going) {
         nanosleep(&tick, NULL);
         double now = now_ms();
@@ -81,11 +86,12 @@ static void *worker(void *arg)
 
 int main(int argc, char **argv)
 {
-    if (argc != 4 && !(argc == 5 && strcmp(argv[4], "busy") == 0)) {
-        fprintf(stderr, "usage: %s THREADS DEPTH HEARTBEAT_FILE [busy]\n", argv[0]);
+    if (argc != 4 && !(argc == 5 && (strcmp(argv[4], "busy") == 0 || strcmp(argv[4], "quiet") == 0))) {
+        fprintf(stderr, "usage: %s THREADS DEPTH HEARTBEAT_FILE [busy|quiet]\n", argv[0]);
         return 2;
     }
-    int busy = argc == 5;
+    int busy = argc == 5 && strcmp(argv[4], "busy") == 0;
+    quiet = argc == 5 && strcmp(argv[4], "quiet") == 0;
     int threads = atoi(argv[1]);
     depth = atoi(argv[2]);
     int fd = open(argv[3], O_RDWR | O_CREAT, 0644);

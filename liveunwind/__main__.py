@@ -1,9 +1,16 @@
-"""``python -m liveunwind``: the same as the ``liveunwind`` command.
+"""``python -m liveunwind``: the same as the ``liveunwind`` command (bin/liveunwind).
 
 A signal while this imports the command ends it quietly: the package's
-``__init__`` installed handlers for that before this file ran.
+``__init__`` installed handlers for that before this file ran.  As in
+bin/liveunwind, what the import creates is left out of the garbage
+collector's scans (``gc.freeze``).
 """
 
-from liveunwind.cli import run
+import gc
 
+gc.disable()
+from liveunwind.cli import run  # noqa: E402
+
+gc.freeze()
+gc.enable()
 run()

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from liveunwind.backtrace.options import BacktraceOptions
+    from liveunwind.backtrace.shared import SharedFiles
     from liveunwind.frames import Backtrace
 
 
@@ -64,6 +65,7 @@ def open_core(
     sysroot: str | None = None,
     search_path: Sequence[str] = (),
     options: BacktraceOptions | None = None,
+    shared: SharedFiles | None = None,
     **keywords: Any,
 ) -> Backtrace:
     """Backtraces of every thread recorded in a core file (ELF or Mach-O).
@@ -74,6 +76,8 @@ def open_core(
     (or each as a keyword of its own) say how to walk and name the stacks:
     ``lines`` gives each frame its source file, line and inlined calls;
     ``python`` the Python frames each frame of CPython's eval loop runs.
+    ``shared`` (``SharedFiles(by_path=True)``): what cores before this one
+    read of their files, used here and added to (a run over many ELF cores).
     """
     asked = chosen(options, keywords)
     phases = Phases()
@@ -90,7 +94,10 @@ def open_core(
 
     with ElfCore.open(core, executable, sysroot=sysroot, search_path=search_path) as space:
         opening.stop()
-        backtrace = Backtracer(asked).backtrace(space, phases.seconds)
+        backtracer = Backtracer(asked, shared=shared)
+        backtrace = backtracer.backtrace(space, phases.seconds)
+        if shared is not None:
+            shared.keep(backtracer.modules)
         backtrace.crash = space.crash_info()
         backtrace.problems = sorted({*backtrace.problems, *space.problems})
         if asked.verbose:  # which file stands for each recorded path that is not here

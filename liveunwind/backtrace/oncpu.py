@@ -43,7 +43,7 @@ from liveunwind.backtrace.samples import SampleReplay
 from liveunwind.errors import TargetError, UsageError
 from liveunwind.formats.perfevents import EventAttr, Sample, Task, decode, record_time
 from liveunwind.frames import StopReason
-from liveunwind.modules.jit import PerfMapFile
+from liveunwind.modules.perfmapfile import PerfMapFile
 from liveunwind.targets.files import read_kernel_file
 from liveunwind.targets.live.procfs import perf_map_path, read_maps
 from liveunwind.targets.live.syscalls import read_remote
@@ -141,7 +141,7 @@ def record_on_cpu(
         else:
             profile.duration = ended - started
         _add_cpu(profile, before, _cpu_times(pid), ended - started)
-        _notes(profile, recorder, replay, others, stack_size, perf_map, options)
+        _notes(profile, recorder, replay, others, stack_size, options)
     return profile
 
 
@@ -216,7 +216,6 @@ def _notes(
     replay: SampleReplay,
     others: int,
     stack_size: int,
-    perf_map: PerfMapFile,
     options: BacktraceOptions,
 ) -> None:
     """What the reader of an on-CPU profile must know: its clock, what was lost or cut."""
@@ -246,7 +245,7 @@ def _notes(
     process = replay.process(profile.pid)
     mappings = process.mappings()
     python = any("python" in mapping.path.rsplit("/", 1)[-1].lower() for mapping in mappings)
-    if python and (options.python or not len(perf_map.perf_map.view())):
+    if python and (options.python or not len(replay.perf_map)):
         how = (
             " (--python reads its frames only in the wall-clock mode)"
             if options.python

@@ -23,9 +23,9 @@ if TYPE_CHECKING:
     from liveunwind.cpython.reader import PythonReader
     from liveunwind.formats.unwind.perfmap import PerfMapView
     from liveunwind.frames import Backtrace
-    from liveunwind.modules.jit import PerfMapFile
     from liveunwind.modules.module import Module
     from liveunwind.modules.modulemap import ModuleMap
+    from liveunwind.modules.perfmapfile import PerfMapFile
     from liveunwind.targets.base import AddressSpace
     from liveunwind.targets.live.ptrace import PtraceProcess
     from liveunwind.unwinder.cache import UnwindCache
@@ -145,20 +145,20 @@ class Session:
         phases.total()
         return backtrace
 
-    def _read_perf_map(self, limit: int, *, settle: bool = True) -> PerfMapView:
+    def _read_perf_map(self, limit: int, *, settle: bool = True) -> PerfMapView | str:
         """The process's perf map as known now: read on (at most ``limit`` more bytes).
 
         Entries are only ever appended: what is read before the stop stays
         true in it, and the stop reads only what was appended in between.
         """
         if self._perf_map is None:
-            from liveunwind.modules.jit import PerfMapFile
+            from liveunwind.modules.perfmapfile import PerfMapFile
             from liveunwind.targets.live.procfs import perf_map_path
 
             self._perf_map = PerfMapFile(f"/proc/{self.pid}/root", perf_map_path(self.pid))
         return self._perf_map.update(limit, settle=settle)
 
-    def _map_running(self, process: PtraceProcess, perf_map: PerfMapView) -> ModuleMap | None:
+    def _map_running(self, process: PtraceProcess, perf_map: PerfMapView | str) -> ModuleMap | None:
         """The module map of the process while it still runs, or None if it cannot be made.
 
         What is read ahead of the stop (JIT registry roots, Python code) is
@@ -204,7 +204,7 @@ class Session:
 
         return prepare(running)
 
-    def _copy_registry(self, space: AddressSpace, perf_map: PerfMapView) -> ModuleMap:
+    def _copy_registry(self, space: AddressSpace, perf_map: PerfMapView | str) -> ModuleMap:
         """While the process is stopped: reads its JIT registry into the snapshot.
 
         The map of the stopped process takes over the modules found before

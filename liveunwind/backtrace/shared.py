@@ -13,7 +13,10 @@ one path in two mount namespaces can be two files), and the build-id the
 file was read with equal to the build-id in the ELF headers the process
 has in memory (device and inode alone can collide: btrfs subvolumes share a
 device number in /proc/PID/maps).  A file without a build-id is not shared;
-one whose size or mtime changed since it was read is dropped.
+one whose size or mtime changed since it was read is dropped.  Cores record
+no device or inode: for them (``by_path``) the file is the path the core
+records, with the same build-id check — every core of one run finds its
+files the same way (the same ``--sysroot`` and search path).
 
 Memory: at most :data:`MAX_FILES` files are kept (least recently used
 dropped first); each file's facts are bounded as a module's are.
@@ -62,7 +65,9 @@ class _File:
 class SharedFiles:
     """Per file (device, inode, build-id): the facts modules of this run read of it."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, by_path: bool = False) -> None:
+        """``by_path``: the targets are cores, whose files are known by path alone."""
+        self._by_path = by_path
         self._files: OrderedDict[tuple[str, int], _File] = OrderedDict()
         #: Modules handed facts instead of reading their files: what sharing saved.
         self.adopted = 0
@@ -71,7 +76,7 @@ class SharedFiles:
         """Gives a module of a new map the facts kept for its file, if it is the same file."""
         if not isinstance(module, ElfModule) or module.is_vdso or "image" in module.__dict__:
             return
-        key = _key(module)
+        key = _key(module, self._by_path)
         known = self._files.get(key) if key is not None else None
         if known is None or key is None:
             return
@@ -93,7 +98,7 @@ class SharedFiles:
         for module in modules.modules:
             if not isinstance(module, ElfModule) or module.is_vdso:
                 continue
-            key = _key(module)
+            key = _key(module, self._by_path)
             if key is None or module.__dict__.get("image") is None:
                 continue  # not read (no frame there), or unreadable: nothing to share
             build_id = module.build_id
@@ -151,10 +156,12 @@ class _RememberedRules:
         return rule
 
 
-def _key(module: ElfModule) -> tuple[str, int] | None:
-    """The file's device and inode as the process's mappings give them."""
+def _key(module: ElfModule, by_path: bool) -> tuple[str, int] | None:
+    """The file's device and inode as the process's mappings give them (or its path)."""
     mapping = module.mappings[0]
-    return (mapping.device, mapping.inode) if mapping.is_file else None
+    if not mapping.is_file:
+        return None
+    return (mapping.path, 0) if by_path else (mapping.device, mapping.inode)
 
 
 def _build_id_in_memory(module: ElfModule) -> bytes | None:

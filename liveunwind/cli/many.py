@@ -81,7 +81,8 @@ def many_processes(
                 print_stats(backtrace, f"process {pid}: ")
         if folded is not None:
             if backtrace is not None:
-                _fold(folded, result, arguments)
+                label = f"{result.name or '?'}:{pid}" if arguments.per_process else result.name
+                fold(folded, label or "?", backtrace, per_thread=arguments.per_thread)
             else:
                 print(f"liveunwind: {_failure(result)}", file=sys.stderr)
         elif arguments.json:
@@ -119,21 +120,18 @@ def _failure(result: ProcessResult) -> str:
     return f"process {result.pid}{name}: not backtraced: {result.error}"
 
 
-def _fold(
-    folded: Counter[tuple[str, ...]], result: ProcessResult, arguments: SimpleNamespace
+def fold(
+    folded: Counter[tuple[str, ...]], label: str, backtrace: Backtrace, *, per_thread: bool
 ) -> None:
-    """Adds the process's folded stacks under its first level, bounded as ``profile`` is.
+    """Adds one target's folded stacks under ``label``, bounded as ``profile`` is.
 
     Beyond MAX_STACKS distinct stacks in all, a new stack is counted under
-    the process's OVERFLOW entry instead.
+    the label's OVERFLOW entry instead.  ``core`` over many cores uses it too.
     """
     from liveunwind.backtrace.profile import MAX_STACKS, OVERFLOW, Profile
 
-    assert result.backtrace is not None
-    profile = Profile(result.pid, 1.0, per_thread=arguments.per_thread)
-    profile.add(result.backtrace)
-    name = result.name or "?"
-    label = f"{name}:{result.pid}" if arguments.per_process else name
+    profile = Profile(backtrace.pid or 0, 1.0, per_thread=per_thread)
+    profile.add(backtrace)
     for stack, count in profile.folded().items():
         key = (label, *stack)
         if key not in folded and len(folded) >= MAX_STACKS:

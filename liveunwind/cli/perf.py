@@ -123,7 +123,8 @@ def replay(
         files,
         options,
         build_ids=build_ids,
-        vdso=_own_vdso(arch, build_ids.get("[vdso]")),
+        vdso=_own_vdso(recording, arch, build_ids.get("[vdso]")),
+        perf_maps=arguments.sysroot or "/",
     )
     wanted_pid, wanted_tids = arguments.pid, set(arguments.threads or ())
 
@@ -145,7 +146,6 @@ def _profile(
     recording: PerfDataFile, arguments: SimpleNamespace, options: BacktraceOptions
 ) -> Profile:
     from liveunwind.backtrace.profile import Profile
-    from liveunwind.targets.sample.perfdata import compressed_note
 
     samples, unwound = replay(recording, arguments, options)
     attr = recording.attr
@@ -178,9 +178,6 @@ def _profile(
             f"{samples.without_registers} samples hold no 64-bit user registers (kernel "
             "threads, 32-bit processes): not counted"
         )
-    compressed = compressed_note(recording.skipped)
-    if compressed:
-        notes.append(compressed)
     profile.note(notes)
     return profile
 
@@ -201,21 +198,33 @@ def _cpu(profile: Profile, attr: EventAttr, periods: dict[int, int]) -> None:
         entry.cpu_percent = (entry.cpu_percent or 0.0) + share
 
 
-def _own_vdso(arch: Arch, build_id: bytes | None) -> bytes | None:
-    """This machine's vDSO, if it is the one the recording names (same build-id)."""
+def _own_vdso(recording: PerfDataFile, arch: Arch, build_id: bytes | None) -> bytes | None:
+    """This machine's vDSO, if it is the recording's.
+
+    It is when its build-id is the one the recording names; where the
+    recording names none (``perf record -z`` writes no build-ids), when the
+    recording was made on this host under the kernel release running now.
+    """
+    import os
+
     from liveunwind.arch import host_arch
     from liveunwind.errors import FormatError
     from liveunwind.formats.elf import ElfImage
     from liveunwind.targets.local.process import LocalProcess
 
-    if not build_id or arch is not host_arch():
+    if arch is not host_arch():
         return None
+    if build_id is None:
+        here = os.uname()
+        if (recording.hostname, recording.osrelease) != (here.nodename, here.release):
+            return None
     own = LocalProcess([])
     for mapping in own.mappings():
         if mapping.path == "[vdso]":
             try:
                 data = own.read(mapping.start, mapping.end - mapping.start)
-                return data if ElfImage(data, origin="[vdso]").build_id == build_id else None
+                ours = ElfImage(data, origin="[vdso]").build_id
             except (LiveUnwindError, FormatError):
                 return None
+            return data if build_id is None or ours == build_id else None
     return None

@@ -1,4 +1,4 @@
-"""Rendering a Backtrace (or one per process of a run): human text and one JSON document."""
+"""Rendering a Backtrace (or one per process or core of a run): human text and one JSON document."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from liveunwind.cli.group import Group
     from liveunwind.frames import (
         Backtrace,
         CrashInfo,
@@ -24,8 +25,8 @@ if TYPE_CHECKING:
 #: describes it (``schemas/backtrace.schema.json``, shipped in the package).  Any
 #: change to the document's shape raises the version: the schema is closed, so
 #: even a new field would fail validation against the old one.
-SCHEMA_VERSION = 5
-SCHEMA_ID = "urn:liveunwind:backtrace:5"
+SCHEMA_VERSION = 6
+SCHEMA_ID = "urn:liveunwind:backtrace:6"
 
 
 class ProcessResult:
@@ -52,6 +53,34 @@ class ProcessResult:
         self.backtrace = backtrace
         self.error = error
         self.exit_code = exit_code
+
+
+class CoreResult:
+    """One core of a many-core run: its backtrace, or why it has none.
+
+    ``program`` is the executable's path (systemd-coredump's
+    ``user.coredump.exe``, else what the core records; "" if neither
+    says); ``error`` the one line saying why there is no backtrace, with
+    ``exit_code`` the code a one-core run would have ended with; ``group``
+    the index of its crash signature in the run's groups (``--group``).
+    """
+
+    __slots__ = ("backtrace", "error", "exit_code", "group", "path", "program")
+
+    def __init__(
+        self,
+        path: str,
+        program: str,
+        backtrace: Backtrace | None,
+        error: str | None = None,
+        exit_code: int = 0,
+    ) -> None:
+        self.path = path
+        self.program = program
+        self.backtrace = backtrace
+        self.error = error
+        self.exit_code = exit_code
+        self.group: int | None = None
 
 
 def format_text(backtrace: Backtrace, *, symbols: bool = True, verbose: bool = False) -> str:
@@ -88,6 +117,32 @@ def format_process_text(
         + "\n"
         + format_text(result.backtrace, symbols=symbols, verbose=verbose)
     )
+
+
+def format_core_text(result: CoreResult, *, symbols: bool = True, verbose: bool = False) -> str:
+    """One core of a many-core run: ``Core PATH:`` and its backtrace, or why it was not read."""
+    if result.backtrace is None:
+        return f"Core {result.path}: not read: {result.error}\n"
+    text = format_text(result.backtrace, symbols=symbols, verbose=verbose)
+    return f"Core {result.path}:\n{text}"
+
+
+def format_groups_text(groups: list[Group], results: list[CoreResult]) -> str:
+    """``--group``: one line per crash signature (count, program, signal, frames), its
+    example cores under it; then the cores that could not be read, a line each."""
+    read = sum(result.error is None for result in results)
+    lines = [f"{len(groups)} crash signatures in {read} cores:"]
+    width = len(str(max((group.count for group in groups), default=0)))
+    for group in groups:
+        lines.append(f"  {group.count:>{width}}  {group.signature.text()}")
+        more = group.count - len(group.examples)
+        tail = f" (and {more} more)" if more else ""
+        lines.append(f"  {' ' * width}  e.g. {', '.join(group.examples)}{tail}")
+    failed = [result for result in results if result.error is not None]
+    if failed:
+        lines.append(f"cores not read ({len(failed)}):")
+        lines.extend(f"  {result.path}: {result.error}" for result in failed)
+    return "\n".join(lines) + "\n"
 
 
 def _tasks_text(tasks: list[PythonTask]) -> str:
@@ -291,3 +346,52 @@ def format_processes_json(results: list[ProcessResult]) -> str:
     import json
 
     return json.dumps(to_processes_document(results), indent=2) + "\n"
+
+
+def to_cores_document(results: list[CoreResult], groups: list[Group] | None) -> dict[str, Any]:
+    """The ``--json`` document of a many-core run: one entry per core, in order; with
+    ``--group``, the crash signatures, most cores first.
+
+    Each entry carries the core's backtrace as the document a one-core run
+    prints, or null and the ``error`` that kept it from being read; ``group``
+    is the index of its signature in ``groups`` (null without ``--group``
+    or without a backtrace).  ``complete``: every core read, every walk
+    complete.
+    """
+    document: dict[str, Any] = {
+        "$schema": SCHEMA_ID,
+        "schema_version": SCHEMA_VERSION,
+        "complete": all(
+            result.backtrace is not None and result.backtrace.complete for result in results
+        ),
+        "cores": [
+            {
+                "path": result.path,
+                "program": result.program,
+                "error": result.error,
+                "group": result.group,
+                "backtrace": None
+                if result.backtrace is None
+                else to_json_document(result.backtrace),
+            }
+            for result in results
+        ],
+    }
+    if groups is not None:
+        document["groups"] = [
+            {
+                "program": group.signature.program,
+                "signal": group.signature.signal,
+                "frames": list(group.signature.frames),
+                "count": group.count,
+                "examples": group.examples,
+            }
+            for group in groups
+        ]
+    return document
+
+
+def format_cores_json(results: list[CoreResult], groups: list[Group] | None) -> str:
+    import json
+
+    return json.dumps(to_cores_document(results, groups), indent=2) + "\n"

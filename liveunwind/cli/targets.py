@@ -1,7 +1,9 @@
 """Which processes ``liveunwind pid`` backtraces: the pids given, or those chosen from /proc.
 
-``--all`` takes every process we may trace; ``--name REGEX`` and ``--exe
-PATH`` narrow it (both given: both must match).  Never chosen: kernel
+``--all`` takes every process we may trace; ``--cgroup PATH`` or
+``--container ID-or-PID`` those of a cgroup or a container
+(``targets/live/cgroups.py``); ``--name REGEX`` and ``--exe PATH`` narrow
+any of them (all given: all must match).  Never chosen: kernel
 threads, zombies, liveunwind itself and the chain of processes above it
 (its parent, their parents, and whoever traces it): stopping the shell or
 the debugger that waits for us would hang the run.  Without root, only
@@ -29,34 +31,52 @@ _MAX_ANCESTORS = 4096
 
 
 class Chosen:
-    """The processes to backtrace, and whether they were asked for as one pid.
+    """The processes to backtrace, whether they were asked for as one pid, and how found.
 
     ``single``: exactly one pid given and nothing chosen from /proc, which
     prints the one-process document; anything else prints the list.
+    ``how``: for --cgroup and --container, what was used to find them
+    (the cgroup, or the pid namespace), which ``--verbose`` prints.
     """
 
-    __slots__ = ("pids", "single")
+    __slots__ = ("how", "pids", "single")
 
-    def __init__(self, pids: list[int], single: bool) -> None:
+    def __init__(self, pids: list[int], single: bool, how: str | None = None) -> None:
         self.pids = pids
         self.single = single
+        self.how = how
 
 
-def choose(given: Sequence[int], *, every: bool, name: str | None, exe: str | None) -> Chosen:
+def choose(
+    given: Sequence[int],
+    *,
+    every: bool,
+    name: str | None,
+    exe: str | None,
+    cgroup: str | None = None,
+    container: str | None = None,
+) -> Chosen:
     """The pids to backtrace, in order (given ones as given, chosen ones by pid)."""
-    selecting = every or name is not None or exe is not None
+    selecting = every or any(value is not None for value in (name, exe, cgroup, container))
     if given and selecting:
-        raise UsageError("pid: give process ids or --all/--name/--exe, not both")
+        raise UsageError(
+            "pid: give process ids or --all/--name/--exe/--cgroup/--container, not both"
+        )
     if not given and not selecting:
-        raise UsageError("pid: missing pid (or --all, --name REGEX, --exe PATH)")
+        raise UsageError(
+            "pid: missing pid (or --all, --name REGEX, --exe PATH, --cgroup PATH, --container ID)"
+        )
+    if cgroup is not None and container is not None:
+        raise UsageError("pid: give --cgroup or --container, not both")
     if given:
         return Chosen(list(dict.fromkeys(given)), single=len(given) == 1)
     matches_name = _name_matcher(name)
     wanted_exe = _file_identity(exe) if exe is not None else None
+    candidates, how = _candidates(cgroup, container)
     excluded = _ourselves_and_above()
     own_user = None if os.geteuid() == 0 else os.geteuid()
     pids = []
-    for pid in _all_pids():
+    for pid in candidates:
         if pid in excluded or not _traceable(pid, own_user):
             continue
         if matches_name is not None and not matches_name(pid):
@@ -65,12 +85,26 @@ def choose(given: Sequence[int], *, every: bool, name: str | None, exe: str | No
             continue
         pids.append(pid)
     if not pids:
-        raise NoSuchProcessError("pid: no process matches")
-    return Chosen(pids, single=False)
+        raise NoSuchProcessError("pid: no process matches" + (f" in {how}" if how else ""))
+    return Chosen(pids, single=False, how=how)
 
 
 def _all_pids() -> list[int]:
     return sorted(int(entry) for entry in os.listdir("/proc") if entry.isdigit())
+
+
+def _candidates(cgroup: str | None, container: str | None) -> tuple[list[int], str | None]:
+    """Every pid, or those of the cgroup or container asked for, with how they were found."""
+    if cgroup is None and container is None:
+        return _all_pids(), None
+    from liveunwind.targets.live.cgroups import cgroup_members, container_members
+
+    if cgroup is not None:
+        members = cgroup_members(cgroup)
+    else:
+        assert container is not None
+        members = container_members(container, _all_pids())
+    return members.pids, members.how
 
 
 def _ourselves_and_above() -> set[int]:

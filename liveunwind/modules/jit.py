@@ -25,9 +25,10 @@ action_flag, relevant_entry, first_entry} heads a list of ``jit_code_entry``
 file whose ``.eh_frame``/``.debug_frame`` and symbols describe the JIT code.
 
 **perf maps**: ``/tmp/perf-PID.map`` names code that nothing else describes;
-:class:`PerfMapFile` reads it as it grows (only what was appended since the
-last read) into a :class:`~liveunwind.formats.unwind.perfmap.PerfMap` a
-session keeps, and each registry names code with a view of it.
+:class:`~liveunwind.modules.perfmapfile.PerfMapFile` reads it as it grows
+(only what was appended since the last read) into a
+:class:`~liveunwind.formats.unwind.perfmap.PerfMap` a session keeps, and each
+registry names code with a view of it.
 
 Everything read is untrusted: every list is bounded and checked for cycles,
 every count and size is capped before anything is allocated, and a corrupt
@@ -62,7 +63,7 @@ from liveunwind.formats.unwind.dynamic import (
     decode_ops,
     dynamic_rule,
 )
-from liveunwind.formats.unwind.perfmap import JitRange, PerfMap, PerfMapView
+from liveunwind.formats.unwind.perfmap import JitRange, PerfMapView
 from liveunwind.modules.module import RegistryRoots
 from liveunwind.targets import linkedlist
 
@@ -74,7 +75,6 @@ if TYPE_CHECKING:
     from liveunwind.formats.elf import ElfImage
     from liveunwind.formats.unwind.rules import UnwindRule
     from liveunwind.modules.sources import UnwindSource
-    from liveunwind.targets.files import RegularFile
 
 # GDB JIT interface layouts (LP64, little-endian).
 _JIT_DESCRIPTOR = struct.Struct("<IIQQ")  # version, action_flag, relevant_entry, first_entry
@@ -93,9 +93,6 @@ MAX_NAME = 512
 MAX_PROBLEMS = 64
 #: Rules a registry keeps (see :class:`DynamicRegistry`).
 MAX_CACHED_RULES = 1 << 16
-#: Bytes before the read position checked again on each read of a perf map: a
-#: file rewritten in place (not just appended to) no longer holds them there.
-PERF_MAP_CHECKED = 64
 
 
 # -- finding the roots ----------------------------------------------------------------
@@ -166,79 +163,6 @@ def _decode_list_accessor(image: ElfImage, address: int) -> int:
 # -- the perf map, as it grows ------------------------------------------------------------
 
 
-class PerfMapFile:
-    """A process's perf map, read as the JIT appends to it: only the bytes added since.
-
-    JITs append to ``/tmp/perf-PID.map`` for as long as they run; reading and
-    parsing it whole for each backtrace cost 171 ms at 37,042 lines, inside
-    the freeze.  This keeps the entries parsed so far (a :class:`PerfMap`),
-    the file's identity (device, inode) and how far it was read, and each
-    :meth:`update` reads on from there, at most ``limit`` bytes: a session
-    updates before the stop (most of what is new) and again in it (the few
-    lines appended in between).  A file that was replaced (another inode),
-    shrank, or no longer holds the bytes it held just before the read
-    position (rewritten in place) is read anew from its start; one that is
-    gone, or is not a regular file, names nothing.  Only complete lines are
-    taken: a line still being written is read once its newline is there.
-
-    ``path`` is resolved inside ``root`` (``/proc/PID/root``), as the process
-    sees it; see :func:`~liveunwind.targets.live.procfs.perf_map_path`.
-    """
-
-    def __init__(self, root: str, path: str | None) -> None:
-        self.root = root
-        self.path = path
-        self.perf_map = PerfMap()
-        self._identity: tuple[int, int] | None = None
-        #: Where the next read starts: the end of the last complete line read.
-        self._offset = 0
-        #: The last bytes read before ``_offset`` (at most PERF_MAP_CHECKED).
-        self._before = b""
-
-    def update(self, limit: int, *, settle: bool = True) -> PerfMapView:
-        """Reads up to ``limit`` more bytes of the file; returns the entries known now.
-
-        ``settle=False`` leaves the merging of the perf map's blocks for a
-        later update (for an update made while the target is stopped).
-        """
-        from liveunwind.targets.files import FileError, open_in_root
-
-        if self.path is None:
-            return self.perf_map.view()
-        try:
-            with open_in_root(self.root, self.path) as file:
-                if file.identity != self._identity or file.size < self._offset:
-                    self._restart(file.identity)
-                if not self.perf_map.full:
-                    self._read(file, limit, settle)
-        except FileError:
-            self._restart(None)
-        return self.perf_map.view()
-
-    def _restart(self, identity: tuple[int, int] | None) -> None:
-        self.perf_map = PerfMap()
-        self._identity = identity
-        self._offset = 0
-        self._before = b""
-
-    def _read(self, file: RegularFile, limit: int, settle: bool) -> None:
-        """Reads on from the last complete line, checking the bytes before it first."""
-        checked = len(self._before)
-        data = file.pread(limit + checked, self._offset - checked)
-        if data[:checked] != self._before:  # rewritten in place, not appended to
-            self._restart(file.identity)
-            data = file.pread(limit, 0)
-        else:
-            data = data[checked:]
-        end = data.rfind(b"\n") + 1
-        if end == 0 and len(data) >= limit:
-            end = len(data)  # a line longer than a whole read: skipped, not waited for
-        if end:
-            self._offset += end
-            self._before = (self._before + data[:end])[-PERF_MAP_CHECKED:]
-            self.perf_map.add_text(data[:end].decode("utf-8", "replace"), settle=settle)
-
-
 # -- the registry ---------------------------------------------------------------------
 
 
@@ -298,12 +222,12 @@ class DynamicRegistry:
     ``_U_dyn_info_list`` and ``__jit_debug_descriptor`` (from
     :func:`find_roots` over the target's modules); ``perf_map`` holds the
     parsed perf map, if any (names only): a view of what a session keeps
-    (:class:`PerfMapFile`), or the entries of a map parsed whole.  The
-    registry is read on first use; a registry that changes afterwards is not
-    re-read — build a new one per backtrace.  A target stopped only briefly
-    has :meth:`read_all` called while it is stopped: every read happens
-    then, and the parsing waits for the first query, after the target runs
-    again.
+    (:class:`~liveunwind.modules.perfmapfile.PerfMapFile`), or the entries of
+    a map parsed whole.  The registry is read on first use; a registry that
+    changes afterwards is not re-read — build a new one per backtrace.  A
+    target stopped only briefly has :meth:`read_all` called while it is
+    stopped: every read happens then, and the parsing waits for the first
+    query, after the target runs again.
 
     The registry is the one cache of rules for JIT code: :meth:`rule_for`
     keeps the rule (or None) of every pc it was asked about, at most

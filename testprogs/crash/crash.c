@@ -10,6 +10,10 @@
  *   crash thread       SIGSEGV in the thread "crasher" (not the main thread):
  *                      thread_fault <- thread_middle <- thread_main; the main
  *                      thread and the thread "sleeper" block meanwhile.
+ *   crash other        SIGSEGV in leaf_store again, from another call chain:
+ *                      leaf_store <- other_caller <- main.
+ *   crash fpe          SIGFPE: an integer division by zero in divide <-
+ *                      fpe_caller <- main.
  *
  * Every function in the chain is noinline and does work after its call, so the
  * chain stays on the stack at any optimisation level.
@@ -35,6 +39,26 @@ NOINLINE static void leaf_store(int value)
 NOINLINE static void leaf_caller(int value)
 {
     leaf_store(value + 1);
+    sink++;
+}
+
+NOINLINE static void other_caller(int value)
+{
+    leaf_store(value * 3);
+    sink++;
+}
+
+static volatile int zero;
+
+NOINLINE static int divide(int dividend)
+{
+    volatile int kept = dividend; /* so gcc cannot fold 1 / x into a comparison */
+    return kept / zero;           /* traps: SIGFPE, FPE_INTDIV */
+}
+
+NOINLINE static void fpe_caller(int value)
+{
+    sink += divide(value);
     sink++;
 }
 
@@ -130,8 +154,12 @@ int main(int argc, char **argv)
         raise_usr1();
     else if (strcmp(mode, "thread") == 0)
         crash_in_thread();
+    else if (strcmp(mode, "other") == 0)
+        other_caller(1);
+    else if (strcmp(mode, "fpe") == 0)
+        fpe_caller(1);
     else {
-        fprintf(stderr, "usage: %s leaf|abort [N]|handler|thread\n", argv[0]);
+        fprintf(stderr, "usage: %s leaf|abort [N]|handler|thread|other|fpe\n", argv[0]);
         return 64;
     }
     sink++;

@@ -130,7 +130,10 @@ TARGETS = {
     "compact": lambda folder, build: macho_files(),
     "dwarf-expr": lambda folder, build: [],
     "rsp": lambda folder, build: [],
-    "perf-data": lambda folder, build: [str(DATA / "perf" / "profiled.data")],
+    "perf-data": lambda folder, build: [
+        str(DATA / "perf" / "profiled.data"),
+        str(DATA / "perf" / "profiled-zstd.data"),
+    ],
 }
 
 

@@ -23,4 +23,7 @@ and starts programs with these helpers).
 - debuginfod_probe, debuginfod_oracles_probe: scripts run in their own network
   namespace beside a real debuginfod (``--lines``; names against gdb and eu-stack)
 - platform: the integration suite's platform (docker/run-integration)
+- containers, processes: docker containers of our own programs (the engine
+  started when none answers, a small imported image), and a many-process
+  ``pid`` document's processes against gdb
 """

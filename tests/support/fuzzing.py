@@ -610,7 +610,7 @@ def _perf_data_target(paths: list[str]) -> Target:
 
     bases = [Path(path).read_bytes() for path in paths]
     hot = []
-    for base in bases:  # the header and attrs, the first records, the feature table
+    for base in bases:  # the header and attrs, the first records (or zstd), the feature table
         header = read_header(base, len(base))
         first = header.data.offset
         hot.append([(0, first), (first, first + 0x2000), (header.data.end, len(base))])

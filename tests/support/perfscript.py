@@ -69,9 +69,10 @@ class Compared:
             for each in unwound:
                 sample, thread = each.sample, each.backtrace.threads[0]
                 perf = theirs.pop((sample.tid, sample.time))
-                # Perf names a caller by its return address minus one.
+                # Perf names a caller by its return address minus one; a frame in
+                # no file (JIT code) by its address.
                 ours = [
-                    None if frame.module_offset is None else frame.module_offset - (index > 0)
+                    (frame.pc if frame.module_offset is None else frame.module_offset) - (index > 0)
                     for index, frame in enumerate(thread.frames)
                 ]
                 addresses = [address for address, _name in perf]
@@ -81,7 +82,7 @@ class Compared:
                     self.stacks[tuple(frame.function or "?" for frame in thread.frames)] += 1
                     if kind == "unexplained":
                         self.unexplained.append(
-                            f"{sample.tid} ours {[hex(a or 0) for a in ours]} "
+                            f"{sample.tid} ours {[hex(a) for a in ours]} "
                             f"{thread.stop_reason.value} perf {perf}"
                         )
                 else:  # the main thread, and timeout: the loader's start-up among them
@@ -90,7 +91,7 @@ class Compared:
 
     @staticmethod
     def _kind(
-        ours: list[int | None], addresses: list[int], perf: list[tuple[int, str]], complete: bool
+        ours: list[int], addresses: list[int], perf: list[tuple[int, str]], complete: bool
     ) -> str:
         if ours == addresses:
             return "equal"

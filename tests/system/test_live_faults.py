@@ -21,6 +21,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -29,7 +32,7 @@ from liveunwind.errors import MemoryReadError
 from tests.support.cli import run_cli
 from tests.support.hostile import assert_untraced, states
 from tests.support.paths import ROOT
-from tests.support.programs import RunProgram, start_command
+from tests.support.programs import RunningProgram, RunProgram, start_command
 from tests.support.waits import wait_until
 
 #: What liveunwind is given to wait for the vfork()ing thread (``--stop-timeout 20``).
@@ -109,6 +112,59 @@ def test_a_stack_readable_only_in_part_is_copied_as_far_as_it_goes(
     assert_untraced(program.pid)
 
 
+@dataclass
+class _HeldExecer:
+    """``testprogs/execer`` with its "sleeper" held by a liveunwind run that waits for "vforker"."""
+
+    program: RunningProgram
+    names: dict[str, int]
+    runner: subprocess.Popen[str]
+    children: list[int]
+
+
+@contextmanager
+def _execer_held(testprogs_build: Path, stop_timeout: int) -> Iterator[_HeldExecer]:
+    """Starts execer, runs ``liveunwind pid --threads sleeper,vforker`` and waits for the hold.
+
+    liveunwind holds "sleeper" while it waits up to ``stop_timeout`` for
+    "vforker" (inside vfork()); the test then signals the process, whose
+    other threads exec or fork.  Every process made is killed on the way out.
+    """
+    program = start_command([str(testprogs_build / "execer")])
+    children: list[int] = []
+    try:
+        names = {name: tid for tid, name in program.threads().items()}
+        vforker = names["vforker"]
+        wait_until(lambda: states(program.pid)[vforker][0] == "D", what="vfork")
+        vforked = Path(f"/proc/{program.pid}/task/{vforker}/children").read_text()
+        children.extend(int(child) for child in vforked.split())
+        command = ["pid", str(program.pid), "--stop-timeout", str(stop_timeout)]
+        runner = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "liveunwind",
+                *command,
+                "--threads",
+                f"{names['sleeper']},{vforker}",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd="/",
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        )
+        wait_until(
+            lambda: states(program.pid).get(names["sleeper"], ("", 0))[0] == "t",
+            what="the sleeper held in a ptrace stop",
+        )
+        yield _HeldExecer(program, names, runner, children)
+    finally:
+        program.stop()
+        for child in children:  # the vfork child (and a forked one), asleep for an hour
+            os.kill(child, signal.SIGKILL)
+
+
 def test_a_target_that_execs_while_being_stopped_is_not_walked_with_its_new_maps(
     testprogs_build: Path,
 ) -> None:
@@ -120,46 +176,24 @@ def test_a_target_that_execs_while_being_stopped_is_not_walked_with_its_new_maps
     goes on under its pid as /bin/sleep, with other maps than the registers
     recorded before.
     """
-    program = start_command([str(testprogs_build / "execer")])
-    children = ""
-    try:
-        names = {name: tid for tid, name in program.threads().items()}
-        wait_until(lambda: states(program.pid)[names["vforker"]][0] == "D", what="vfork")
-        children = Path(f"/proc/{program.pid}/task/{names['vforker']}/children").read_text()
-        held = f"{names['sleeper']},{names['vforker']}"
-        command = ["pid", str(program.pid), "--stop-timeout", "20", "--threads", held]
-        runner = subprocess.Popen(
-            [sys.executable, "-m", "liveunwind", *command],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd="/",
-            env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        )
-        wait_until(
-            lambda: states(program.pid).get(names["sleeper"], ("", 0))[0] == "t",
-            what="the sleeper held in a ptrace stop",
-        )
+    with _execer_held(testprogs_build, STOP_TIMEOUT) as held:
+        pid = held.program.pid
         sent = time.monotonic()
-        os.kill(program.pid, signal.SIGUSR1)
-        _, stderr = runner.communicate(timeout=60)
+        os.kill(pid, signal.SIGUSR1)
+        _, stderr = held.runner.communicate(timeout=60)
         took = time.monotonic() - sent
-        assert runner.returncode == 2, stderr
+        assert held.runner.returncode == 2, stderr
         assert stderr.strip() == (
-            f"liveunwind: process {program.pid} replaced its program (execve) while it was "
+            f"liveunwind: process {pid} replaced its program (execve) while it was "
             "being stopped; run liveunwind again"
         ), stderr
         assert took < STOP_TIMEOUT / 4, f"ended {took:.1f} s after the signal"
         # The process runs /bin/sleep now, traced by nobody, not stopped.
         wait_until(
-            lambda: Path(f"/proc/{program.pid}/exe").resolve().name == "sleep",
+            lambda: Path(f"/proc/{pid}/exe").resolve().name == "sleep",
             what="the execve done",
         )
-        wait_until(lambda: set(states(program.pid).values()) == {("S", 0)}, what="sleep let go")
-    finally:
-        program.stop()
-        for child in children.split():  # the vfork child, asleep for an hour
-            os.kill(int(child), signal.SIGKILL)
+        wait_until(lambda: set(states(pid).values()) == {("S", 0)}, what="sleep let go")
 
 
 def test_a_target_killed_between_the_stop_and_the_copy_is_said_so(
@@ -195,44 +229,22 @@ def test_a_target_that_forks_while_being_stopped_is_let_go_and_its_child_untouch
     thread's backtrace, and neither the process nor the child the fork made
     while it held a thread is left traced or stopped.
     """
-    program = start_command([str(testprogs_build / "execer")])
-    children = ""
-    try:
-        names = {name: tid for tid, name in program.threads().items()}
-        wait_until(lambda: states(program.pid)[names["vforker"]][0] == "D", what="vfork")
-        children = Path(f"/proc/{program.pid}/task/{names['vforker']}/children").read_text()
-        held = f"{names['sleeper']},{names['vforker']}"
-        command = ["pid", str(program.pid), "--stop-timeout", "3", "--threads", held]
-        runner = subprocess.Popen(
-            [sys.executable, "-m", "liveunwind", *command],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd="/",
-            env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        )
-        wait_until(
-            lambda: states(program.pid).get(names["sleeper"], ("", 0))[0] == "t",
-            what="the sleeper held in a ptrace stop",
-        )
-        os.kill(program.pid, signal.SIGUSR2)
-        forked = Path(f"/proc/{program.pid}/task/{names['forker']}/children")
+    with _execer_held(testprogs_build, 3) as held:
+        pid, names = held.program.pid, held.names
+        os.kill(pid, signal.SIGUSR2)
+        forked = Path(f"/proc/{pid}/task/{names['forker']}/children")
         wait_until(lambda: forked.read_text().split(), what="the fork")
         child = int(forked.read_text().split()[0])
-        children += f" {child}"
-        assert states(program.pid)[names["sleeper"]][0] == "t"  # the fork came mid-freeze
-        stdout, stderr = runner.communicate(timeout=60)
-        assert runner.returncode == 1, stderr
+        held.children.append(child)
+        assert states(pid)[names["sleeper"]][0] == "t"  # the fork came mid-freeze
+        stdout, stderr = held.runner.communicate(timeout=60)
+        assert held.runner.returncode == 1, stderr
         assert "Traceback" not in stderr and stderr == "", stderr
         assert f'Thread {names["vforker"]} "vforker" (not stopped after 3000 ms' in stdout
         assert "nanosleep" in stdout.split(f'Thread {names["sleeper"]} "sleeper"')[1]
         wait_until(lambda: states(child) == {child: ("S", 0)}, what="the child asleep, untraced")
-        assert_untraced(program.pid)
+        assert_untraced(pid)
         wait_until(
-            lambda: {state for state, _ in states(program.pid).values()} <= {"S", "D"},
+            lambda: {state for state, _ in states(pid).values()} <= {"S", "D"},
             what="no thread of the target stopped",
         )
-    finally:
-        program.stop()
-        for pid in children.split():  # the vfork child and the forked one, asleep for an hour
-            os.kill(int(pid), signal.SIGKILL)

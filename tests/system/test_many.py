@@ -29,8 +29,8 @@ from liveunwind.targets.live.ptrace import PtraceProcess
 from tests.support.assertions import assert_one_line_error
 from tests.support.cli import run_cli
 from tests.support.hostile import assert_untraced, states
-from tests.support.oracles import gdb_backtraces, pcs
 from tests.support.paths import ROOT
+from tests.support.processes import assert_frames_are_gdbs, assert_running_untraced
 from tests.support.programs import RunningProgram, start_command, start_program
 from tests.support.schema import VALIDATOR
 from tests.support.waits import wait_until
@@ -65,24 +65,6 @@ def _document(result: subprocess.CompletedProcess[str]) -> dict:
     return document
 
 
-def _assert_frames_are_gdbs(entry: dict, gdb: str) -> None:
-    """The process's threads and each one's frames are gdb's (physical pcs), walks complete."""
-    backtrace = entry["backtrace"]
-    oracle = gdb_backtraces(entry["pid"], gdb=gdb)
-    ours = {thread["tid"]: thread for thread in backtrace["threads"]}
-    assert set(ours) == set(oracle), f"process {entry['pid']}: other threads than gdb's"
-    for tid, frames in oracle.items():
-        got = [frame["pc"] for frame in ours[tid]["frames"]]
-        assert got == pcs(frames), f"process {entry['pid']} thread {tid} differs from gdb"
-        assert ours[tid]["complete"]
-
-
-def _assert_running_untraced(pids: list[int]) -> None:
-    for pid in pids:
-        wait_until(lambda pid=pid: all(s == "S" for s, _ in states(pid).values()), what="asleep")
-        assert_untraced(pid)
-
-
 def test_by_exe_every_copy_with_gdbs_frames_and_modules_read_once(
     copies: list[RunningProgram], program_copy: Path, gdb: str
 ) -> None:
@@ -98,8 +80,8 @@ def test_by_exe_every_copy_with_gdbs_frames_and_modules_read_once(
     assert _modules_taken(result.stderr) >= 2 * (COPIES - 1)
     for entry in entries:
         assert entry["error"] is None and entry["backtrace"]["pid"] == entry["pid"]
-        _assert_frames_are_gdbs(entry, gdb)
-    _assert_running_untraced([program.pid for program in copies])
+        assert_frames_are_gdbs(entry, gdb)
+    assert_running_untraced([program.pid for program in copies])
 
 
 def test_by_name_text_and_collapsed(copies: list[RunningProgram], program_copy: Path) -> None:
@@ -117,7 +99,7 @@ def test_by_name_text_and_collapsed(copies: list[RunningProgram], program_copy: 
     apart = run_cli("pid", *map(str, pids), "--collapsed", "--per-process")
     firsts = {line.split(";", 1)[0] for line in apart.stdout.splitlines()}
     assert firsts == {f"{program_copy.name}:{pid}" for pid in pids}
-    _assert_running_untraced(pids)
+    assert_running_untraced(pids)
 
 
 def test_all_leaves_out_ourselves_our_parents_and_kernel_threads(
@@ -182,8 +164,8 @@ def test_one_that_exits_one_already_traced_one_that_does_not_stop(
         assert entries[traced.pid]["backtrace"] is None
         assert "already traced" in entries[traced.pid]["error"]
         for program in fine:
-            _assert_frames_are_gdbs(entries[program.pid], gdb)
-        _assert_running_untraced([traced.pid, *(program.pid for program in fine)])
+            assert_frames_are_gdbs(entries[program.pid], gdb)
+        assert_running_untraced([traced.pid, *(program.pid for program in fine)])
         _assert_the_schema_refuses_broken_copies_of(document)
         assert states(vforker.pid)[vforker.pid] == ("D", 0)
         assert_untraced(vforker.pid)
@@ -236,7 +218,7 @@ def test_text_report_of_a_failure_is_a_line_and_the_rest_print(
         assert lines[0].startswith(f"Process {gone.pid}: not backtraced: ")
         assert f'Process {fine.pid} "{program_copy.name}":' in lines
         assert "chain_30" in result.stdout
-        _assert_running_untraced([fine.pid])
+        assert_running_untraced([fine.pid])
 
 
 def test_the_same_path_in_another_mount_namespace_is_another_file(
@@ -267,8 +249,8 @@ def test_the_same_path_in_another_mount_namespace_is_another_file(
         # The libraries are shared; the program, another file under the same path, is not.
         assert _modules_taken(result.stderr) == taken - 1 >= 1
         for entry in _document(result)["processes"]:
-            _assert_frames_are_gdbs(entry, gdb)
-        _assert_running_untraced([first.pid, second.pid])
+            assert_frames_are_gdbs(entry, gdb)
+        assert_running_untraced([first.pid, second.pid])
     finally:
         second.stop()
         same.stop()

@@ -23,6 +23,7 @@ loader's start-up are counted apart (ld.so's ``_start`` has no CFI).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -33,6 +34,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from tests.support.builds import build
 from tests.support.paths import ROOT
 from tests.support.perfscript import Compared
 from tests.support.programs import start_program
@@ -115,7 +117,7 @@ def test_every_sample_is_perf_scripts_where_perf_is_right_attached(
     assert compared.missing == 0
     assert not compared.unexplained, compared.unexplained[:5]
     total = sum(compared.kinds.values())
-    assert total > 1000
+    assert total > 300  # 2 s at 1500 Hz, of threads burning one core and a third (load permitting)
     assert compared.kinds["equal"] >= 0.95 * total
     burner = ("spin_hot", "burner_main", "start_thread", "__clone3")
     third = ("spin_hot", "third_busy", "third_main", "start_thread", "__clone3")
@@ -132,7 +134,7 @@ def test_every_sample_is_perf_scripts_where_perf_is_right_started(
     assert compared.missing == 0
     assert not compared.unexplained, compared.unexplained[:5]
     total = sum(compared.kinds.values())
-    assert total > 500
+    assert total > 200
     burner = ("spin_hot", "burner_main", "start_thread", "__clone3")
     assert compared.stacks[burner] > 0.4 * total
 
@@ -145,7 +147,7 @@ def test_the_command_gives_profiles_outputs(attached: Path, tmp_path: Path) -> N
     jsonschema.validate(document, SCHEMA)
     assert document["source"] == "perf.data" and document["rate_asked"] == RATE
     counts = [int(line.rpartition(" ")[2]) for line in folded.read_text().splitlines()]
-    assert sum(counts) == document["samples"] > 1000
+    assert sum(counts) == document["samples"] > 300
     busiest = max(document["threads"], key=lambda thread: thread["samples"])
     assert busiest["name"] == "burner" and busiest["top_function"] == "spin_hot"
     # From the samples' periods (cpu-clock nanoseconds) over the recording; the scheduler's
@@ -224,3 +226,68 @@ def test_files_are_the_recordings_by_build_id_under_the_sysroot(
     top = max(found["threads"], key=lambda thread: thread["samples"])
     assert top["name"] == "burner" and top["top_function"] == "spin_hot"
     assert not any("differs" in problem for problem in found["problems"])
+
+
+def test_a_compressed_recording_is_perf_scripts(testprogs_build: Path, tmp_path: Path) -> None:
+    """``perf record -z``: the records are pieces of one zstd stream, no build-ids are listed."""
+    data, program = tmp_path / "z.data", str(testprogs_build / "profiled")
+    command = ["timeout", "-s", "INT", "1", program, str(tmp_path / "chunks")]
+    perf_record(data, "-z", "--", *command)
+    compared = Compared(data, BUSY)
+    print("compressed:", dict(compared.kinds), "other threads:", dict(compared.startup))
+    assert compared.missing == 0
+    assert not compared.unexplained, compared.unexplained[:5]
+    assert sum(compared.kinds.values()) > 100
+
+
+def test_jit_code_is_named_from_the_perf_map_and_walked_through(tmp_path: Path) -> None:
+    """testprogs/jit/jit-entry spins on the first instruction of code in anonymous memory
+    that only its perf map names: perf's walk ends there (no CFI), ours goes on to the
+    thread's start, the chain the program documents."""
+    program = build("jit") / "jit-entry"
+    data = tmp_path / "jit.data"
+    perf_record(data, "--", "timeout", "-s", "INT", "1", str(program))
+    compared = Compared(data, {"spinner"})
+    print("jit:", dict(compared.kinds), "other threads:", dict(compared.startup))
+    assert not compared.unexplained, compared.unexplained[:5]
+    total = sum(compared.kinds.values())
+    assert total > 100 and compared.kinds["perf shorter"] == total
+    chain = ("jit_entry", "call_jit", "spin", "start_thread", "__clone3")
+    assert compared.stacks[chain] >= 0.95 * total
+
+
+def test_a_sample_space_reads_the_copy_and_unchanging_file_bytes_only() -> None:
+    """This process as a sampled one: its stack copy, its files inside its root (``RootFiles``,
+    what a live sampler uses), and "not in the sample" for the rest."""
+    from liveunwind.arch import host_arch
+    from liveunwind.errors import MemoryReadError
+    from liveunwind.targets.live.procfs import read_maps
+    from liveunwind.targets.sample.process import RootFiles, SampledProcess
+    from liveunwind.targets.sample.space import SampleSpace
+
+    arch, problems = host_arch(), []
+    process = SampledProcess(arch, os.getpid(), RootFiles(f"/proc/{os.getpid()}/root", problems))
+    maps = read_maps("self")
+    for mapping in maps:
+        prot = (4 if mapping.executable else 0) | (2 if mapping.writable else 0) | 1
+        process.map(mapping.start, mapping.end, mapping.offset, mapping.path, prot=prot)
+    code = next(m for m in maps if m.executable and "libc.so" in m.path)
+    heap = next(m for m in maps if m.path == "[heap]")
+    stack = bytes(range(256)) * 4
+    space = SampleSpace(process, 1, "t", {arch.sp: 0x1000, arch.pc: code.start}, stack)
+
+    assert space.read(0x1010, 4) == stack[16:20]
+    assert space.read_word(0x1008) == int.from_bytes(stack[8:16], "little")
+    with open(f"/proc/{os.getpid()}/mem", "rb") as memory:  # the live bytes, the truth
+        memory.seek(code.start + 0x100)
+        assert space.read(code.start + 0x100, 64) == memory.read(64)
+    for address in (heap.start, 0x1000 + len(stack) - 4):  # the heap, past the copy's end
+        with pytest.raises(MemoryReadError, match="not in the sample"):
+            space.read(address, 8)
+    assert not problems
+
+    process.build_ids[code.path] = bytes(20)  # a recording naming another build-id
+    process.files = RootFiles(f"/proc/{os.getpid()}/root", problems)
+    with pytest.raises(MemoryReadError, match="not in the sample"):
+        process.read(code.start + 0x100, 64)
+    assert len(problems) == 1 and "differs from 0000" in problems[0]

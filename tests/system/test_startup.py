@@ -9,9 +9,60 @@ them, are in tests/support/startup.py (the JIT tests check the same).
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
+from tests.support.paths import ROOT
 from tests.support.startup import HEAVY, modules_a_backtrace_loaded
 
 
 def test_a_live_backtrace_imports_no_heavy_module(run_program) -> None:
     loaded = modules_a_backtrace_loaded(run_program("threads-O2").pid)
     assert not HEAVY & loaded, f"imported on the hot path: {sorted(HEAVY & loaded)}"
+
+
+#: Needed only by a process with JIT code: the readers of the run-time registries and of a
+#: perf map (which is looked for apart, modules/perfmapfile.py); and importlib (the
+#: architecture registry uses __import__).
+NOT_FOR_A_C_PROGRAM = {
+    "array",
+    "importlib",
+    "liveunwind.formats.unwind.dynamic",
+    "liveunwind.formats.unwind.perfmap",
+    "liveunwind.modules.jit",
+    "liveunwind.targets.linkedlist",
+}
+
+
+def test_a_live_backtrace_of_a_c_program_imports_no_jit_reader(run_program) -> None:
+    loaded = modules_a_backtrace_loaded(run_program("threads-O2").pid)
+    assert not NOT_FOR_A_C_PROGRAM & loaded, f"imported: {sorted(NOT_FOR_A_C_PROGRAM & loaded)}"
+
+
+def test_the_installed_script_imports_no_re(run_program) -> None:
+    """bin/liveunwind (what pip installs as the command) runs a backtrace without ``re``,
+    which the wrapper pip writes for an entry point imports first (docs/speed.md).  Run
+    without site (-S): the development venv's editable-install finder imports ``re``."""
+    pid = run_program("threads-O2").pid
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-S",
+            "-X",
+            "importtime",
+            str(ROOT / "bin" / "liveunwind"),
+            "pid",
+            str(pid),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "main" in result.stdout  # a real backtrace was printed
+    imported = {line.rpartition("|")[2].strip() for line in result.stderr.splitlines()}
+    assert "liveunwind.unwinder.stepper" in imported
+    assert "re" not in imported

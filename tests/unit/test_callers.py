@@ -14,7 +14,6 @@ import pytest
 
 from liveunwind.arch.aarch64 import AARCH64
 from liveunwind.arch.x86_64 import X86_64
-from liveunwind.errors import MemoryReadError
 from liveunwind.frames import StopReason
 from liveunwind.modules.modulemap import ModuleMap
 from liveunwind.targets.base import Mapping
@@ -22,6 +21,7 @@ from liveunwind.unwinder.stepper import Stepper
 from liveunwind.unwinder.strategies import Walk, framepointer
 from liveunwind.unwinder.strategies.callers import ALLOWED, DIRECT, checked_call
 from tests.support.spaces import BufferSpace
+from tests.support.sparse import SparseMemory
 
 # -- PLT entries, as objdump shows them in real binaries ---------------------------------------
 
@@ -70,34 +70,14 @@ F, G, M, PLT = 0x400100, 0x400300, 0x700000, 0x400800
 SYMBOLS = {F: 0x100, G: 0x100, M: 0x100}
 
 
-class Memory:
-    """Sparse bytes; reads of anything not written fail."""
-
-    def __init__(self) -> None:
-        self.bytes: dict[int, int] = {}
-
-    def put(self, address: int, data: bytes) -> None:
-        for index, byte in enumerate(data):
-            self.bytes[address + index] = byte
-
-    def word(self, address: int, value: int) -> None:
-        self.put(address, value.to_bytes(8, "little"))
-
-    def read(self, address: int, size: int) -> bytes:
-        try:
-            return bytes(self.bytes[address + index] for index in range(size))
-        except KeyError:
-            raise MemoryReadError(address, size) from None
-
-
-def _call(memory: Memory, at: int, target: int) -> int:
+def _call(memory: SparseMemory, at: int, target: int) -> int:
     """``call target`` at ``at``; returns the return address."""
     memory.put(at, b"\xe8" + (target - at - 5).to_bytes(4, "little", signed=True))
     return at + 5
 
 
-def _program(got: int) -> tuple[Memory, dict[str, int]]:
-    memory = Memory()
+def _program(got: int) -> tuple[SparseMemory, dict[str, int]]:
+    memory = SparseMemory()
     for low, high in (TEXT, LIBC, JIT):
         memory.put(low, b"\x90" * (high - low))
     memory.put(PLT, b"\xff\x25" + (GOT - PLT - 6).to_bytes(4, "little", signed=True))
@@ -134,7 +114,7 @@ def _is_code(address: int) -> bool:
     return any(low <= address < high for low, high in (TEXT, LIBC, JIT))
 
 
-def _walk(memory: Memory, pc: int, *, symbols: bool = True, jit: bool = False) -> Walk:
+def _walk(memory: SparseMemory, pc: int, *, symbols: bool = True, jit: bool = False) -> Walk:
     def function_at(address: int) -> tuple[int, int | None] | None:
         if jit and JIT[0] <= address < JIT[0] + 0x100:
             return JIT[0], JIT[0] + 0x100  # what a perf map says
@@ -355,7 +335,7 @@ def test_a_frame_pointer_on_another_stack_is_followed_when_its_frame_checks_out(
     assert walk.notes[-1] == "frame pointer: fp 0x500100 is below sp 0x500800, on the same stack"
     walk.stack_range = (0x7FF000, 0x800000)
     walk.registers = {X86_64.pc: F + 0x50, X86_64.sp: 0x7FF100, X86_64.fp: fp}
-    # Memory that is no stack (not writable): refused, saying where fp is.
+    # SparseMemory that is no stack (not writable): refused, saying where fp is.
     walk.stack_at = lambda address: None
     assert framepointer.step(walk) is None
     assert (

@@ -40,11 +40,16 @@ def test_pid_takes_many_process_ids_and_the_selectors() -> None:
     assert (values.name, values.exe) == ("^post", "/bin/x")
 
 
-def test_core_with_and_without_the_executable() -> None:
-    assert parsed("core", "c.core").executable is None
+def test_core_takes_cores_folders_and_the_executable() -> None:
+    """The words after ``core`` are all cores here; cli.cores.core_arguments tells an
+    executable apart by its ELF header (tests/system/test_core_many.py)."""
+    assert parsed("core", "c.core").core == ["c.core"]
     values = parsed("core", "c.core", "prog", "--sysroot", "/r", "--search-path", "/x:/y")
-    assert (values.core, values.executable, values.sysroot) == ("c.core", "prog", "/r")
+    assert (values.core, values.sysroot) == (["c.core", "prog"], "/r")
     assert values.search_path == "/x:/y"
+    values = parsed("core", "/var/lib/systemd/coredump", "--group", "--group-frames", "5")
+    assert values.group and values.group_frames == 5 and not values.collapsed
+    assert parsed("core", "a", "b").group_frames == 3
 
 
 def test_double_dash_ends_the_options() -> None:
@@ -63,7 +68,7 @@ def test_a_negative_number_is_a_value_not_an_option() -> None:
         (("frob",), ["unknown command", "frob"]),
         (("pid", "0"), ["not a process id"]),
         (("pid", "1", "2", "x"), ["pid", "not a process id: 'x'"]),
-        (("core", "c", "e", "x"), ["unexpected argument", "'x'"]),
+        (("unwind-info", "f", "x"), ["unexpected argument", "'x'"]),
         (("pid", "1", "--bogus"), ["unknown option --bogus"]),
         (("pid", "1", "--json=yes"), ["--json takes no value"]),
         (("pid", "1", "--repeat"), ["--repeat needs a value"]),
@@ -104,3 +109,9 @@ def test_pid_needs_process_ids_or_a_selector_but_not_both() -> None:
     repeated = choose([3, 3, 4], every=False, name=None, exe=None)
     assert repeated.pids == [3, 4] and not repeated.single
     assert choose([5], every=False, name=None, exe=None).single
+    with pytest.raises(UsageError, match="not both"):
+        choose([1], every=False, name=None, exe=None, container="abc")
+    with pytest.raises(UsageError, match="--cgroup or --container, not both"):
+        choose([], every=False, name=None, exe=None, cgroup="/a", container="abc")
+    values = parsed("pid", "--cgroup", "/system.slice/x.service", "--container", "4f2a")
+    assert values.cgroup == "/system.slice/x.service" and values.container == "4f2a"

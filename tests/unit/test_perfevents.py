@@ -240,3 +240,84 @@ def test_a_file_that_is_not_one_is_a_perf_data_error(tmp_path: Path) -> None:
         PerfDataFile(str(Path(__file__)))
     with pytest.raises(PerfDataError, match="No such file"):
         PerfDataFile(str(tmp_path / "missing.data"))
+
+
+# -- perf record -z -------------------------------------------------------------------------
+
+#: ``perf record -z --call-graph dwarf -F 200 -- timeout -s INT 0.3 profiled``: its records are
+#: three PERF_RECORD_COMPRESSED pieces of one zstd stream (perf report --stats: 43 samples,
+#: 68 MMAP2 and 1 MMAP, 6 COMM, 4 FORK, 5 EXIT; perf script: the first sample below).
+ZSTD_DATA = DATA.parent / "profiled-zstd.data"
+
+
+def test_compressed_records_are_perfs() -> None:
+    with PerfDataFile(str(ZSTD_DATA)) as recording:
+        records = list(recording.records())
+        assert not recording.problems
+    kinds = Counter(type(record).__name__ for record in records)
+    assert kinds["Sample"] == 43 and kinds["Mmap"] == 69 and kinds["Comm"] == 6
+    assert kinds["Task"] == 9
+    first = next(record for record in records if isinstance(record, perfevents.Sample))
+    assert (first.tid, first.time, first.ip) == (3834, 23193718159621, 0x5612253B33A4)
+    assert first.dyn_size == len(first.stack) > 0
+
+
+def test_a_corrupt_compressed_stream_ends_the_records_saying_so(tmp_path: Path) -> None:
+    raw = bytearray(ZSTD_DATA.read_bytes())
+    header = perfdata.read_header(bytes(raw), len(raw))
+    at = header.data.offset
+    while struct.unpack_from("<I", raw, at)[0] != 81:  # the first compressed record
+        at += struct.unpack_from("<H", raw, at + 6)[0]
+    for offset in range(at + 8 + 4, at + 8 + 64):  # past the zstd magic: the frame's header
+        raw[offset] ^= 0x5A
+    broken = tmp_path / "broken.data"
+    broken.write_bytes(bytes(raw))
+    with PerfDataFile(str(broken)) as recording:
+        records = list(recording.records())
+        assert not any(isinstance(record, perfevents.Sample) for record in records)
+        assert len(recording.problems) == 1
+        assert "compressed records" in recording.problems[0]
+
+
+@pytest.mark.parametrize(
+    ("arch_name", "perf_numbers"),
+    [
+        # arch/x86/include/uapi/asm/perf_regs.h: ax bx cx dx si di bp sp ip flags cs ss ds es fs gs
+        # r8..r15; perf record asks 0xff0fff (no ds es fs gs).
+        ("x86_64", {"rax": 0, "rbx": 1, "rcx": 2, "rdx": 3, "rbp": 6, "rsp": 7, "rip": 8,
+                    "r8": 16, "r15": 23}),
+        # arch/arm64/include/uapi/asm/perf_regs.h: x0..x28, x29 (fp), lr, sp, pc.
+        ("aarch64", {"x0": 0, "x28": 28, "fp": 29, "lr": 30, "sp": 31, "pc": 32}),
+        # arch/riscv/include/uapi/asm/perf_regs.h: pc, ra, sp, gp, tp, t0-t2, s0, s1, a0-a7...
+        ("riscv64", {"pc": 0, "ra": 1, "sp": 2, "fp": 8, "a0": 10, "s2": 18, "t6": 31}),
+    ],
+)  # fmt: skip
+def test_each_architecture_numbers_perf_registers_as_its_kernel(
+    arch_name: str, perf_numbers: dict[str, int]
+) -> None:
+    arch = arch_by_name(arch_name)
+    perf = arch.perf_registers
+    assert perf is not None
+    # Each register's value at its perf number, with every register an unwind needs asked.
+    values = tuple(range(1000, 1000 + bin(perf.unwind_mask).count("1")))
+    registers = perf.registers(perf.unwind_mask, values)
+    bits = [bit for bit in range(64) if perf.unwind_mask >> bit & 1]
+    for name, number in perf_numbers.items():
+        assert registers[arch.register_number(name)] == values[bits.index(number)], name
+    assert arch.pc in registers and arch.sp in registers and arch.fp in registers
+
+
+def test_records_held_for_ordering_are_bounded_and_none_is_lost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The file's one round holds 31 samples of 1 KiB stack copies: with room for three,
+    the oldest go on before the round ends, and every record still comes out once."""
+    from liveunwind.targets.sample import perfdata as reader
+
+    monkeypatch.setattr(reader, "MAX_PENDING_BYTES", 3 * 1024)
+    with PerfDataFile(str(DATA)) as recording:
+        records = list(recording.records())
+    kinds = Counter(type(record).__name__ for record in records)
+    assert kinds["Sample"] == 31 and len(records) == 31 + 6 + 69 + 9
+    times = [record.time for record in records if isinstance(record, perfevents.Sample)]
+    assert len(set(times)) == 31

@@ -15,7 +15,7 @@ import pytest
 
 from liveunwind.formats.unwind import perfmap
 from liveunwind.formats.unwind.perfmap import JitRange, PerfMap, PerfMapView, parse_perf_map
-from liveunwind.modules.jit import PerfMapFile
+from liveunwind.modules.perfmapfile import PerfMapFile
 from liveunwind.targets import files
 
 PATH = "/tmp/perf-42.map"
@@ -166,7 +166,7 @@ def test_only_what_was_appended_is_read(root: Path, reads: list[tuple[int, int]]
 
 
 def perfmap_checked(offset: int) -> int:
-    from liveunwind.modules.jit import PERF_MAP_CHECKED
+    from liveunwind.modules.perfmapfile import PERF_MAP_CHECKED
 
     return min(offset, PERF_MAP_CHECKED)
 

@@ -17,9 +17,9 @@ from liveunwind.arch import Arch, arch_by_name
 from liveunwind.arch.base import PrologueAnalysis, PrologueFrame
 from liveunwind.arch.riscv64 import prologue as rv
 from liveunwind.arch.riscv64.instructions import plt_slot
-from liveunwind.errors import MemoryReadError
 from liveunwind.unwinder.strategies import FunctionAt, ModuleAt, Walk, leaf
 from liveunwind.unwinder.strategies import prologue as strategy
+from tests.support.sparse import SparseMemory
 
 RISCV64 = arch_by_name("riscv64")
 X86_64 = arch_by_name("x86_64")
@@ -175,26 +175,6 @@ CALLERS = 0x20000
 PAGE = 0x1000
 
 
-class Memory:
-    """Sparse little-endian memory; unmapped reads fail."""
-
-    def __init__(self) -> None:
-        self.bytes: dict[int, int] = {}
-
-    def put(self, address: int, data: bytes) -> None:
-        for index, byte in enumerate(data):
-            self.bytes[address + index] = byte
-
-    def word(self, address: int, value: int) -> None:
-        self.put(address, value.to_bytes(8, "little"))
-
-    def read(self, address: int, size: int) -> bytes:
-        try:
-            return bytes(self.bytes[address + index] for index in range(size))
-        except KeyError:
-            raise MemoryReadError(address, size) from None
-
-
 def _jal_ra(offset: int) -> bytes:
     """``jal ra, offset``."""
     imm = offset & 0x1FFFFF
@@ -209,9 +189,9 @@ def _jal_ra(offset: int) -> bytes:
     return word.to_bytes(4, "little")
 
 
-def _memory() -> Memory:
+def _memory() -> SparseMemory:
     """The code above, and the callers' code, each filling its page (pages are read whole)."""
-    memory = Memory()
+    memory = SparseMemory()
     memory.put(BASE, CODE + b"\x01\x00" * ((PAGE - len(CODE)) // 2))  # c.nop
     memory.put(CALLERS, b"\x01\x00" * (PAGE // 2))
     memory.put(CALLERS + 0x10, _jal_ra(BASE + PLT - (CALLERS + 0x10)))  # returns to +0x14
@@ -237,7 +217,7 @@ def _function_at(address: int) -> tuple[int, int | None] | None:
 def _walk(
     arch: Arch,
     registers: dict[int, int],
-    memory: Memory,
+    memory: SparseMemory,
     *,
     exact: bool = True,
     function_at: FunctionAt | None = _function_at,
@@ -339,9 +319,9 @@ def test_a_return_address_in_the_pcs_own_function_is_refused() -> None:
     ]
 
 
-def _x86_memory(call_target: int) -> Memory:
+def _x86_memory(call_target: int) -> SparseMemory:
     """A function at 0x400000 with ``call call_target`` at 0x400100 (returns to 0x400105)."""
-    memory = Memory()
+    memory = SparseMemory()
     memory.put(0x400000, b"\x90" * 0x200)
     relative = (call_target - 0x400105).to_bytes(4, "little", signed=True)
     memory.put(0x400100, b"\xe8" + relative)

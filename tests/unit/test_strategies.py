@@ -17,9 +17,9 @@ from liveunwind.arch import Arch
 from liveunwind.arch.aarch64 import AARCH64
 from liveunwind.arch.base import FrameRecord
 from liveunwind.arch.x86_64 import X86_64
-from liveunwind.errors import MemoryReadError
 from liveunwind.unwinder.strategies import ReadMemory, ScanBudget, Walk, framepointer, leaf, scan
 from liveunwind.unwinder.strategies.scan import calls_before
+from tests.support.sparse import SparseMemory
 
 _PF_X = 1
 _LINE = re.compile(r"^\s*([0-9a-f]+):\t((?:[0-9a-f]{2} )+)\s*\t(.*)$")
@@ -78,32 +78,7 @@ def test_aarch64_unaligned_return_address_is_rejected() -> None:
     assert calls_before(AARCH64, 0x1002, bytes.fromhex("00000094")) == []
 
 
-# -- crafted memory ------------------------------------------------------------
-
-
-class Memory:
-    """A sparse little-endian memory of 8-byte words; unmapped reads fail."""
-
-    def __init__(self, words: dict[int, int] | None = None) -> None:
-        self.bytes: dict[int, int] = {}
-        self.reads = 0
-        for address, value in (words or {}).items():
-            self.put(address, value)
-
-    def put(self, address: int, value: int, size: int = 8) -> None:
-        for index, byte in enumerate(value.to_bytes(size, "little")):
-            self.bytes[address + index] = byte
-
-    def put_bytes(self, address: int, data: bytes) -> None:
-        for index, byte in enumerate(data):
-            self.bytes[address + index] = byte
-
-    def read(self, address: int, size: int) -> bytes:
-        self.reads += 1
-        try:
-            return bytes(self.bytes[address + index] for index in range(size))
-        except KeyError:
-            raise MemoryReadError(address, size) from None
+# -- crafted code and stacks (tests.support.sparse) ----------------------------
 
 
 TEXT = (0x400000, 0x401000)
@@ -114,13 +89,13 @@ def _is_code(address: int) -> bool:
     return TEXT[0] <= address < TEXT[1]
 
 
-def _x86_code() -> Memory:
+def _x86_code() -> SparseMemory:
     """Code with a direct call ending at 0x400105 and an indirect one ending at 0x400202."""
-    code = Memory()
-    code.put_bytes(0x400000, b"\x90" * 0x300)
-    code.put_bytes(0x400100, b"\xe8" + (0x400080 - 0x400105).to_bytes(4, "little", signed=True))
-    code.put_bytes(0x400200, bytes.fromhex("ffd0"))
-    code.put_bytes(0x400280, b"\xe8" + (0x900000 - 0x400285).to_bytes(4, "little", signed=True))
+    code = SparseMemory()
+    code.put(0x400000, b"\x90" * 0x300)
+    code.put(0x400100, b"\xe8" + (0x400080 - 0x400105).to_bytes(4, "little", signed=True))
+    code.put(0x400200, bytes.fromhex("ffd0"))
+    code.put(0x400280, b"\xe8" + (0x900000 - 0x400285).to_bytes(4, "little", signed=True))
     return code
 
 
@@ -145,18 +120,18 @@ def _walk(
     )
 
 
-def _stack(words: dict[int, int]) -> Memory:
-    memory = Memory({address: 0 for address in range(STACK[0], STACK[1], 8)})
+def _stack(words: dict[int, int]) -> SparseMemory:
+    memory = SparseMemory({address: 0 for address in range(STACK[0], STACK[1], 8)})
     for address, value in words.items():
-        memory.put(address, value)
+        memory.word(address, value)
     return memory
 
 
-def _aarch64_code() -> Memory:
+def _aarch64_code() -> SparseMemory:
     """nops, with ``bl 0x400000`` at 0x400100 (returning to 0x400104)."""
-    code = Memory()
-    code.put_bytes(0x400000, b"\x1f\x20\x03\xd5" * 0x100)
-    code.put(0x400100, 0x94000000 | ((0x400000 - 0x400100) >> 2) & 0x03FFFFFF, 4)
+    code = SparseMemory()
+    code.put(0x400000, b"\x1f\x20\x03\xd5" * 0x100)
+    code.word(0x400100, 0x94000000 | ((0x400000 - 0x400100) >> 2) & 0x03FFFFFF, 4)
     return code
 
 
@@ -245,14 +220,14 @@ class TestLeaf:
         assert reason in notes[0]
 
     def test_aarch64_link_register(self) -> None:
-        code = Memory()
-        code.put_bytes(0x400000, b"\x1f\x20\x03\xd5" * 0x100)  # nop
-        code.put(0x400100, 0xD63F0000, 4)  # blr x0
+        code = SparseMemory()
+        code.put(0x400000, b"\x1f\x20\x03\xd5" * 0x100)  # nop
+        code.word(0x400100, 0xD63F0000, 4)  # blr x0
         registers = {AARCH64.sp: 0x7FF100, AARCH64.fp: 0x7FF180, 30: 0x0055_0000_0040_0104}
-        caller = leaf.step(_walk(AARCH64, registers, Memory().read, code.read))
+        caller = leaf.step(_walk(AARCH64, registers, SparseMemory().read, code.read))
         assert caller == {AARCH64.pc: 0x400104, AARCH64.sp: 0x7FF100, AARCH64.fp: 0x7FF180}
         registers[30] = 0x400108  # follows a nop
-        assert leaf.step(_walk(AARCH64, registers, Memory().read, code.read)) is None
+        assert leaf.step(_walk(AARCH64, registers, SparseMemory().read, code.read)) is None
 
 
 class TestScan:
@@ -356,9 +331,9 @@ class TestScan:
         assert stack.reads <= 2  # one page, then the failed read past the stack
 
     def test_aarch64_signed_return_address(self) -> None:
-        code = Memory()
-        code.put_bytes(0x400000, b"\x1f\x20\x03\xd5" * 0x100)
-        code.put(0x400100, 0x94000000 | ((0x400080 - 0x400100) >> 2) & 0x03FFFFFF, 4)  # bl
+        code = SparseMemory()
+        code.put(0x400000, b"\x1f\x20\x03\xd5" * 0x100)
+        code.word(0x400100, 0x94000000 | ((0x400080 - 0x400100) >> 2) & 0x03FFFFFF, 4)  # bl
         stack = _stack({0x7FF100: 0x7FF200, 0x7FF108: 0x0012_0000_0040_0104})
         found = scan.find_return_address(
             AARCH64, 0x7FF100, stack.read, _is_code, code.read, budget=ScanBudget()

@@ -259,10 +259,16 @@ def open_core_data(path: str) -> CoreData:
     except FileError as error:
         file.close()
         raise CoreFileError(f"cannot read core {path}: {error.reason}") from None
+    kind = compression_of(magic)
+    if kind is not None:
+        return CompressedCoreData(path, kind, file=file)
+    return PlainCoreData(path, file)
+
+
+def compression_of(magic: bytes) -> str | None:
+    """The compression a file's first 6 bytes announce ("gzip", "zstd", ...), or None."""
     kinds = {_GZIP_MAGIC: "gzip", _XZ_MAGIC: "xz", zstd.MAGIC: "zstd", _LZ4_MAGIC: "lz4"}
     kind = next((kind for start, kind in kinds.items() if magic.startswith(start)), None)
     if kind is None and magic.startswith(_BZIP2_MAGIC) and magic[3:4] in b"123456789":
         kind = "bzip2"
-    if kind is not None:
-        return CompressedCoreData(path, kind, file=file)
-    return PlainCoreData(path, file)
+    return kind

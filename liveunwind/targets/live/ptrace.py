@@ -248,6 +248,10 @@ class PtraceProcess(AddressSpace):
         if self._wanted is None:
             return tids
         unknown = self._wanted.difference(tids)
+        if unknown.intersection(self._stopped):
+            # A thread held in its stop left the list: an execve or the exit took
+            # it, and its death is not yet in waitpid's answer that asked first.
+            raise self._lost()
         if unknown:
             raise UsageError(
                 f"process {self.pid} has no thread {', '.join(map(str, sorted(unknown)))}"

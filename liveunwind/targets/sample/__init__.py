@@ -16,7 +16,8 @@ known) with its files from ``RecordedFiles(FileFinder, problems)`` or
 ``RootFiles("/proc/PID/root", problems)``; ``space.SampleSpace(process, tid,
 name, registers, stack)`` is one sample's AddressSpace; ``perfdata.PerfDataFile``
 reads a perf.data.  Above them, ``liveunwind.backtrace.samples``:
-``SampleReplay(arch, attr, files, options, build_ids=, vdso=)``, whose
+``SampleReplay(arch, attr, files, options, build_ids=, vdso=, perf_maps=)``
+(``perf_maps``: the root ``/tmp/perf-PID.map`` is read under), whose
 ``feed(record)`` takes records in time order (mmap, comm, fork, lost) and
 returns each sample walked (``Unwound``: sample, name, backtrace, modules),
 over ``SampleUnwinder`` (a warm module map and caches per process, remade only

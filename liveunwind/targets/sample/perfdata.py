@@ -1,12 +1,15 @@
 """A perf.data file: its events, its features, and its records in time order.
 
+Compressed records (``perf record -z``) are pieces of one zstd stream of
+records, inflated as they come (each at most :data:`MAX_DECOMPRESSED`).
 ``perf record`` writes each CPU's ring buffer out in turn, so records are
 in time order only within a ring; a FINISHED_ROUND record marks the end of a
 pass over all rings.  As perf itself does, records are held back until a
 round ends and then handed on in time order up to the newest time of the
 round before (a later round never holds anything older), at most
-:data:`MAX_PENDING` at once.  The file is read through ``targets/files.py``
-in chunks; every size comes from the file and is checked against it.
+:data:`MAX_PENDING` (and :data:`MAX_PENDING_BYTES` of stack copies) at
+once.  The file is read through ``targets/files.py`` in chunks; every size
+comes from the file and is checked against it.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import heapq
 from liveunwind.errors import FormatError, TargetError
 from liveunwind.formats import perfdata, perfevents
 from liveunwind.formats.perfevents import HEADER, RECORD_FINISHED_ROUND
+from liveunwind.formats.zstd import StreamDecompressor
 from liveunwind.targets.files import FileError, open_file
 
 TYPE_CHECKING = False
@@ -27,10 +31,15 @@ if TYPE_CHECKING:
 
 #: Bytes of the data section read at once.
 CHUNK = 8 << 20
-#: Records held back for ordering; beyond it the oldest go on without waiting for their round.
+#: Records held back for ordering, and the stack bytes of the samples among them; beyond
+#: either the oldest go on without waiting for their round (a file without rounds).
 MAX_PENDING = 200_000
-#: PERF_RECORD_COMPRESSED (perf record -z).
-_RECORD_COMPRESSED = 81
+MAX_PENDING_BYTES = 256 << 20
+#: PERF_RECORD_COMPRESSED (perf record -z): a piece of one zstd stream of records.
+RECORD_COMPRESSED = 81
+#: Bytes one compressed record may inflate to (perf compresses its ring buffers' flushes:
+#: at most their size, 512 KiB by default; -m can raise it).
+MAX_DECOMPRESSED = 64 << 20
 
 
 class PerfDataError(TargetError):
@@ -58,8 +67,12 @@ class PerfDataFile:
                 f"{path}: the file ends inside its data section (it is truncated): "
                 "the samples up to there are read"
             )
-        #: Records of types not read (by type), and compressed records seen.
+        #: Records of types not read (by type).
         self.skipped: dict[int, int] = {}
+        #: perf record -z: the zstd stream of the compressed records, and what is left of
+        #: a record its last piece began.
+        self._stream: StreamDecompressor | None = None
+        self._left_over = b""
 
     def _read_structure(self) -> None:
         size = self._file.size
@@ -83,7 +96,9 @@ class PerfDataFile:
             sections = perfdata.feature_sections(self.header, raw, size)
         #: HEADER_ARCH ("" when the file does not say).
         self.arch_name = self._string(sections.get(perfdata.FEATURE_ARCH))
+        #: HEADER_HOSTNAME and HEADER_OSRELEASE: the machine and kernel it was recorded on.
         self.hostname = self._string(sections.get(perfdata.FEATURE_HOSTNAME))
+        self.osrelease = self._string(sections.get(perfdata.FEATURE_OSRELEASE))
         self.cmdline = self._string(sections.get(perfdata.FEATURE_CMDLINE))
         #: HEADER_BUILD_ID's entries of user-space files.
         self.build_ids: list[perfdata.BuildId] = []
@@ -117,12 +132,13 @@ class PerfDataFile:
         A record that is cut or corrupt ends the records; :attr:`problems` says where.
         """
         pending: list[tuple[int, int, Record]] = []
-        sequence = 0
+        sequence = held = 0  # held: the stack bytes the pending samples keep
         newest = 0  # the newest time seen since the last round ended
         flush_to = -1  # the newest time of the round before: all older may go
         for kind, time, record in self._raw_records():
             if kind == RECORD_FINISHED_ROUND:
                 while pending and pending[0][0] <= flush_to:
+                    held -= _held(pending[0][2])
                     yield heapq.heappop(pending)[2]
                 flush_to = newest
                 continue
@@ -131,7 +147,9 @@ class PerfDataFile:
             newest = max(newest, time)
             heapq.heappush(pending, (time, sequence, record))
             sequence += 1
-            if len(pending) > MAX_PENDING:
+            held += _held(record)
+            while len(pending) > MAX_PENDING or held > MAX_PENDING_BYTES:
+                held -= _held(pending[0][2])
                 yield heapq.heappop(pending)[2]
         while pending:
             yield heapq.heappop(pending)[2]
@@ -166,6 +184,16 @@ class PerfDataFile:
                     "the records after it are not read"
                 )
                 return
+            if kind == RECORD_COMPRESSED:
+                try:
+                    yield from self._decompressed(buffer[at + HEADER.size : at + size])
+                except FormatError as error:
+                    self.problems.append(
+                        f"{self.path}: compressed records: {error}; the records after are not read"
+                    )
+                    return
+                at += size
+                continue
             at += size
             if isinstance(record, perfevents.Other) and kind != RECORD_FINISHED_ROUND:
                 self.skipped[kind] = self.skipped.get(kind, 0) + 1
@@ -177,19 +205,34 @@ class PerfDataFile:
                 f"{end - (len(buffer) - at):#x}"
             )
 
+    def _decompressed(self, piece: bytes) -> Iterator[tuple[int, int | None, Record]]:
+        """The records in one PERF_RECORD_COMPRESSED's piece of the zstd stream (perf record -z).
+
+        A record may begin in one piece and end in the next: what is left over
+        waits for it.  FormatError for a corrupt stream or record.
+        """
+        if self._stream is None:
+            self._stream = StreamDecompressor(f"{self.path}: compressed records")
+        inner = self._left_over + self._stream.feed(piece, MAX_DECOMPRESSED)
+        attr, at = self.attr, 0
+        while at + HEADER.size <= len(inner) and at + _size_at(inner, at) <= len(inner):
+            kind = int.from_bytes(inner[at : at + 4], "little")
+            time = perfevents.record_time(attr, kind, inner, at)
+            record, size = perfevents.decode(attr, inner, at)
+            at += size
+            if isinstance(record, perfevents.Other) and kind != RECORD_FINISHED_ROUND:
+                self.skipped[kind] = self.skipped.get(kind, 0) + 1
+                continue
+            yield kind, time, record
+        self._left_over = inner[at:]
+
+
+def _held(record: Record) -> int:
+    """Bytes a pending record keeps: a sample's stack copy."""
+    return record.dyn_size if isinstance(record, perfevents.Sample) else 0
+
 
 def _size_at(buffer: bytes, at: int) -> int:
     """The size field of the record header at ``at`` (at least the header's, to move on)."""
     size = int.from_bytes(buffer[at + 6 : at + 8], "little")
     return max(size, HEADER.size)
-
-
-def compressed_note(skipped: dict[int, int]) -> str | None:
-    """What to say when the file holds compressed records (``perf record -z``)."""
-    count = skipped.get(_RECORD_COMPRESSED)
-    if not count:
-        return None
-    return (
-        f"{count} compressed records (perf record -z) were not read: "
-        "record without -z, or decompress with perf inject"
-    )

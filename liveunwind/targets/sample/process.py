@@ -46,6 +46,11 @@ NOT_IN_SAMPLE_VDSO = (
 _PROT_READ, _PROT_WRITE, _PROT_EXEC = 1, 2, 4
 
 
+def _holds_code(mapping: Mapping) -> bool:
+    """A mapping a module map cares about: of a file, or executable (JIT code)."""
+    return mapping.is_file or mapping.executable or mapping.path.startswith("[")
+
+
 class FileSource:
     """Where the files of a sampled process are found (the contract of the two below)."""
 
@@ -124,8 +129,12 @@ class RootFiles(FileSource):
 class SampledProcess(AddressSpace):
     """One sampled process: its mappings and files, the space its module map reads.
 
-    ``generation`` changes whenever the mappings do: a module map made at
-    one generation holds for every sample taken while it lasts.
+    ``generation`` changes whenever mappings of files or of code do: a module
+    map made at one generation holds for every sample taken while it lasts.
+    Anonymous data (malloc's large blocks, Python's arenas, new threads'
+    stacks: mapped and unmapped all along) is kept in :meth:`mappings`
+    without a new generation: a module map built before does not know it,
+    and a walk on a stack it does not know is bounded by the stack copy.
     """
 
     def __init__(self, arch: Arch, pid: int, files: FileSource) -> None:
@@ -138,6 +147,8 @@ class SampledProcess(AddressSpace):
         self.build_ids: dict[str, bytes] = {}
         #: The vDSO's bytes, when they are known (this machine's own, checked by build-id).
         self.vdso: bytes | None = None
+        #: The paths mapped executable at some time: the files looked for.
+        self._code_paths: set[str] = set()
         #: A number per path stands for the inode where records give none.
         self._inodes: dict[str, int] = {}
         self.generation = 0
@@ -161,6 +172,8 @@ class SampledProcess(AddressSpace):
             return
         if build_id:
             self.build_ids[path] = build_id
+        if prot & _PROT_EXEC:
+            self._code_paths.add(path)
         if path.startswith("/") and not path.startswith("//") and not inode:
             inode = self._inodes.setdefault(path, len(self._inodes) + 1)
         perms = (
@@ -171,7 +184,8 @@ class SampledProcess(AddressSpace):
         )
         mapping = Mapping(start, end, perms, offset, inode, path)
         kept: list[Mapping] = []
-        for old in self._overlapping(start, end):
+        overlapped = self._overlapping(start, end)
+        for old in overlapped:
             if old.start < start:
                 kept.append(old._replace(end=start))
             if old.end > end:
@@ -184,9 +198,13 @@ class SampledProcess(AddressSpace):
             if not self.problems or "mappings" not in self.problems[-1]:
                 self.problems.append(f"process {self.pid}: more than {MAX_MAPPINGS} mappings")
             return
-        self._mappings[first:last] = sorted([*kept, mapping])
-        self._starts = [mapping.start for mapping in self._mappings]
-        self.generation += 1
+        placed = sorted([*kept, mapping])
+        # Slices replaced in place (a memmove), not lists rebuilt: a recording may hold
+        # tens of thousands of mmap records of one process.
+        self._mappings[first:last] = placed
+        self._starts[first:last] = [each.start for each in placed]
+        if any(map(_holds_code, [mapping, *overlapped])):
+            self.generation += 1
 
     def _overlapping(self, start: int, end: int) -> list[Mapping]:
         index = bisect.bisect_right(self._starts, start) - 1
@@ -209,6 +227,7 @@ class SampledProcess(AddressSpace):
         child = SampledProcess(self.arch, pid, self.files)
         child._mappings, child._starts = list(self._mappings), list(self._starts)
         child.build_ids, child.vdso, child._inodes = dict(self.build_ids), self.vdso, self._inodes
+        child._code_paths = set(self._code_paths)
         return child
 
     def mapping_at(self, address: int) -> Mapping | None:
@@ -244,7 +263,13 @@ class SampledProcess(AddressSpace):
         raise MemoryReadError(address, size, NOT_IN_SAMPLE)
 
     def mapped_image(self, mapping: Mapping) -> ElfImage | None:
-        if not mapping.is_file:
+        """The file of a mapping of code's file; None for a file never mapped executable.
+
+        Perf records no munmap: data files the loader maps for a moment (its
+        cache, locale archives) stay in the mappings; they hold no code to
+        walk or name, and are not looked for.
+        """
+        if not mapping.is_file or mapping.path not in self._code_paths:
             return None
         return self.files.image(mapping.path, self.build_ids.get(mapping.path), self.arch)
 

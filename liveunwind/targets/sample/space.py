@@ -43,8 +43,18 @@ class SampleSpace(AddressSpace):
         self.arch = process.arch
         self.pid = process.pid
         self.process = process
+        self.load(tid, name, registers, stack)
+
+    def load(
+        self, tid: int, name: str, registers: dict[int, int], stack: bytes | memoryview
+    ) -> None:
+        """Becomes the space of the next sample of the same process.
+
+        A stepper built over this space (its reads bound to it) then walks
+        that sample: one stepper per process, not one per sample.
+        """
         self._thread = ThreadState(tid, name, registers, RUNNING)
-        self._low = registers.get(process.arch.sp, 0)
+        self._low = registers.get(self.arch.sp, 0)
         self._stack = stack
         self._high = self._low + len(stack)
         #: The copy as words, for the aligned reads that are nearly all of a walk's.
