@@ -16,7 +16,7 @@ from liveunwind.errors import FormatError, LiveUnwindError, MemoryReadError
 from liveunwind.frames import Frame, Method, StopReason, ThreadBacktrace
 from liveunwind.sources import AUTO_UNWINDERS, TABLE, sources_named
 from liveunwind.unwinder import DEFAULT_MAX_FRAMES
-from liveunwind.unwinder.cache import UnwindCache
+from liveunwind.unwinder.cache import RememberedWalk, UnwindCache
 from liveunwind.unwinder.strategies import Walk
 
 TYPE_CHECKING = False
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.sources import Source
     from liveunwind.targets.base import AddressSpace, ThreadState
+    from liveunwind.unwinder.cache import FrameFacts
     from liveunwind.unwinder.goswitch import GoSwitch, Resumed
     from liveunwind.unwinder.plan import Plan
 
@@ -111,6 +112,11 @@ class Stepper:
         self._cache = UnwindCache() if cache is None else cache
         self._read_word = space.read_word
         self._read = space.read
+        #: Whether walks are remembered for the next backtrace (UnwindCache.walks): the
+        #: target tallies its reads, nothing registered code, no --verbose notes.
+        self._remembers = (
+            not verbose and modules.registry is None and space.other_reads() is not None
+        )
         self._walk = Walk(
             self.arch,
             {},
@@ -131,6 +137,49 @@ class Stepper:
     # -- the walk -------------------------------------------------------------
 
     def backtrace(self, thread: ThreadState) -> ThreadBacktrace:
+        """The thread's walk; a thread walked from the same registers and stack bytes as in
+        the last backtrace gets that walk's frames again, without walking (UnwindCache.walks)."""
+        if not self._remembers:
+            return self._walk_thread(thread)
+        block = self.space.stack_copy(thread.registers.get(self.arch.sp, 0))
+        if block is None:
+            return self._walk_thread(thread)
+        known = self._cache.walks.get(thread.tid)
+        if known is not None and known.holds_for(thread.registers, block, self.max_frames):
+            self._cache.remember_walk(thread.tid, known)
+            return _replayed(thread, known)
+        addresses: list[int] = []
+        read_word = self._read_word
+
+        def recorded(address: int) -> int:
+            addresses.append(address)
+            return read_word(address)
+
+        before = self.space.other_reads()
+        self._read_word = recorded
+        try:
+            walked = self._walk_thread(thread)
+        finally:
+            self._read_word = read_word
+        if self.space.other_reads() == before and walked.stop_reason is not StopReason.INTERRUPTED:
+            facts: tuple[FrameFacts, ...] = tuple(
+                (f.pc, f.sp, f.method, f.cfa, f.signal_frame, f.exact_pc, f.module, f.module_offset)
+                for f in walked.frames
+            )
+            remembered = RememberedWalk.of(
+                thread.registers,
+                block,
+                addresses,
+                self.max_frames,
+                facts,
+                walked.stop_reason,
+                walked.stop_detail,
+            )
+            if remembered is not None:
+                self._cache.remember_walk(thread.tid, remembered)
+        return walked
+
+    def _walk_thread(self, thread: ThreadState) -> ThreadBacktrace:
         arch = self.arch
         at, verbose = self._cache.at, self.verbose
         read_word, read = self._read_word, self._read
@@ -561,6 +610,23 @@ class Stepper:
             return self.space.read(pc, len(code)) == code
         except MemoryReadError:
             return False
+
+
+def _replayed(thread: ThreadState, known: RememberedWalk) -> ThreadBacktrace:
+    """The frames of a remembered walk, new objects (callers name and annotate them)."""
+    frames = []
+    for index, (pc, sp, method, cfa, signal, exact, path, offset) in enumerate(known.frames):
+        frame = Frame(index, pc, sp, method, cfa, signal_frame=signal, exact_pc=exact)
+        frame.module, frame.module_offset = path, offset
+        frames.append(frame)
+    return ThreadBacktrace(
+        tid=thread.tid,
+        name=thread.name,
+        frames=frames,
+        stop_reason=known.reason,
+        stop_detail=known.detail,
+        state=thread.state,
+    )
 
 
 def _note(walk: Walk, text: str) -> None:
