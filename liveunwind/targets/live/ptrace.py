@@ -80,6 +80,8 @@ _SETTLE = 0.5
 _RELEASE_TIMEOUT = 2.0
 #: ``PF_EXITING`` in the flags field of /proc/PID/task/TID/stat.
 _PF_EXITING = 0x4
+#: The last maps text read, of one pid, and its mappings (see PtraceProcess.mappings).
+_MAPS_SEEN: dict[int, tuple[bytes, list[Mapping]]] = {}
 #: capability(7) number of CAP_SYS_PTRACE, a bit of the ``CapEff:`` mask in /proc/self/status.
 _CAP_SYS_PTRACE = 19
 
@@ -171,11 +173,25 @@ class PtraceProcess(AddressSpace):
         return procfs.entry_point(str(self.pid))
 
     def mappings(self) -> list[Mapping]:
+        """The process's mappings, read once before the stop and once in it.
+
+        The text is parsed only when it differs from the last text read of
+        this process: a session reads the same maps twice a sample, once in
+        the stop, where parsing 423 lines (200 threads) took 0.67 ms of the freeze.
+        """
         if self._mappings is None:
             try:
-                self._mappings = procfs.read_maps(str(self.pid))
+                text = read_kernel_file(f"/proc/{self.pid}/maps", procfs.MAX_MAPS_TEXT)
             except (FileNotFoundError, ProcessLookupError):
                 raise NoSuchProcessError(f"process {self.pid} has exited") from None
+            seen = _MAPS_SEEN.get(self.pid)
+            if seen is not None and seen[0] == text:
+                parsed = seen[1]
+            else:
+                parsed = procfs.parse_maps(text.decode("utf-8", "replace"))
+                _MAPS_SEEN.clear()  # one process's: a many-process run moves on
+                _MAPS_SEEN[self.pid] = (text, parsed)
+            self._mappings = list(parsed)
         return self._mappings
 
     def read(self, address: int, size: int) -> bytes:
