@@ -113,7 +113,10 @@ class Snapshot(AddressSpace):
         ]
         ranges = _merge([(start, size) for (_, start, _), size in zip(wanted, sizes) if size > 0])
         stacks = _copy(live.pid, ranges)
-        short = [(start, size) for start, size in ranges if start + size > _end_of(stacks, start)]
+        # Where each copy ends, by its start (the merged ranges start apart): looked up
+        # in a dict, not searched for per range — 200 threads took 2.4 ms of the freeze so.
+        ends = {start: start + len(data) for start, data in stacks}
+        short = [(start, size) for start, size in ranges if start + size > ends.get(start, start)]
         if short:
             # The kernel stops a copy at a page it cannot read, and what it copied is kept:
             # often that page is where the stack ends.  Debian sid's glibc puts a thread's
@@ -127,7 +130,7 @@ class Snapshot(AddressSpace):
                 (at, size)
                 for start, whole in short
                 for (_, at, _), size in zip(wanted, sizes)
-                if start < at < start + whole and at + size > _end_of(stacks, start)
+                if start < at < start + whole and at + size > ends.get(start, start)
             ]
             stacks += _copy(live.pid, retry)
         if not mappings or short:
@@ -396,11 +399,6 @@ def _copy(pid: int, ranges: list[tuple[int, int]]) -> list[tuple[int, Block]]:
     except OSError:  # ESRCH: the process is gone, which the caller's check then says
         return []
     return [(start, data) for (start, _), data in zip(ranges, copies) if data]
-
-
-def _end_of(stacks: list[tuple[int, Block]], start: int) -> int:
-    """Where the copy that begins at ``start`` ends (``start`` when there is none)."""
-    return max((at + len(data) for at, data in stacks if at == start), default=start)
 
 
 def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
