@@ -94,6 +94,7 @@ class UnwindCache:
         "generation",
         "names",
         "plans",
+        "replayed",
         "shared",
         "walks",
     )
@@ -106,6 +107,8 @@ class UnwindCache:
         self.names: dict[int, tuple[str, int] | None] = {}
         self.walks: dict[int, RememberedWalk] = {}
         self._next_walks: dict[int, RememberedWalk] = {}
+        #: Threads of the current backtrace given a remembered walk.
+        self.replayed = 0
         #: The mappings of the last backtrace, which its remembered walks hold for.
         self._mappings: list[Mapping] | None = None
         #: Counts the module maps whose modules differed from the previous map's.
@@ -127,15 +130,17 @@ class UnwindCache:
             self.at.clear()
         mappings = modules.space.mappings()
         walks, self._next_walks = self._next_walks, {}
+        self.replayed = 0
         if walks and modules.registry is None and mappings == self._mappings:
             self.walks = walks
         else:
             self.walks = {}
         self._mappings = mappings
 
-    def remember_walk(self, tid: int, walk: RememberedWalk) -> None:
-        """Keeps a thread's walk of this backtrace for the next one (see ``walks``)."""
+    def remember_walk(self, tid: int, walk: RememberedWalk, *, replayed: bool = False) -> None:
+        """Keeps a thread's walk of this backtrace (``replayed``: given it again) for the next."""
         self._next_walks[tid] = walk
+        self.replayed += replayed
 
     def plan(self, rule: UnwindRule, method: Method, arch: Arch) -> Plan:
         """The plan of ``rule``, shared with every rule that does the same.

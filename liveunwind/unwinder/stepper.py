@@ -146,7 +146,7 @@ class Stepper:
             return self._walk_thread(thread)
         known = self._cache.walks.get(thread.tid)
         if known is not None and known.holds_for(thread.registers, block, self.max_frames):
-            self._cache.remember_walk(thread.tid, known)
+            self._cache.remember_walk(thread.tid, known, replayed=True)
             return _replayed(thread, known)
         addresses: list[int] = []
         read_word = self._read_word
