@@ -1,7 +1,7 @@
 """`make bench`: liveunwind against eu-stack, gdb, pystack and py-spy, measured in one run.
 
 Targets (built or started here): a C program with 9 threads 30 frames deep,
-the same with 64 threads, python3 with 8 threads 20 Python frames deep, and a
+the same with 64 and 200 threads, python3 with 8 threads 20 Python frames deep, and a
 core of the python3 one. On the python3 targets ``liveunwind --python`` runs
 beside ``pystack --native``, the two that merge Python frames into the native
 stack. For each tool that applies: the wall time of the
@@ -219,6 +219,7 @@ def main() -> int:
     scenarios = [
         ("C, 9 threads x 30 frames", [str(c_target), "9", "30"], False),
         ("C, 64 threads x 30 frames", [str(c_target), "64", "30"], False),
+        ("C, 200 threads x 30 frames", [str(c_target), "200", "30"], False),
         (
             "python3, 8 threads x 20 Python frames",
             [PYTHON_TARGET, str(Path(__file__).with_name("target.py")), "8", "20"],

@@ -178,7 +178,13 @@ DLCYCLE = r"""
 #include <dlfcn.h>
 #include <unistd.h>
 TP_NOINLINE static void parked_inner(void) { tp_arrive(); for (;;) pause(); }
-TP_NOINLINE static void *parked(void *unused) { (void)unused; parked_inner(); tp_sink++; return NULL; }
+TP_NOINLINE static void *parked(void *unused)
+{
+    (void)unused;
+    parked_inner();
+    tp_sink++;
+    return NULL;
+}
 static void *loader(void *unused)
 {
     (void)unused;

@@ -242,10 +242,12 @@ class Snapshot(AddressSpace):
         """The stack copy holding ``address`` (one copied into a mapping of its own, 1 MiB or
         more, is left out: the stepper compares words of the copies it returns)."""
         block = self._copies.block_at(address)
-        if block is None or not isinstance(block[1], (bytes, bytearray)):
+        if block is None:
             return None
         start, data = block
-        return (start, data) if address < start + len(data) else None
+        if not isinstance(data, (bytes, bytearray)) or address >= start + len(data):
+            return None
+        return start, data
 
     def other_reads(self) -> int:
         """Reads of every kind but ``read_word``'s answers from the copies, so far."""
