@@ -199,11 +199,15 @@ class Stepper:
         previous_cfa: int | None = None
         seen: set[tuple[int, int]] = set()
         reason, detail = StopReason.END_OF_STACK, ""
+        # Looked up once per walk, not per frame (a warm frame costs a few µs in all).
+        limit, should_stop, code = self.max_frames, self._should_stop, self._cache.code
+        entry = self._entry
+        near_entry = (-1, -1) if entry is None else (entry - _ENTRY_NEAR, entry + _ENTRY_NEAR)
         while True:
-            if self.max_frames and len(frames) >= self.max_frames:
-                reason, detail = StopReason.FRAME_LIMIT, f"{self.max_frames} frames"
+            if limit and len(frames) >= limit:
+                reason, detail = StopReason.FRAME_LIMIT, f"{limit} frames"
                 break
-            if self._should_stop():
+            if should_stop():
                 reason = StopReason.INTERRUPTED
                 break
             pc, sp = registers.get(arch.pc, 0), registers.get(arch.sp, 0)
@@ -219,8 +223,8 @@ class Stepper:
             if module is not None:
                 frame.module = module.path
                 frame.module_offset = pc - module.load_bias
-            if self._entry is not None and self._is_entry_function(frame):
-                detail = f"the program's entry function, at {self._entry:#x}"
+            if near_entry[0] <= lookup < near_entry[1] and self._is_entry_function(frame):
+                detail = f"the program's entry function, at {entry:#x}"
                 break  # outermost, whatever a table or a guess would make of its stack
             caller = None
             if plan is not None and not verbose:
@@ -230,7 +234,13 @@ class Stepper:
                 except (MemoryReadError, FormatError):
                     pass  # the general path tries the next source and says why
                 else:
-                    if self._implausible(caller.get(arch.pc), cfa, sp, plan.signal_frame):
+                    return_address = caller.get(arch.pc)
+                    signal_frame = plan.signal_frame
+                    # A return address already known as code, a CFA not below sp: plausible,
+                    # as _implausible would find, without the call.
+                    if (
+                        return_address not in code or (cfa < sp and not signal_frame)
+                    ) and self._implausible(return_address, cfa, sp, signal_frame):
                         caller = None
                     else:
                         frame.signal_frame = interrupted = plan.signal_frame
