@@ -75,9 +75,10 @@ class UnwindCache:
       (module tables only), ``shared`` (keyed by content), ``code`` and
       ``names`` (module symbols only; JIT names are never cached) stay.
     - ``walks`` lasts one backtrace: :meth:`begin` hands the walks the last
-      backtrace remembered to this one, and drops them when the modules or
-      any mapping changed (a stack, code or data mapped or unmapped: what
-      the walk asks of mappings), or when the target has a JIT registry.
+      backtrace remembered to this one, and drops them when the modules
+      changed (a new generation: also a file changed in place) or any
+      mapping did (a stack, code or data mapped or unmapped: what the walk
+      asks of mappings), or when the target has a JIT registry.
     - A table that holds :data:`MAX_ENTRIES` is emptied before its next
       entry goes in (the ``remember_*`` methods): clear-when-full needs no
       bookkeeping on a hit, which keeps a cached frame at one lookup.
@@ -118,7 +119,8 @@ class UnwindCache:
     def begin(self, modules: ModuleMap) -> None:
         """Readies the cache for a backtrace of the target whose modules are ``modules``."""
         identity = modules.unchanged_since
-        if identity != self._identity:
+        moved = identity != self._identity
+        if moved:
             self._identity = identity
             self.generation += 1
             self.plans.clear()
@@ -131,7 +133,7 @@ class UnwindCache:
         mappings = modules.space.mappings()
         walks, self._next_walks = self._next_walks, {}
         self.replayed = 0
-        if walks and modules.registry is None and mappings == self._mappings:
+        if walks and not moved and modules.registry is None and mappings == self._mappings:
             self.walks = walks
         else:
             self.walks = {}

@@ -131,8 +131,10 @@ class Stepper:
         self._entry = space.entry_point()
         #: Where that function lies, found the first time a frame comes near it.
         self._entry_range: tuple[int, int] | None = None
-        #: Go's switches from g0 into goroutines, made the first time a walk ends at one.
+        #: Go's switches from g0 into goroutines, made the first time a walk ends at one;
+        #: whether the walk under way asked it.
         self._go_switch: GoSwitch | None = None
+        self._asked_go = False
 
     # -- the walk -------------------------------------------------------------
 
@@ -156,12 +158,16 @@ class Stepper:
             return read_word(address)
 
         before = self.space.other_reads()
-        self._read_word = recorded
+        self._read_word, self._asked_go = recorded, False
         try:
             walked = self._walk_thread(thread)
         finally:
             self._read_word = read_word
-        if self.space.other_reads() == before and walked.stop_reason is not StopReason.INTERRUPTED:
+        if (
+            self.space.other_reads() == before
+            and not self._asked_go
+            and walked.stop_reason is not StopReason.INTERRUPTED
+        ):
             facts: tuple[FrameFacts, ...] = tuple(
                 (f.pc, f.sp, f.method, f.cfa, f.signal_frame, f.exact_pc, f.module, f.module_offset)
                 for f in walked.frames
@@ -316,6 +322,9 @@ class Stepper:
             source.label == ".gopclntab" for source in module.unwind_sources.get("cfi", ())
         ):
             return None
+        # What the crossing reads of the Ms may have been read for another thread: a
+        # walk that asked is not remembered (its input is more than its own stack).
+        self._asked_go = True
         if self._go_switch is None:
             from liveunwind.unwinder.goswitch import GoSwitch
 
