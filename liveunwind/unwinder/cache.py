@@ -88,6 +88,7 @@ class UnwindCache:
 
     __slots__ = (
         "_identity",
+        "entry",
         "_mappings",
         "_next_walks",
         "at",
@@ -110,6 +111,9 @@ class UnwindCache:
         self._next_walks: dict[int, RememberedWalk] = {}
         #: Threads of the current backtrace given a remembered walk.
         self.replayed = 0
+        #: The program's entry point (None inside: the target has none) and the range of
+        #: the function holding it, once found in this generation (an execve moves modules).
+        self.entry: tuple[int | None, tuple[int, int] | None] | None = None
         #: The mappings of the last backtrace, which its remembered walks hold for.
         self._mappings: list[Mapping] | None = None
         #: Counts the module maps whose modules differed from the previous map's.
@@ -128,6 +132,7 @@ class UnwindCache:
             self.at.clear()
             self.code.clear()
             self.names.clear()
+            self.entry = None
         elif modules.registry is not None:
             self.at.clear()
         mappings = modules.space.mappings()

@@ -127,10 +127,14 @@ class Stepper:
             module_at=modules.find,
             stack_at=self._stack_at,
         )
-        #: The function holding the program's entry point: the outermost frame.
-        self._entry = space.entry_point()
-        #: Where that function lies, found the first time a frame comes near it.
-        self._entry_range: tuple[int, int] | None = None
+        #: The function holding the program's entry point: the outermost frame; where
+        #: that function lies, found the first time a frame comes near it.  Both are
+        #: the target's, kept in the cache (reading auxv was 26 µs a backtrace).
+        known = self._cache.entry
+        if known is None:
+            known = self._cache.entry = (space.entry_point(), None)
+        self._entry: int | None = known[0]
+        self._entry_range: tuple[int, int] | None = known[1]
         #: Go's switches from g0 into goroutines, made the first time a walk ends at one;
         #: whether the walk under way asked it.
         self._go_switch: GoSwitch | None = None
@@ -503,6 +507,7 @@ class Stepper:
                 self._entry_range = (found[0], found[1])
             else:
                 self._entry_range = (entry, entry + ENTRY_SPAN)
+            self._cache.entry = (entry, self._entry_range)
         start, end = self._entry_range
         return start <= pc < end
 
