@@ -157,6 +157,12 @@ def _warm_against_cold(pid: int, rounds: int, pause: float = 0.0) -> tuple[int, 
             ours = warm.backtrace(snapshot, {})
             fresh = Backtracer(BacktraceOptions()).backtrace(snapshot, {})
         assert _everything(ours) == _everything(fresh)
+        for thread in ours.threads:  # a replayed frame is made without Frame.__init__
+            assert all(hasattr(frame, slot) for frame in thread.frames for slot in Frame.__slots__)
+            assert [frame.index for frame in thread.frames] == list(range(len(thread.frames)))
+        assert [[frame.notes for frame in t.frames] for t in ours.threads] == [
+            [frame.notes for frame in t.frames] for t in fresh.threads
+        ]
         replayed += warm.cache.replayed
         generations.add(warm.cache.generation)
         time.sleep(pause)
