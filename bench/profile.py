@@ -1,6 +1,7 @@
 """`make bench`: `liveunwind profile` against `py-spy record` and `perf record -g`, at 100 Hz.
 
-Targets: bench/target.c with 9 threads 30 frames deep, and python3 running
+Targets: bench/target.c with 9 threads 30 frames deep (and with 200: the
+freeze of one sample of many threads), and python3 running
 bench/target.py with 8 threads 20 Python frames deep, each with one thread
 working instead of sleeping ("busy") and counting its chunks of work in a
 shared file.  For every tool that applies, several times, the tool
@@ -18,7 +19,8 @@ runs as long; over the whole run of the tool (start-up included):
 - tool CPU: the CPU time the tool used, per second.
 
 - liveunwind: ``profile --rate 100 --json --stats`` (its samples and the
-  mean freeze per sample);
+  mean freeze per sample); with ``BENCH_PEER=DIR`` the checkout in DIR too,
+  in turn with this one;
 - py-spy (Python only): ``record --native``, which stops the process per
   sample as liveunwind does, and ``record --nonblocking``, which never stops
   it and reads Python frames only (py-spy refuses the two together); both
@@ -61,6 +63,10 @@ REPETITIONS = 3
 #: ``--only WORD[,WORD...]``: the tools whose name holds one of them (by default every tool).
 ONLY = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv[:-1] else [""]
 PYTHON_TARGET = "/usr/bin/python3"
+#: Another checkout of liveunwind (``BENCH_PEER=DIR``, e.g. ``git worktree add DIR main``)
+#: profiled in turn with this one, in the same runs: a change measured against what it
+#: changed, under the same load.
+PEER = Path(os.environ["BENCH_PEER"]).resolve() if os.environ.get("BENCH_PEER") else None
 #: A tool's command, and what it reads from the finished run (rate, freeze).
 Tool = tuple[list[str], Callable[[subprocess.CompletedProcess], dict]]
 
@@ -149,10 +155,11 @@ def measure(
     return Window(before, after), cpu / (after[0] - before[0]), result
 
 
-def liveunwind(pid: int) -> Tool:
+def liveunwind(pid: int, checkout: Path = ROOT) -> Tool:
+    """``liveunwind profile`` of ``checkout`` (this one, or the peer it is compared with)."""
     command = [
-        sys.executable, "-m", "liveunwind", "profile", str(pid),
-        "--duration", str(DURATION), "--rate", str(RATE), "--json", "--stats",
+        "env", f"PYTHONPATH={checkout}", sys.executable, "-P", "-m", "liveunwind", "profile",
+        str(pid), "--duration", str(DURATION), "--rate", str(RATE), "--json", "--stats",
     ]  # fmt: skip
 
     def read(result: subprocess.CompletedProcess) -> dict:
@@ -242,6 +249,8 @@ def perf_unavailable(work: Path) -> str | None:
 
 def tools(target: Target, work: Path, skipped: dict[str, str]) -> dict[str, Tool]:
     found = {"liveunwind profile": liveunwind(target.pid)}
+    if PEER is not None:
+        found["liveunwind profile (peer)"] = liveunwind(target.pid, PEER)
     if target.python:
         if shutil.which("py-spy"):
             found["py-spy record --native"] = py_spy(target.pid, work, "native")
@@ -339,6 +348,7 @@ def main() -> int:
     }
     scenarios = [
         ("C, 9 threads x 30 frames, 1 busy", [str(c_target), "9", "30"], False),
+        ("C, 200 threads x 30 frames, 1 busy", [str(c_target), "200", "30"], False),
         (
             "python3, 8 threads x 20 Python frames, 1 busy",
             [PYTHON_TARGET, str(ROOT / "bench" / "target.py"), "8", "20"],
