@@ -40,7 +40,7 @@ from liveunwind.backtrace.profile import (
     _cpu_times,
 )
 from liveunwind.backtrace.samples import SampleReplay
-from liveunwind.errors import TargetError, UsageError
+from liveunwind.errors import FormatError, TargetError, UsageError
 from liveunwind.formats.perfevents import EventAttr, Sample, Task, decode, record_time
 from liveunwind.frames import StopReason
 from liveunwind.modules.perfmapfile import PerfMapFile
@@ -97,7 +97,7 @@ def record_on_cpu(
     profile = Profile(pid, rate, per_thread=per_thread)
     profile.source = "perf_event"
     perf_map = PerfMapFile(f"/proc/{pid}/root", perf_map_path(pid))
-    others = 0
+    others = undecoded = 0
     with Recorder(
         pid, rate=round(rate), regs_mask=arch.perf_registers.unwind_mask, stack_size=stack_size
     ) as recorder:
@@ -114,7 +114,11 @@ def record_on_cpu(
             for batch in recorder.batches(duration, should_stop):
                 replay.perf_map = perf_map.update(PERF_MAP_STEP)
                 for raw in _in_time_order(attr, batch):
-                    record = decode(attr, raw)[0]
+                    try:
+                        record = decode(attr, raw)[0]
+                    except FormatError:
+                        undecoded += 1  # the kernel's records are whole: not expected
+                        continue
                     if isinstance(record, Sample) and record.pid != pid:
                         others += 1  # a child process: it inherited the events
                         continue
@@ -141,7 +145,7 @@ def record_on_cpu(
         else:
             profile.duration = ended - started
         _add_cpu(profile, before, _cpu_times(pid), ended - started)
-        _notes(profile, recorder, replay, others, stack_size, options)
+        _notes(profile, recorder, replay, others, stack_size, options, undecoded)
     return profile
 
 
@@ -217,6 +221,7 @@ def _notes(
     others: int,
     stack_size: int,
     options: BacktraceOptions,
+    undecoded: int,
 ) -> None:
     """What the reader of an on-CPU profile must know: its clock, what was lost or cut."""
     notes = [
@@ -231,8 +236,11 @@ def _notes(
         )
     if replay.without_registers:
         notes.append(f"{replay.without_registers} samples held no 64-bit user registers")
-    if recorder.corrupt:
-        notes.append(f"{recorder.corrupt} bytes of the kernel's buffers were corrupt and skipped")
+    if recorder.corrupt or undecoded:
+        notes.append(
+            f"{recorder.corrupt} bytes and {undecoded} records of the kernel's buffers "
+            "made no sense and were skipped"
+        )
     if others:
         notes.append(f"{others} samples of child processes were left out")
     cut = profile.incomplete_reasons[StopReason.UNREADABLE_MEMORY.value]
