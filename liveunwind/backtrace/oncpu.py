@@ -45,7 +45,7 @@ from liveunwind.formats.perfevents import EventAttr, Sample, Task, decode, recor
 from liveunwind.frames import StopReason
 from liveunwind.modules.perfmapfile import PerfMapFile
 from liveunwind.targets.files import read_kernel_file
-from liveunwind.targets.live.procfs import perf_map_path, read_maps
+from liveunwind.targets.live.procfs import list_tids, perf_map_path, read_maps
 from liveunwind.targets.live.syscalls import read_remote
 from liveunwind.targets.perfevent.recorder import END_EXITED, END_STOPPED, Recorder
 from liveunwind.targets.sample.process import RootFiles
@@ -160,8 +160,6 @@ def _in_time_order(attr: EventAttr, batch: list[bytes]) -> list[bytes]:
 
 def _thread_names(pid: int) -> dict[int, str]:
     """Each thread's name as ``/proc`` has it now."""
-    from liveunwind.targets.live.procfs import list_tids
-
     names = {}
     for tid in list_tids(pid)[:MAX_NAMES]:
         try:
