@@ -6,12 +6,12 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 # What the test suite drives: compilers for the test programs, the oracles
 # (gdb, eu-stack, readelf, objdump), and the programs nobody here wrote.
-SYSTEM_PACKAGES := gcc g++ make binutils gdb elfutils sqlite3 python3 debootstrap xz-utils \
+SYSTEM_PACKAGES := gcc g++ make binutils gdb elfutils sqlite3 python3 debootstrap xz-utils linux-perf \
 	gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu \
 	qemu-user gdb-multiarch libunwind-dev clang-16 lld-16 llvm-16 \
 	gcc-riscv64-linux-gnu libc6-dev-riscv64-cross binutils-riscv64-linux-gnu \
 	libc6-dbg zstd lz4 debuginfod gdbserver golang-go rustc python3-dbg python3-dev \
-	chromium docker.io
+	chromium docker.io libatomic1 linux-perf
 
 .PHONY: all system-deps venv testprogs sid-rootfs freethreaded-python demo test unit lint fuzz soak \
 	bench accuracy-deps accuracy integration clean
@@ -97,7 +97,8 @@ soak: system-deps venv testprogs
 # Not part of `make test`: times liveunwind against its peers (see bench/run.py)
 # and writes bench/results.json; bench/profile.py: `profile` against py-spy and perf;
 # bench/cores.py: `core DIR --group` over 200 cores against a loop of `core`;
-# bench/containers.py: a container's processes by --container beside shell loops.
+# bench/containers.py: a container's processes by --container beside shell loops;
+# bench/perfdata.py: `liveunwind perf` against `perf script` on one perf.data.
 bench: system-deps venv
 	$(VPY) -m pip install -q pystack py-spy
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) bench/run.py
@@ -105,6 +106,7 @@ bench: system-deps venv
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) bench/cores.py
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) bench/profile.py
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) bench/containers.py
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) bench/perfdata.py
 
 # Not part of `make test`: busy programs from Debian packages (a JIT runtime,
 # hand-written assembly, PostgreSQL's LLVM JIT, chromium) stopped at random

@@ -1,8 +1,8 @@
 """`make bench`: liveunwind against eu-stack, gdb, pystack and py-spy, measured in one run.
 
 Targets (built or started here): a C program with 9 threads 30 frames deep,
-the same with 64 threads, python3 with 8 threads 20 Python frames deep, and a
-core of the python3 one.  Then the cold command beside eu-stack, taking turns
+the same with 64 and 200 threads, python3 with 8 threads 20 Python frames deep,
+and a core of the python3 one.  Then the cold command beside eu-stack, taking turns
 (bench/coldstart.py), on the C target and on CPython 3.11 built from Debian's
 source with an unstripped libpython3.11.so (bench/shared-python.sh builds it
 once), 100 copies of the C target by ``--name`` and ``--all`` beside shell
@@ -224,6 +224,7 @@ def main() -> int:
     scenarios = [
         ("C, 9 threads x 30 frames", [str(c_target), "9", "30"], False),
         ("C, 64 threads x 30 frames", [str(c_target), "64", "30"], False),
+        ("C, 200 threads x 30 frames", [str(c_target), "200", "30"], False),
         (
             "python3, 8 threads x 20 Python frames",
             [PYTHON_TARGET, str(Path(__file__).with_name("target.py")), "8", "20"],

@@ -128,6 +128,40 @@ class MachODescription:
         self.thread_states = thread_states
 
 
+class PerfRegisters:
+    """The kernel's numbering of user registers in perf samples (``asm/perf_regs.h``).
+
+    A perf event asks for registers by a bit mask over this numbering
+    (``sample_regs_user``) and each sample holds the value of every set bit,
+    lowest bit first.  ``dwarf`` maps a perf number to the DWARF number the
+    stepper keeps the register under (registers unwinding never reads, such
+    as flags and segment registers, are left out); ``unwind_mask`` asks for
+    every one of them, which is what a stack copy is unwound with.
+    """
+
+    __slots__ = ("_layouts", "dwarf", "unwind_mask")
+
+    def __init__(self, dwarf: dict[int, int]) -> None:
+        self.dwarf = dwarf
+        self.unwind_mask = sum(1 << number for number in dwarf)
+        #: mask → the DWARF number of each value a sample holds (None: not kept).
+        self._layouts: dict[int, tuple[int | None, ...]] = {}
+
+    def layout(self, mask: int) -> tuple[int | None, ...]:
+        """The DWARF number of each value of a sample taken with ``mask`` (None: not kept)."""
+        found = self._layouts.get(mask)
+        if found is None:
+            bits = [bit for bit in range(64) if mask >> bit & 1]
+            found = self._layouts[mask] = tuple(self.dwarf.get(bit) for bit in bits)
+        return found
+
+    def registers(self, mask: int, values: tuple[int, ...]) -> dict[int, int]:
+        """The values of a sample taken with ``mask``, by DWARF number."""
+        return {
+            number: value for number, value in zip(self.layout(mask), values) if number is not None
+        }
+
+
 class PrologueFrame(namedtuple("PrologueFrame", "cfa_register cfa_offset saved kept")):
     """What a function's own instructions say of its frame at one pc.
 
@@ -190,6 +224,8 @@ class Arch:
         "macho",
         "name",
         "pc",
+        "perf_event_open",
+        "perf_registers",
         "plt_slot",
         "pointer_auth",
         "prologue",
@@ -237,6 +273,8 @@ class Arch:
         prologue: PrologueAnalysis | None = None,
         plt_slot: Callable[[bytes, int], int | None] | None = None,
         vsyscall_page: int | None = None,
+        perf_event_open: int | None = None,
+        perf_registers: PerfRegisters | None = None,
         self_capture: Callable[[], SelfCapture] | None = None,
         word_size: int = 8,
     ) -> None:
@@ -299,6 +337,11 @@ class Arch:
         self.plt_slot = plt_slot
         #: Address of the kernel's legacy vsyscall page, where it has one.
         self.vsyscall_page = vsyscall_page
+        #: The number of the perf_event_open(2) system call (``profile --on-cpu``);
+        #: None where liveunwind does not know it.
+        self.perf_event_open = perf_event_open
+        #: How perf samples number its user registers; None where the kernel has no perf registers.
+        self.perf_registers = perf_registers
         self._self_capture = self_capture
         self.word_size = word_size
 

@@ -72,6 +72,8 @@ class Session:
         self.shared = shared
         self._backtracer = Backtracer(chosen(options, keywords), live_pid=pid, shared=shared)
         self._perf_map: PerfMapFile | None = None
+        #: The last map of the running process found nothing to read before the stop.
+        self._plain = False
 
     @property
     def cache(self) -> UnwindCache:
@@ -98,10 +100,14 @@ class Session:
             process = PtraceProcess(self.pid, thread_ids=self.threads, stop_timeout=stop_timeout)
             perf_map = self._read_perf_map(PERF_MAP_AHEAD)
             modules = None
-            running = self._map_running(process, perf_map) if self.snapshot else None
+            running = None
+            if self.snapshot and not self._nothing_ahead(process, perf_map):
+                running = self._map_running(process, perf_map)
             jit_possible = running is not None and self._find_registry_roots(running)
             python = self._read_python_ahead(running)
             go = self._find_go(running)
+            if running is not None:
+                self._plain = not jit_possible and python is None and go is None
         attaching = phases.timed("attach")
         with process:
             stopped = attaching.stop()
@@ -157,6 +163,22 @@ class Session:
 
             self._perf_map = PerfMapFile(f"/proc/{self.pid}/root", perf_map_path(self.pid))
         return self._perf_map.update(limit, settle=settle)
+
+    def _nothing_ahead(self, process: PtraceProcess, perf_map: PerfMapView | str) -> bool:
+        """Whether a map of the running process would find nothing to read before the stop.
+
+        So it is when the last one found nothing (no JIT code, no Python asked
+        for, no Go program), there is no perf map, and the process maps what
+        it mapped at the last stop: making the map again (0.09 ms a sample of
+        a 9-thread C program, 5 % of it) would find the same.
+        """
+        last = self._backtracer.modules
+        if not self._plain or last is None or len(perf_map):
+            return False
+        try:
+            return process.mappings() == last.space.mappings()
+        except (OSError, LiveUnwindError):
+            return False  # gone, or not ours to look at: the map's making says which
 
     def _map_running(self, process: PtraceProcess, perf_map: PerfMapView | str) -> ModuleMap | None:
         """The module map of the process while it still runs, or None if it cannot be made.

@@ -27,7 +27,8 @@ def symbolize(threads: Iterable[ThreadBacktrace], modules: ModuleMap, cache: Unw
     named = cache.names
     for thread in threads:
         for frame in thread.frames:
-            address = frame.lookup_pc
+            pc = frame.pc
+            address = pc if frame.exact_pc else pc - 1  # Frame.lookup_pc, without the call
             if address in named:
                 found = named[address]
             else:
@@ -35,7 +36,7 @@ def symbolize(threads: Iterable[ThreadBacktrace], modules: ModuleMap, cache: Unw
                 cache.remember_name(address, found)
             if found is not None:
                 frame.function, offset = found
-                frame.offset = offset + (frame.pc - address)
+                frame.offset = offset + (pc - address)
             elif modules.registry is not None:
                 _name_jit_frame(frame, modules.registry)
 

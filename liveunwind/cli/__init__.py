@@ -111,6 +111,12 @@ def _rate(text: str) -> float:
     return parse_rate(text)
 
 
+def _sample_stack_size(text: str) -> int:
+    from liveunwind.targets.perfevent.events import check_stack_size
+
+    return check_stack_size(_count(text))
+
+
 def _tid_list(text: str) -> list[int]:
     return [_pid(part) for part in text.split(",") if part.strip()]
 
@@ -389,6 +395,22 @@ def commands() -> list[Command]:
                 metavar="HZ",
             ),
             Option("--threads", "only these threads", convert=_tid_list, metavar="TID,..."),
+            Option(
+                "--on-cpu",
+                "let the kernel sample each thread on its CPU clock (perf_event_open) and "
+                "unwind the samples later: the process is never stopped, threads off the CPU "
+                "are not seen (default: the wall clock, stopping the process for each sample)",
+                value=False,
+            ),
+            Option(
+                "--stack-size",
+                "with --on-cpu, bytes of stack the kernel copies per sample, from the stack "
+                "pointer up; a walk needing more ends there (default 8192, a multiple of 8, "
+                "at most 65528)",
+                convert=_sample_stack_size,
+                default=8192,
+                metavar="BYTES",
+            ),
             Option("--svg", "write an interactive flame graph (SVG) to FILE", metavar="FILE"),
             Option(
                 "--pprof",
@@ -416,7 +438,28 @@ def commands() -> list[Command]:
             ),
         ],
     )
-    return [pid, core, remote, info, profile]
+    perf = Command(
+        "perf",
+        "unwind the samples of a perf record --call-graph dwarf file: the outputs of profile",
+        [Positional("file", "the perf.data file (not a pipe-mode one)")],
+        [
+            Option("--pid", "only the samples of this process", convert=_pid, metavar="PID"),
+            Option("--tid", "only these threads", convert=_tid_list, metavar="TID,..."),
+            Option("--sysroot", "look for the recording's files under DIR", metavar="DIR"),
+            Option(
+                "--search-path",
+                "folders to look for the recording's files in, by name",
+                default="",
+                metavar="DIR[:DIR...]",
+            ),
+            *(option for option in profile.options.values() if option.name not in _PROFILE_ONLY),
+        ],
+    )
+    return [pid, core, remote, info, profile, perf]
+
+
+#: ``profile``'s options that sample a live process: ``perf`` has a recording instead.
+_PROFILE_ONLY = ("--duration", "--rate", "--threads", "--python")
 
 
 class Interrupted(KeyboardInterrupt):
@@ -540,6 +583,12 @@ def _run(argv: Sequence[str] | None) -> int:
         from liveunwind.cli.profile import profile_command
 
         return profile_command(arguments, _backtrace_options(arguments, unwinders))
+    if arguments.command == "perf":
+        from liveunwind.cli.perf import perf_command
+
+        arguments.python = False
+        arguments.threads = arguments.tid
+        return perf_command(arguments, _backtrace_options(arguments, unwinders))
     raise UsageError(f"unknown command {arguments.command}")
 
 

@@ -31,9 +31,11 @@ from liveunwind.backtrace.profile import (
     record,
 )
 from liveunwind.cli.output import AtomicFile, emit
+from liveunwind.errors import UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from types import FrameType, SimpleNamespace
     from typing import Any
 
@@ -42,8 +44,8 @@ if TYPE_CHECKING:
 
 #: The shape of the ``profile --json`` document and the ``$id`` of its schema;
 #: any change of shape raises the version (the schema is closed).
-SCHEMA_VERSION = 2
-SCHEMA_ID = "urn:liveunwind:profile:2"
+SCHEMA_VERSION = 3
+SCHEMA_ID = "urn:liveunwind:profile:3"
 #: Stacks in the text summary, and frames shown of each (innermost first).
 HOTTEST = 10
 SHOWN_FRAMES = 8
@@ -69,32 +71,35 @@ def profile_command(arguments: SimpleNamespace, options: BacktraceOptions) -> in
     end of its stack, 1 if some ended early.  The files are written whole or
     not at all (:class:`~liveunwind.cli.output.AtomicFile`).
     """
-    from liveunwind.backtrace.session import Session
-
-    session = Session(arguments.pid, threads=arguments.threads, options=options)
     progress = _Progress(arguments.pid, arguments.duration) if sys.stderr.isatty() else None
-    outputs = _open_outputs(
-        {
-            "folded": arguments.collapsed_out,
-            "svg": arguments.svg,
-            "pprof": arguments.pprof,
-            "speedscope": arguments.speedscope,
-        }
-    )
+    outputs = open_outputs(arguments)
     try:
         try:
             with _StopRequest() as stop:
-                profile = record(
-                    session,
-                    rate=arguments.rate,
-                    duration=arguments.duration,
-                    per_thread=arguments.per_thread,
+                profile = _sample(
+                    arguments,
+                    options,
                     should_stop=stop.requested,
                     on_sample=progress.update if progress is not None else None,
                 )
         finally:
             if progress is not None:
                 progress.finish()
+    except BaseException:
+        for output in outputs.values():
+            output.discard()
+        raise
+    return deliver(profile, arguments, outputs)
+
+
+def deliver(profile: Profile, arguments: SimpleNamespace, outputs: dict[str, AtomicFile]) -> int:
+    """Writes the files ``outputs`` were opened for and prints the report (text or JSON).
+
+    Every source of a :class:`~liveunwind.backtrace.profile.Profile` (the
+    sampling of ``profile``, the samples of ``perf``) ends here.  Returns
+    the exit status: 0 if every walk reached the end of its stack, else 1.
+    """
+    try:
         if "folded" in outputs:
             outputs["folded"].commit(format_folded(profile, merge=arguments.merge))
         if "svg" in outputs:
@@ -116,8 +121,51 @@ def profile_command(arguments: SimpleNamespace, options: BacktraceOptions) -> in
     return 0 if not profile.incomplete else 1
 
 
-def _open_outputs(paths: dict[str, str | None]) -> dict[str, AtomicFile]:
-    """The output files, begun before sampling: a path that cannot be written fails at once."""
+def _sample(
+    arguments: SimpleNamespace,
+    options: BacktraceOptions,
+    *,
+    should_stop: Callable[[], bool],
+    on_sample: Callable[[Profile, float], None] | None,
+) -> Profile:
+    """The profile, by the wall clock (stopping the process) or the kernel's (``--on-cpu``)."""
+    if arguments.on_cpu:
+        from liveunwind.backtrace.oncpu import record_on_cpu
+
+        if arguments.threads:
+            raise UsageError("profile: --threads is not taken with --on-cpu (every thread is)")
+        return record_on_cpu(
+            arguments.pid,
+            options,
+            rate=arguments.rate,
+            duration=arguments.duration,
+            stack_size=arguments.stack_size,
+            per_thread=arguments.per_thread,
+            should_stop=should_stop,
+            on_sample=on_sample,
+        )
+    from liveunwind.backtrace.session import Session
+
+    session = Session(arguments.pid, threads=arguments.threads, options=options)
+    return record(
+        session,
+        rate=arguments.rate,
+        duration=arguments.duration,
+        per_thread=arguments.per_thread,
+        should_stop=should_stop,
+        on_sample=on_sample,
+    )
+
+
+def open_outputs(arguments: SimpleNamespace) -> dict[str, AtomicFile]:
+    """The output files asked for, begun before sampling: a path that cannot be written fails
+    at once."""
+    paths = {
+        "folded": arguments.collapsed_out,
+        "svg": arguments.svg,
+        "pprof": arguments.pprof,
+        "speedscope": arguments.speedscope,
+    }
     outputs: dict[str, AtomicFile] = {}
     try:
         for kind, path in paths.items():
@@ -354,6 +402,7 @@ def to_json_document(profile: Profile) -> dict[str, Any]:
     return {
         "$schema": SCHEMA_ID,
         "schema_version": SCHEMA_VERSION,
+        "source": profile.source,
         "pid": profile.pid,
         "rate_asked": profile.rate_asked,
         "rate": profile.rate,

@@ -60,6 +60,41 @@ def decompress(stream: bytes | memoryview, size: int, limit: int, where: str) ->
     return raw
 
 
+class StreamDecompressor:
+    """One zstd stream given in pieces (perf's compressed records), each piece's bytes out.
+
+    A frame may go on from one piece to the next; a new one starts after it
+    ends.  Each piece may give at most ``limit`` bytes (FormatError beyond).
+    """
+
+    def __init__(self, where: str) -> None:
+        self._zstd = library()
+        self._where = where
+        self._decompressor = self._zstd.ZstdDecompressor()
+
+    def feed(self, piece: bytes | memoryview, limit: int) -> bytes:
+        zstd, out = self._zstd, []
+        data, produced = bytes(piece), 0
+        while True:
+            try:
+                part = self._decompressor.decompress(data, max_length=limit - produced + 1)
+            except zstd.ZstdError as error:
+                raise FormatError(f"{self._where}: {error}") from None
+            data = b""  # taken in: what it holds comes out of the later calls
+            produced += len(part)
+            out.append(part)
+            if produced > limit:
+                raise FormatError(f"{self._where}: a piece inflates beyond {limit} bytes")
+            if self._decompressor.eof:  # the frame ended; the next may start in this piece
+                data = self._decompressor.unused_data
+                self._decompressor = zstd.ZstdDecompressor()
+                if not data:
+                    break
+            elif self._decompressor.needs_input:
+                break
+        return b"".join(out)
+
+
 def reader(raw: BinaryIO) -> BinaryIO:
     """A file-like reader of the decompressed bytes of the zstd stream ``raw`` (read forward).
 

@@ -135,6 +135,10 @@ class AddressSpace:
       None means the module map groups mappings by file.
     - ``entry_point``: the program's entry point from its auxiliary vector,
       where the target has one.
+    - ``stack_copy`` and ``other_reads``: a snapshot's copy of the stack
+      holding an address, and a count of the reads other than ``read_word``
+      it answered: the stepper remembers a walk that read words of one copy
+      only, and walks it again only when one of those words changed.
 
     A plain class, not a ``typing.Protocol`` or an ABC: importing ``typing``
     or ``abc`` costs start-up time on the hot path.
@@ -194,4 +198,14 @@ class AddressSpace:
 
         The stepper takes the function holding it (``_start``) for the outermost frame.
         """
+        return None
+
+    def stack_copy(self, address: int) -> tuple[int, bytes | bytearray] | None:
+        """The start and bytes of the stack copy holding ``address``; None: none holds it."""
+        return None
+
+    def other_reads(self) -> int | None:
+        """How many reads other than ``read_word`` were made so far (two counts around a walk
+        tell whether it read anything but words); None where the target keeps no count,
+        and then no walk of it is remembered."""
         return None

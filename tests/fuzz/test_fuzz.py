@@ -5,7 +5,7 @@ other tests make: kernel cores and a gcore core, Mach-O files and the cores
 ``tools/macho_core.py`` writes of them, ELF files with
 ``.eh_frame``/``.sframe``/symbols, DWARF 2–5 and compressed debug info, a Go
 program's ``.gopclntab`` and scheduler layout (DWARF), the SFrame vectors,
-compact unwind tables, DWARF expressions and GDB remote replies.  Only typed
+compact unwind tables, DWARF expressions, GDB remote replies and a perf.data.  Only typed
 errors may come out, each input within its CPU and wall time bounds and its
 memory bound.
 
@@ -45,7 +45,7 @@ FIXED_SEED = 20261126
 FIXED_COUNTS = {
     "kernel-core": 200, "gcore-core": 30, "macho-core": 3000, "macho-file": 3000,
     "elf-unwind": 4000, "dwarf-lines": 1500, "gopclntab": 8000, "go-runtime": 1000,
-    "sframe": 50000, "compact": 20000, "dwarf-expr": 50000, "rsp": 30000,
+    "sframe": 50000, "compact": 20000, "dwarf-expr": 50000, "rsp": 30000, "perf-data": 300,
 }  # fmt: skip
 CORPUS = Path(__file__).parent / "corpus"
 SFRAME_VECTORS = DATA / "sframe-vectors"
@@ -130,6 +130,10 @@ TARGETS = {
     "compact": lambda folder, build: macho_files(),
     "dwarf-expr": lambda folder, build: [],
     "rsp": lambda folder, build: [],
+    "perf-data": lambda folder, build: [
+        str(DATA / "perf" / "profiled.data"),
+        str(DATA / "perf" / "profiled-zstd.data"),
+    ],
 }
 
 

@@ -3,7 +3,7 @@
 A *target* is one way liveunwind reads untrusted bytes — a kernel core, a
 gcore core, a Mach-O file or core, an ELF file's unwind sections, SFrame,
 compact unwind, DWARF expressions, DWARF line and debug info, Go's
-``.gopclntab``, GDB remote packets — with the real inputs it starts from.
+``.gopclntab``, GDB remote packets, perf.data files — with the real inputs it starts from.
 Each input is a real one with a few edits, most of them inside the parts of
 the file that matter (headers, notes, load commands, the section being
 decoded): bit flips, interesting numbers (0, -1, 2^63, the file's size…),
@@ -598,6 +598,34 @@ def _rsp_target(paths: list[str]) -> Target:
     return Target("rsp", bases, [[(0, len(base))] for base in bases], run)
 
 
+def _perf_data_target(paths: list[str]) -> Target:
+    """A perf.data through ``liveunwind perf``'s reading: header, attrs, features, every
+    record, each sample walked against the recorded files."""
+    from types import SimpleNamespace
+
+    from liveunwind.backtrace.options import BacktraceOptions
+    from liveunwind.cli.perf import replay
+    from liveunwind.formats.perfdata import read_header
+    from liveunwind.targets.sample.perfdata import PerfDataFile
+
+    bases = [Path(path).read_bytes() for path in paths]
+    hot = []
+    for base in bases:  # the header and attrs, the first records (or zstd), the feature table
+        header = read_header(base, len(base))
+        first = header.data.offset
+        hot.append([(0, first), (first, first + 0x2000), (header.data.end, len(base))])
+    scratch = Scratch("perf.data")
+    arguments = SimpleNamespace(pid=None, threads=None, sysroot=None, search_path="")
+
+    def run(data: bytes, which: int) -> None:
+        with PerfDataFile(scratch.write(data)) as recording:
+            _replay, unwound = replay(recording, arguments, BacktraceOptions())
+            for _ in unwound:
+                pass
+
+    return Target("perf-data", bases, hot, run)
+
+
 #: Target name → how a worker builds it from the paths of its base inputs.
 BUILDERS: dict[str, Callable[[list[str]], Target]] = {
     "kernel-core": lambda paths: _core_target("kernel-core", paths, compress=True),
@@ -612,6 +640,7 @@ BUILDERS: dict[str, Callable[[list[str]], Target]] = {
     "compact": _compact_target,
     "dwarf-expr": _dwarf_expression_target,
     "rsp": _rsp_target,
+    "perf-data": _perf_data_target,
 }
 
 

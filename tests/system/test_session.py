@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from liveunwind.backtrace.backtracer import Backtracer
 from liveunwind.backtrace.options import BacktraceOptions
 from liveunwind.backtrace.session import Session
-from liveunwind.frames import Frame
+from liveunwind.frames import Backtrace, Frame
 from liveunwind.modules.modulemap import ModuleMap
 from liveunwind.targets.live.ptrace import PtraceProcess
-from tests.support.paths import ROOT
+from liveunwind.targets.live.snapshot import Snapshot
+from tests.support.paths import ROOT, TESTPROGS
+from tests.support.programs import start_command
 
 
 def _frame_key(frame: Frame) -> tuple[object, ...]:
@@ -118,3 +122,160 @@ def test_phases_in_the_order_stats_prints_them(
     assert list(backtrace.timings) == phases.split()
     assert all(seconds >= 0 for seconds in backtrace.timings.values())
     assert backtrace.timings["total"] >= backtrace.timings["unwind"] + backtrace.timings["attach"]
+
+
+def _everything(backtrace: Backtrace) -> list[tuple[object, ...]]:
+    """All a backtrace says of each thread and frame."""
+    return [
+        (
+            thread.tid,
+            thread.stop_reason,
+            thread.stop_detail,
+            [
+                (
+                    *_frame_key(frame),
+                    frame.exact_pc,
+                    frame.module,
+                    frame.module_offset,
+                    frame.offset,
+                )
+                for frame in thread.frames
+            ],
+        )
+        for thread in backtrace.threads
+    ]
+
+
+def _warm_against_cold(pid: int, rounds: int, pause: float = 0.0) -> tuple[int, set[int]]:
+    """Each round one stop: a warm backtracer (kept across rounds) and a cold one walk the
+    same snapshot, and must say the same.  Returns the walks replayed and the generations."""
+    warm = Backtracer(BacktraceOptions())
+    replayed, generations = 0, set()
+    for _ in range(rounds):
+        with PtraceProcess(pid) as process:
+            snapshot = Snapshot.capture(process)
+            ours = warm.backtrace(snapshot, {})
+            fresh = Backtracer(BacktraceOptions()).backtrace(snapshot, {})
+        assert _everything(ours) == _everything(fresh)
+        for thread in ours.threads:  # a replayed frame is made without Frame.__init__
+            assert all(hasattr(frame, slot) for frame in thread.frames for slot in Frame.__slots__)
+            assert [frame.index for frame in thread.frames] == list(range(len(thread.frames)))
+        assert [[frame.notes for frame in t.frames] for t in ours.threads] == [
+            [frame.notes for frame in t.frames] for t in fresh.threads
+        ]
+        replayed += warm.cache.replayed
+        generations.add(warm.cache.generation)
+        time.sleep(pause)
+    return replayed, generations
+
+
+def test_a_remembered_walk_gives_the_frames_of_a_cold_one(run_program) -> None:
+    """Parked threads are given their last walk again (UnwindCache.walks), frame for frame."""
+    program = run_program("threads-O2")
+    replayed, _ = _warm_against_cold(program.pid, 6)
+    # The first round walks them all; after it most threads sit where they were (a spinner
+    # moves, and a sleep's timeout words may change under a parked thread).
+    assert replayed >= 5 * len(program.threads()) // 2
+
+
+#: Threads parked in the program's code, and one that dlopens and dlcloses libm all along.
+DLCYCLE = r"""
+#include "tp.h"
+#include <dlfcn.h>
+#include <unistd.h>
+TP_NOINLINE static void parked_inner(void) { tp_arrive(); for (;;) pause(); }
+TP_NOINLINE static void *parked(void *unused)
+{
+    (void)unused;
+    parked_inner();
+    tp_sink++;
+    return NULL;
+}
+static void *loader(void *unused)
+{
+    (void)unused;
+    tp_arrive();
+    for (;;) {
+        void *library = dlopen("libm.so.6", RTLD_NOW | RTLD_LOCAL);
+        usleep(3000);
+        if (library != NULL)
+            dlclose(library);
+        usleep(3000);
+    }
+}
+int main(void)
+{
+    tp_allow_tracing();
+    tp_spawn("parked", parked, NULL);
+    tp_spawn("parked", parked, NULL);
+    tp_spawn("loader", loader, NULL);
+    tp_announce(3);
+    for (;;)
+        pause();
+}
+"""
+
+
+def test_remembered_walks_go_when_a_library_comes_or_goes(tmp_path: Path) -> None:
+    """dlopen/dlclose move the map between backtraces: each warm walk still equals a cold one,
+    walks are replayed while the map holds, and the cache starts anew when it moves."""
+    source = tmp_path / "dlcycle.c"
+    source.write_text(DLCYCLE)
+    exe = tmp_path / "dlcycle"
+    subprocess.run(["gcc", "-O2", "-g", "-pthread", f"-I{TESTPROGS}", "-o", exe, source, "-ldl"],
+                   check=True)  # fmt: skip
+    with start_command([str(exe)]) as program:
+        time.sleep(0.1)
+        replayed, generations = _warm_against_cold(program.pid, 40, pause=0.002)
+    assert replayed > 0
+    assert len(generations) > 5  # libm came and went under the cache
+
+
+def test_jit_code_renewed_under_a_warm_cache(jit_build: Path) -> None:
+    """jit-soak renews its JIT code, dlopens and dlcloses libraries and starts threads all the
+    time: warm walks equal cold ones at every instant (the registry's code is never remembered)."""
+    with start_command([str(jit_build / "jit-soak")]) as program:
+        try:
+            replayed, generations = _warm_against_cold(program.pid, 30, pause=0.005)
+        finally:
+            Path(f"/tmp/perf-{program.pid}.map").unlink(missing_ok=True)
+    assert replayed == 0  # a process with JIT code: no walk is remembered
+    assert len(generations) > 1
+
+
+def sleeper_remembered(warm: Backtracer, backtrace: Backtrace) -> bool:
+    sleeper = next(thread for thread in backtrace.threads if thread.name == "sleeper")
+    return sleeper.tid in warm.cache._next_walks
+
+
+def test_a_remembered_walk_is_not_given_again_when_a_word_it_read_changed(run_program) -> None:
+    """The sleeper's return address is changed in the stop's copy (its registers stay the
+    same): the walk is made again, and says what a cold one says of the changed stack."""
+    program = run_program("threads-O2")
+    warm = Backtracer(BacktraceOptions())
+    for _ in range(2):  # the first walks read code (the new pcs' checks): remembered after
+        with PtraceProcess(program.pid) as process:
+            before = warm.backtrace(Snapshot.capture(process), {})
+            arch = process.arch
+    assert sleeper_remembered(warm, before)
+    sleeper = next(thread for thread in before.threads if thread.name == "sleeper")
+    return_address = sleeper.frames[1].pc
+    with PtraceProcess(program.pid) as process:
+        snapshot = Snapshot.capture(process)
+        state = next(thread for thread in snapshot.threads() if thread.tid == sleeper.tid)
+        sp = state.registers[arch.sp]
+        copy = snapshot.stack_copy(sp)
+        assert copy is not None and isinstance(copy[1], bytearray)
+        start, data = copy
+        at = next(
+            offset
+            for offset in range(sp - start, len(data) - 7, 8)
+            if int.from_bytes(data[offset : offset + 8], "little") == return_address
+        )
+        data[at : at + 8] = (0x10).to_bytes(8, "little")  # not code: the walk ends there
+        ours = warm.backtrace(snapshot, {})
+        fresh = Backtracer(BacktraceOptions()).backtrace(snapshot, {})
+    assert _everything(ours) == _everything(fresh)
+    walked = next(thread for thread in ours.threads if thread.tid == sleeper.tid)
+    assert [frame.pc for frame in walked.frames] != [frame.pc for frame in sleeper.frames]
+    assert ours.threads and warm.cache.replayed >= 1  # the other threads were given theirs

@@ -9,7 +9,7 @@ local-capture handler, loaded when first used).
 from __future__ import annotations
 
 from liveunwind.arch.aarch64 import instructions, registers, sigframe
-from liveunwind.arch.base import Arch, FrameRecord, GdbDescription, MachODescription
+from liveunwind.arch.base import Arch, FrameRecord, GdbDescription, MachODescription, PerfRegisters
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -73,5 +73,7 @@ AARCH64 = Arch(
             registers.MACHO_NEON_STATE64: (512, registers.registers_from_neon_state64),
         },
     ),
+    perf_event_open=241,  # include/uapi/asm-generic/unistd.h
     self_capture=_self_capture,
+    perf_registers=PerfRegisters(registers.PERF_REGISTERS),
 )

@@ -68,3 +68,8 @@ def registers_from_neon_state64(data: bytes) -> dict[int, int]:
     A register rule restores the low 64 bits (d0–d31), which is what is kept.
     """
     return {64 + number: struct.unpack_from("<Q", data, 16 * number)[0] for number in range(32)}
+
+
+#: ``enum perf_event_arm64_regs`` (arch/arm64/include/uapi/asm/perf_regs.h) → DWARF
+#: numbers: x0–x30 (29 the fp, 30 the lr), sp at 31 and pc at 32, as ours.
+PERF_REGISTERS = {number: number for number in range(PC + 1)}

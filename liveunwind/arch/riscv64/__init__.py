@@ -11,7 +11,7 @@ no Mach-O, and no self-capture handler yet: ``local_backtrace`` says so.
 
 from __future__ import annotations
 
-from liveunwind.arch.base import Arch, FrameRecord, GdbDescription
+from liveunwind.arch.base import Arch, FrameRecord, GdbDescription, PerfRegisters
 from liveunwind.arch.riscv64 import instructions, prologue, registers, sigframe
 
 RISCV64 = Arch(
@@ -45,4 +45,6 @@ RISCV64 = Arch(
     link_register=registers.RA,  # jal/jalr leave the return address in ra
     prologue=prologue.ANALYSIS,
     plt_slot=instructions.plt_slot,
+    perf_event_open=241,  # include/uapi/asm-generic/unistd.h
+    perf_registers=PerfRegisters(registers.PERF_REGISTERS),
 )

@@ -57,3 +57,8 @@ GDB_REGISTERS.update({"s0": FP, "pc": PC})
 GDB_DEFAULT_LAYOUT: tuple[tuple[str, int], ...] = (*((name, 64) for name in _X_NAMES), ("pc", 64))
 #: What a ``g`` layout must place for a walk: the integer registers and the pc.
 GDB_GENERAL_REGISTERS = (*range(32), PC)
+
+
+#: ``enum perf_event_riscv_regs`` (arch/riscv/include/uapi/asm/perf_regs.h) → DWARF
+#: numbers: the pc at 0, then x1–x31 (ra sp gp tp t0–t2 s0 s1 a0–a7 s2–s11 t3–t6) at 1–31.
+PERF_REGISTERS = {0: PC, **{number: number for number in range(1, 32)}}

@@ -8,7 +8,7 @@ local-capture handler, loaded when first used).
 
 from __future__ import annotations
 
-from liveunwind.arch.base import Arch, FrameRecord, GdbDescription, MachODescription
+from liveunwind.arch.base import Arch, FrameRecord, GdbDescription, MachODescription, PerfRegisters
 from liveunwind.arch.x86_64 import instructions, registers, sigframe
 
 TYPE_CHECKING = False
@@ -61,5 +61,7 @@ X86_64 = Arch(
         },
     ),
     vsyscall_page=VSYSCALL_PAGE,
+    perf_event_open=298,  # arch/x86/entry/syscalls/syscall_64.tbl
     self_capture=_self_capture,
+    perf_registers=PerfRegisters(registers.PERF_REGISTERS),
 )

@@ -60,3 +60,12 @@ _THREAD_STATE64_ORDER = (0, 3, 2, 1, 5, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 1
 def registers_from_thread_state64(data: bytes) -> dict[int, int]:
     """Decodes an ``x86_thread_state64_t`` (136 bytes or more)."""
     return dict(zip(_THREAD_STATE64_ORDER, struct.unpack_from("<17Q", data)))
+
+
+#: ``enum perf_event_x86_regs`` (arch/x86/include/uapi/asm/perf_regs.h) → DWARF
+#: numbers: ax bx cx dx si di bp sp ip, then (after flags and the six segment
+#: registers, 9–15, which unwinding never reads) r8–r15 at 16–23.
+PERF_REGISTERS = {
+    0: 0, 1: 3, 2: 2, 3: 1, 4: 4, 5: 5, 6: 6, 7: 7, 8: PC,
+    **{16 + number: 8 + number for number in range(8)},
+}  # fmt: skip
