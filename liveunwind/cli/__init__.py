@@ -459,7 +459,7 @@ def commands() -> list[Command]:
 
 
 #: ``profile``'s options that sample a live process: ``perf`` has a recording instead.
-_PROFILE_ONLY = ("--duration", "--rate", "--threads", "--python")
+_PROFILE_ONLY = ("--duration", "--rate", "--threads", "--python", "--on-cpu", "--stack-size")
 
 
 class Interrupted(KeyboardInterrupt):
