@@ -154,6 +154,7 @@ def _profile(
     periods: dict[int, int] = {}
     #: Samples per process: the profile is titled by the most sampled one.
     sampled_pids: dict[int, int] = {}
+    main_names: dict[int, str] = {}  # pid → its main thread's name, last seen
     first = last = None
     for each in unwound:
         sample = each.sample
@@ -161,11 +162,12 @@ def _profile(
         last = sample.time
         sampled_pids[sample.pid] = sampled_pids.get(sample.pid, 0) + 1
         if sample.tid == sample.pid:
-            profile.main_name = each.name
+            main_names[sample.pid] = each.name
         profile.add(each.backtrace, each.modules, some_threads=True)
         periods[sample.tid] = periods.get(sample.tid, 0) + sample.period
     if profile.pid == 0 and sampled_pids:
         profile.pid = max(sampled_pids, key=sampled_pids.__getitem__)
+    profile.main_name = main_names.get(profile.pid, "")
     profile.duration = (last - first) / _NANOSECONDS if first is not None and last else 0.0
     if not profile.rate_asked:  # a period was asked (-c): the rate it gave stands for it
         profile.rate_asked = profile.rate or 1.0

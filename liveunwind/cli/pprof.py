@@ -42,6 +42,8 @@ back; ``go tool pprof`` is the oracle in tests/system/test_profile_formats.py.
 
 from __future__ import annotations
 
+from collections import Counter
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from liveunwind.backtrace.profile import FrameSite, ModuleSite, Profile, ThreadProfile
@@ -243,6 +245,28 @@ class _Builder:
         return bytes(out)
 
 
+def _program_module(profile: Profile) -> ModuleSite | None:
+    """The program's own module: where most of the main thread's walks begin (``_start``).
+
+    pprof takes the first mapping for the profiled program (``go tool
+    pprof``'s "File:", a fleet service's binary name); without this it would
+    be whichever module the first stack written touched first (ld.so, libc).
+    """
+    outermost: Counter[int] = Counter()
+    modules: dict[int, ModuleSite] = {}
+    for thread in profile.threads.values():
+        if thread.name != profile.main_name:
+            continue
+        for stack, count in thread.stacks.items():
+            site = profile.sites.get(stack[0]) if stack else None
+            if site is not None and site.module is not None:
+                modules[id(site.module)] = site.module
+                outermost[id(site.module)] += count
+    if not outermost:
+        return None
+    return modules[outermost.most_common(1)[0][0]]
+
+
 def _cpu_nanoseconds(thread: ThreadProfile, duration: float) -> int:
     """The thread's CPU time over the profile, or 0 when unknown or never seen running."""
     if thread.cpu_percent is None or not thread.running:
@@ -254,6 +278,9 @@ def encode(profile: Profile, *, lines: bool = False, comments: tuple[str, ...] =
     """The profile as a serialized ``Profile`` message (not yet gzipped)."""
     builder = _Builder(profile, lines)
     strings = builder.strings
+    program = _program_module(profile)
+    if program is not None:
+        builder.mapping(program)  # mapping 1: what pprof names as the profile's program
     samples = b"".join(builder.samples(thread) for thread in profile.by_cpu())
     head = _bytes(_PROFILE_SAMPLE_TYPE, _value_type(strings, "samples", "count")) + _bytes(
         _PROFILE_SAMPLE_TYPE, _value_type(strings, "cpu", "nanoseconds")

@@ -37,6 +37,7 @@ import pytest
 from tests.support.builds import build
 from tests.support.paths import ROOT
 from tests.support.perfscript import Compared
+from tests.support.pprof import first_mapping, needs_go, pprof
 from tests.support.programs import start_program
 
 pytestmark = pytest.mark.skipif(shutil.which("perf") is None, reason="perf is not installed")
@@ -157,6 +158,25 @@ def test_the_command_gives_profiles_outputs(attached: Path, tmp_path: Path) -> N
     burner = next(thread for thread in document["threads"] if thread["name"] == "burner")
     only = json.loads(cli(str(attached), "--json", "--tid", str(burner["tid"])).stdout)
     assert [thread["name"] for thread in only["threads"]] == ["burner"]
+
+
+@needs_go
+def test_the_pprof_files_program_is_the_recorded_one(tmp_path: Path) -> None:
+    """pprof's first mapping is the program, though its hot code and first samples are not.
+
+    xz (Debian's, in every installation) spends its time in liblzma, and
+    ld.so runs before it: neither is the program pprof should name.
+    """
+    data = tmp_path / "data"
+    data.write_bytes(os.urandom(3 << 20))
+    recording, output = tmp_path / "xz.data", tmp_path / "xz.pb.gz"
+    xz = shutil.which("xz")
+    assert xz is not None
+    perf_record(recording, "--", xz, "-6", "-T1", "-k", "-f", str(data))
+    result = cli(str(recording), "--pprof", str(output))
+    assert result.returncode in (0, 1), result.stderr
+    assert "liblzma" in pprof("-top", str(output)).split("flat%", 1)[1].splitlines()[1]
+    assert first_mapping(pprof("-raw", str(output))) == os.path.realpath(xz)
 
 
 def test_a_file_that_is_not_perf_data_is_one_line(tmp_path: Path) -> None:

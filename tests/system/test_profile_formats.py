@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -26,11 +25,10 @@ import jsonschema
 import pytest
 
 from tests.support.paths import ROOT
+from tests.support.pprof import first_mapping, needs_go, pprof
 from tests.support.programs import start_program
 from tests.system.test_profile import BUSY, Profiled, cli
 
-GO = shutil.which("go")
-needs_go = pytest.mark.skipif(GO is None, reason="go tool pprof needs golang-go (make system-deps)")
 SPEEDSCOPE_SCHEMA = json.loads(
     (ROOT / "tests" / "data" / "speedscope" / "file-format-schema.json").read_text()
 )
@@ -84,19 +82,6 @@ def run(profiled: Profiled, tmp_path_factory: pytest.TempPathFactory) -> Run:
 @pytest.fixture(scope="module")
 def lines_run(profiled: Profiled, tmp_path_factory: pytest.TempPathFactory) -> Run:
     return profile_run(profiled, tmp_path_factory.mktemp("formats-lines"), "--lines", "--json")
-
-
-def pprof(*arguments: str) -> str:
-    assert GO is not None
-    result = subprocess.run(
-        [GO, "tool", "pprof", *arguments],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PPROF_TMPDIR": "/tmp", "HOME": os.environ.get("HOME", "/tmp")},
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout
 
 
 def traces(path: Path, *arguments: str) -> Counter[tuple[str, ...]]:
@@ -189,6 +174,8 @@ def test_the_raw_profile_has_our_sample_types_mappings_and_addresses(
             if mapping.group(5).startswith("/"):
                 assert f"Build ID: {build_id}" in notes, mapping.group(5)
     start, limit = mappings[program]
+    # pprof takes the first mapping for the program profiled ("File:" in its reports).
+    assert first_mapping(raw) == program
     # The program's load address from the kernel's map; spin_hot's extent from nm.
     base = min(
         int(line.split("-")[0], 16)
