@@ -243,12 +243,16 @@ class RememberedWalk:
     and the same words it gives the same frames.  The words are compared as
     one tuple picked from the new copy (``operator.itemgetter`` over a
     memoryview of 64-bit words: 37 frames' 74 words in about 2 µs, where
-    walking them again takes some 130 µs).
+    walking them again takes some 130 µs).  The picker is made the first
+    time a thread comes back with the same registers: a sampled thread
+    (perf) nearly never does, and making it for every sample cost 8 µs.
     """
 
     __slots__ = (
+        "_addresses",
         "_pick",
         "_span",
+        "_values",
         "block_start",
         "detail",
         "frames",
@@ -261,43 +265,29 @@ class RememberedWalk:
     def __init__(
         self,
         registers: dict[int, int],
-        block: tuple[int, bytes | bytearray],
-        indices: list[int],
+        block_start: int,
+        addresses: list[int],
+        values: list[int],
         max_frames: int,
         frames: tuple[FrameFacts, ...],
         reason: StopReason,
         detail: str,
     ) -> None:
+        """``addresses``: the words the walk read, in order; ``values``: what it read there."""
         self.registers = registers
-        self.block_start = block[0]
+        self.block_start = block_start
         self.max_frames = max_frames
         self.frames = frames
         #: Why the walk ended, and its detail.
         self.reason = reason
         self.detail = detail
-        #: The copy's words the walk read (by index from its start), and their values.
-        self._pick = itemgetter(*indices) if indices else None
-        self._span = (max(indices) + 1) * 8 if indices else 0
-        self.words = self._words(block[1]) if indices else None
-
-    @classmethod
-    def of(
-        cls,
-        registers: dict[int, int],
-        block: tuple[int, bytes | bytearray],
-        addresses: list[int],
-        max_frames: int,
-        frames: tuple[FrameFacts, ...],
-        reason: StopReason,
-        detail: str,
-    ) -> RememberedWalk | None:
-        """The walk as remembered, or None if it read a word not aligned within ``block``."""
-        start, data = block
-        end = start + len(data) - 8
-        if start & 7 or not all(start <= at <= end and not at & 7 for at in addresses):
-            return None
-        indices = [(at - start) >> 3 for at in addresses]
-        return cls(registers, block, indices, max_frames, frames, reason, detail)
+        self._addresses: list[int] | None = addresses
+        self._values = values
+        #: The copy's words the walk read (by index from its start), and their values:
+        #: made on the first comparison (-1: a word lay outside the copy or unaligned).
+        self._pick: itemgetter[Any] | None = None
+        self._span = 0
+        self.words: object = None
 
     def holds_for(
         self, registers: dict[int, int], block: tuple[int, bytes | bytearray], max_frames: int
@@ -309,9 +299,27 @@ class RememberedWalk:
             or registers != self.registers
         ):
             return False
+        if self._addresses is not None:
+            self._make_pick()
+        if self._span < 0:
+            return False
         return self._pick is None or (
             len(block[1]) >= self._span and self._words(block[1]) == self.words
         )
+
+    def _make_pick(self) -> None:
+        addresses, values, start = self._addresses, self._values, self.block_start
+        assert addresses is not None
+        self._addresses = None
+        if not addresses:
+            return
+        if start & 7 or any(at < start or at & 7 for at in addresses):
+            self._span = -1
+            return
+        indices = [(at - start) >> 3 for at in addresses]
+        self._pick = itemgetter(*indices)
+        self._span = (max(indices) + 1) * 8
+        self.words = tuple(values) if len(indices) > 1 else values[0]
 
     def _words(self, data: bytes | bytearray) -> object:
         assert self._pick is not None

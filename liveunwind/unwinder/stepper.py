@@ -167,6 +167,17 @@ class Stepper:
         if known is not None and known.holds_for(thread.registers, block, self.max_frames):
             cache.remember_walk(thread.tid, known, replayed=True)
             return _replayed(thread, known)
+        registers = thread.registers
+        key = (registers.get(arch.pc, 0), registers.get(arch.sp, 0))
+        found = cache.suffixes.get(key)
+        if found is not None:
+            # A whole walk from the first frame: most samples of a busy thread (perf).
+            stack = self.modules.mapping_at(key[1])
+            state = _first_state(None if stack is None else (stack.start, stack.end))
+            record, index = found
+            if record.holds_at(index, registers, state, set(), 0, self.max_frames, block):
+                cache.took_suffix(key, found)
+                return self._suffixed(thread, block, record, index)
         trail = SuffixTrail(arch.pc, arch.sp)
         addresses, values = trail.addresses, trail.values
         read_word = self._read_word
@@ -187,10 +198,13 @@ class Stepper:
         reason = walked.stop_reason
         if self._asked_go or reason is StopReason.INTERRUPTED:
             return walked
+        frames = walked.frames
         facts: tuple[FrameFacts, ...] = tuple(
             (f.pc, f.sp, f.method, f.cfa, f.signal_frame, f.exact_pc, f.module, f.module_offset)
-            for f in walked.frames
+            for f in frames[: len(trail.registers)]
         )
+        if trail.tail is not None:
+            facts += trail.tail[0].facts[trail.tail[1] :]
         record = SuffixRecord.of(
             facts,
             trail,
@@ -200,22 +214,63 @@ class Stepper:
             lambda plan: cache.uses_of(plan, arch.pc, arch.sp),
         )
         if trail.others_end == before:
-            remembered = RememberedWalk.of(
-                thread.registers,
-                block,
-                record.addresses,
-                self.max_frames,
-                facts,
-                reason,
-                walked.stop_detail,
+            # Words the walk read outside the copy were not read with read_word: the
+            # count of other reads would have moved.  The copy's end is checked on use.
+            cache.remember_walk(
+                thread.tid,
+                RememberedWalk(
+                    thread.registers,
+                    block[0],
+                    record.addresses,
+                    record.values,
+                    self.max_frames,
+                    facts,
+                    reason,
+                    walked.stop_detail,
+                ),
             )
-            if remembered is not None:
-                cache.remember_walk(thread.tid, remembered)
         if reason in _NO_SUFFIXES:
             return walked  # how they end depends on the frames before, or on the limit
         for index in range(record.pure_from, len(trail.registers)):
             cache.remember_suffix(facts[index][:2], record, index)
         return walked
+
+    def _suffixed(
+        self,
+        thread: ThreadState,
+        block: tuple[int, bytes | bytearray],
+        record: SuffixRecord,
+        index: int,
+    ) -> ThreadBacktrace:
+        """The walk of ``thread`` that is ``record``'s from its frame ``index`` on; remembered
+        for the thread as a walk of its own is."""
+        frames: list[Frame] = []
+        _append_remembered(frames, record.facts, index)
+        first = record.marks[index]
+        facts, addresses, values = record.facts, record.addresses, record.values
+        if index:
+            facts, addresses, values = facts[index:], addresses[first:], values[first:]
+        self._cache.remember_walk(
+            thread.tid,
+            RememberedWalk(
+                thread.registers,
+                block[0],
+                addresses,
+                values,
+                self.max_frames,
+                facts,
+                record.reason,
+                record.detail,
+            ),
+        )
+        return ThreadBacktrace(
+            tid=thread.tid,
+            name=thread.name,
+            frames=frames,
+            stop_reason=record.reason,
+            stop_detail=record.detail,
+            state=thread.state,
+        )
 
     def _walk_thread(
         self,
@@ -701,6 +756,12 @@ class Stepper:
 
 
 _new_object = object.__new__
+
+
+def _first_state(stack_range: tuple[int, int] | None) -> tuple[object, ...]:
+    """A walk's loop state at its first frame (as ``_walk_thread`` keeps it for each frame):
+    the pc exact, the registers the thread's own, no CFA before it, no guess, on its stack."""
+    return (True, Method.CONTEXT, None, False, stack_range, False)
 
 
 def _replayed(thread: ThreadState, known: RememberedWalk) -> ThreadBacktrace:
