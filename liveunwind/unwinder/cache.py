@@ -359,10 +359,11 @@ class SuffixRecord:
 
     __slots__ = (
         "_checks",
+        "_live",
+        "_pending",
         "addresses",
         "detail",
         "facts",
-        "live",
         "marks",
         "pure_from",
         "reason",
@@ -384,7 +385,19 @@ class SuffixRecord:
     ) -> None:
         self.facts = facts
         self.states = states
-        self.live = live
+        self._live = live
+        #: What ``live`` is made of, until it is: the walked frames' registers and steps,
+        #: the suffix's ``live``, the pc and sp register numbers, :meth:`UnwindCache.uses_of`.
+        self._pending: (
+            tuple[
+                list[dict[int, int]],
+                list[Plan | str | None],
+                list[tuple[tuple[int, ...] | None, object]],
+                frozenset[int],
+                Callable[[Plan], tuple[frozenset[int], frozenset[int]] | None],
+            ]
+            | None
+        ) = None
         #: Where each frame's reads start in ``addresses`` (and ``values``).
         self.marks = marks
         self.addresses = addresses
@@ -412,8 +425,7 @@ class SuffixRecord:
         walked = len(trail.registers)
         states, marks = trail.states, trail.marks
         addresses, values = trail.addresses, trail.values
-        live: list[tuple[tuple[int, ...] | None, object]] = []
-        after: frozenset[int] | None = frozenset()
+        tail: list[tuple[tuple[int, ...] | None, object]] = []
         if trail.tail is not None:
             old, at = trail.tail
             first, shift = old.marks[at], len(addresses)
@@ -421,9 +433,7 @@ class SuffixRecord:
             marks = marks + [mark - first + shift for mark in old.marks[at:]]
             addresses = addresses + old.addresses[first:]
             values = values + old.values[first:]
-            live = old.live[at:]
-            used = live[0][0]
-            after = None if used is None else frozenset(used)
+            tail = old.live[at:]  # made already: the suffix was found to hold
         start, end = block[0], block[0] + len(block[1]) - 8
         last_bad = max(
             (
@@ -433,34 +443,44 @@ class SuffixRecord:
             ),
             default=-1,
         )
-        pure_from = walked
+        pure_from, others, last = walked, trail.others, trail.others_end
+        while pure_from and others[pure_from - 1] == last and marks[pure_from - 1] > last_bad:
+            pure_from -= 1
+        record = cls(facts, states, [], marks, addresses, values, pure_from, reason, detail)
+        record._pending = (trail.registers, trail.used, tail, trail.pc_sp, uses_of)
+        return record
+
+    @property
+    def live(self) -> list[tuple[tuple[int, ...] | None, object]]:
+        """Per frame: the registers the rest of the walk used and their values, or (None,
+        every register); made when first asked (a walk no other walk meets is never)."""
+        if self._pending is None:
+            return self._live
+        registers, steps, tail, pc_sp, uses_of = self._pending
+        self._pending = None
+        after: frozenset[int] | None = frozenset()
+        if tail:
+            used = tail[0][0]
+            after = None if used is None else frozenset(used)
         prefix: list[tuple[tuple[int, ...] | None, object]] = []
-        for index in range(walked - 1, -1, -1):
-            step = trail.used[index]
+        for index in range(len(registers) - 1, -1, -1):
+            step = steps[index]
             if step is EVERY_REGISTER or after is None:
                 after = None
             elif step == AT_ENTRY:
-                after = trail.pc_sp
+                after = pc_sp
             else:
                 assert isinstance(step, Plan)
                 uses = uses_of(step)
                 after = None if uses is None else uses[0] | (after - uses[1])
-            registers = trail.registers[index]
             if after is None:
-                prefix.append((None, registers))
+                prefix.append((None, registers[index]))
             else:
                 used = tuple(sorted(after))
-                prefix.append((used, tuple(map(registers.get, used))))
-            if (
-                pure_from == index + 1
-                and trail.others[index] == trail.others_end
-                and marks[index] > last_bad
-            ):
-                pure_from = index
+                prefix.append((used, tuple(map(registers[index].get, used))))
         prefix.reverse()
-        return cls(
-            facts, states, prefix + live, marks, addresses, values, pure_from, reason, detail
-        )
+        self._live = prefix + tail
+        return self._live
 
     def holds_at(
         self,
