@@ -63,6 +63,14 @@ class UnwindCache:
         the same words at every address its walk read — is not walked
         again.  Only walks that read nothing but words of the thread's own
         stack copy are kept, so the same input gives the same frames.
+    ``suffixes``
+        (pc, sp) of a frame → the :class:`SuffixRecord` of a walk and that
+        frame's index in it: a walk that comes to a frame whose registers
+        (those the rest of the remembered walk used), loop state and the
+        words the rest read are the same takes the rest of its frames from
+        there (a sampled thread busy in one place: its frames below the
+        first few are the same in every sample).  Kept only from a frame on
+        which the walk read nothing but aligned words of its stack copy.
 
     Who drops what, when:
 
@@ -82,6 +90,10 @@ class UnwindCache:
       changed (a new generation: also a file changed in place) or any
       mapping did (a stack, code or data mapped or unmapped: what the walk
       asks of mappings), or when the target has a JIT registry.
+    - ``suffixes`` last across backtraces and go with the walks (a new
+      generation, a mapping changed, a JIT registry); at most
+      :data:`MAX_SUFFIXES` entries and :data:`MAX_SUFFIX_FRAMES` frames, the
+      one used longest ago going first.
     - A table that holds :data:`MAX_ENTRIES` is emptied before its next
       entry goes in (the ``remember_*`` methods): clear-when-full needs no
       bookkeeping on a hit, which keeps a cached frame at one lookup.
@@ -103,6 +115,7 @@ class UnwindCache:
         "shared",
         "suffixed",
         "suffixes",
+        "_suffix_frames",
         "_uses",
         "walks",
     )
@@ -116,6 +129,8 @@ class UnwindCache:
         self.walks: dict[int, RememberedWalk] = {}
         self._next_walks: dict[int, RememberedWalk] = {}
         self.suffixes: dict[tuple[int, int], tuple[SuffixRecord, int]] = {}
+        #: The frames of the suffixes' records, each counted once per entry.
+        self._suffix_frames = 0
         self._uses: dict[Plan, tuple[frozenset[int], frozenset[int]] | None] = {}
         #: Walks of the current backtrace that took a remembered suffix.
         self.suffixed = 0
@@ -153,6 +168,7 @@ class UnwindCache:
         else:
             self.walks = {}
             self.suffixes.clear()
+            self._suffix_frames = 0
             self._uses.clear()
         self._mappings = mappings
 
@@ -164,9 +180,15 @@ class UnwindCache:
     def remember_suffix(self, key: tuple[int, int], record: SuffixRecord, index: int) -> None:
         """Keeps the walk ``record`` from its frame ``index`` (at pc and sp ``key``)."""
         suffixes = self.suffixes
-        suffixes.pop(key, None)
-        if len(suffixes) >= MAX_SUFFIXES:
-            del suffixes[next(iter(suffixes))]
+        replaced = suffixes.pop(key, None)
+        if replaced is not None:
+            self._suffix_frames -= len(replaced[0].facts)
+        self._suffix_frames += len(record.facts)
+        while suffixes and (
+            len(suffixes) >= MAX_SUFFIXES or self._suffix_frames > MAX_SUFFIX_FRAMES
+        ):
+            oldest = next(iter(suffixes))
+            self._suffix_frames -= len(suffixes.pop(oldest)[0].facts)
         suffixes[key] = (record, index)
 
     def took_suffix(self, key: tuple[int, int], found: tuple[SuffixRecord, int]) -> None:
@@ -327,11 +349,13 @@ class RememberedWalk:
             return self._pick(words)
 
 
-#: Most walk suffixes an :class:`UnwindCache` holds; the one used longest ago goes first.
-#: An entry holds a walk of at most ``max_frames`` frames (a walk's entries share it), about
-#: 0.3 KB a frame: 1,024 entries of the bench target's 30-frame walks are some 10 MB, of
-#: 256-frame walks (the default limit) at most some 80 MB.
+#: Most walk suffixes an :class:`UnwindCache` holds, and most frames their records hold (a
+#: record counted once per entry: an upper bound); the one used longest ago goes first.  A
+#: record's frame is about 0.4 KB (measured: 21 records of bench/target.c's walks, 333
+#: frames, 134 KB), so the suffixes of one target take at most some 13 MB; the bench
+#: target's 10,711 perf samples left 57 entries.
 MAX_SUFFIXES = 1024
+MAX_SUFFIX_FRAMES = 32_768
 
 #: What a frame's step used of its registers, where it was not a plan's fast path: all of them.
 EVERY_REGISTER = None

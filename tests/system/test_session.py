@@ -9,12 +9,6 @@ from pathlib import Path
 
 import pytest
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from liveunwind.targets.base import ThreadState
-
 from liveunwind.backtrace.backtracer import Backtracer
 from liveunwind.backtrace.options import BacktraceOptions
 from liveunwind.backtrace.session import Session
@@ -24,6 +18,12 @@ from liveunwind.targets.live.ptrace import PtraceProcess
 from liveunwind.targets.live.snapshot import Snapshot
 from tests.support.paths import ROOT, TESTPROGS
 from tests.support.programs import start_command
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from liveunwind.targets.base import ThreadState
 
 
 def _frame_key(frame: Frame) -> tuple[object, ...]:
@@ -289,9 +289,9 @@ def test_a_remembered_walk_is_not_given_again_when_a_word_it_read_changed(run_pr
 
 def _sleeper_walks(
     warm: Backtracer, pid: int, change: Callable[[ThreadState, Snapshot], None]
-) -> tuple[ThreadBacktrace, ThreadBacktrace]:
-    """The sleeper's walk by ``warm`` and by a cold backtracer, of one snapshot that
-    ``change`` altered first (the sleeper's registers or its stack copy)."""
+) -> ThreadBacktrace:
+    """The sleeper's walk by ``warm``, of one snapshot that ``change`` altered first (the
+    sleeper's registers or its stack copy), checked against a cold backtracer's."""
     with PtraceProcess(pid) as process:
         snapshot = Snapshot.capture(process)
         state = next(thread for thread in snapshot.threads() if thread.name == "sleeper")
@@ -299,10 +299,7 @@ def _sleeper_walks(
         ours = warm.backtrace(snapshot, {})
         fresh = Backtracer(BacktraceOptions()).backtrace(snapshot, {})
     assert _everything(ours) == _everything(fresh)
-    return (
-        next(thread for thread in ours.threads if thread.tid == state.tid),
-        next(thread for thread in fresh.threads if thread.tid == state.tid),
-    )
+    return next(thread for thread in ours.threads if thread.tid == state.tid)
 
 
 def test_a_remembered_suffix_is_taken_only_where_every_register_and_word_it_used_holds(
@@ -328,14 +325,14 @@ def test_a_remembered_suffix_is_taken_only_where_every_register_and_word_it_used
         number = next(number for number in state.registers if number not in used)
         state.registers[number] ^= 0x5A5A
 
-    ours, fresh = _sleeper_walks(warm, program.pid, unused_register)
+    ours = _sleeper_walks(warm, program.pid, unused_register)
     assert warm.cache.suffixed >= 1 and warm.cache.replayed < len(before.threads)
     assert [_frame_key(frame) for frame in ours.frames] == frames
 
     def frame_pointer(state: ThreadState, _snapshot: Snapshot) -> None:
         state.registers[arch.fp] += 64
 
-    ours, fresh = _sleeper_walks(warm, program.pid, frame_pointer)
+    ours = _sleeper_walks(warm, program.pid, frame_pointer)
     assert [_frame_key(frame) for frame in ours.frames] != frames
 
     # The word start_thread's caller was read from (the walk's last return address).
@@ -355,5 +352,5 @@ def test_a_remembered_suffix_is_taken_only_where_every_register_and_word_it_used
         assert at + start in record.addresses[record.marks[len(frames) - 2] :]
         data[at : at + 8] = (0x10).to_bytes(8, "little")  # not code: the walk ends before
 
-    ours, fresh = _sleeper_walks(warm, program.pid, deep_word)
+    ours = _sleeper_walks(warm, program.pid, deep_word)
     assert len(ours.frames) < len(frames)
