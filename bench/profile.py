@@ -27,7 +27,15 @@ runs as long; over the whole run of the tool (start-up included):
   with ``--idle --threads`` so every thread counts in every sample;
 - perf: ``record -g -F 100``, which samples on-CPU threads in the kernel
   (frame pointers; the busy thread is most of its samples), where
-  perf_event_open is allowed.
+  perf_event_open is allowed;
+- the on-CPU mode, which never stops the process: ``liveunwind profile
+  --on-cpu`` (recording and unwinding, as one command) against ``perf record
+  --call-graph dwarf`` followed by ``perf script`` on what it recorded (the
+  same kind of samples, unwound by perf's libdw): "tool CPU s" is the whole
+  CPU time of each, recording, unwinding and writing.
+
+``--only WORD[,WORD...]`` runs only the tools whose name contains one of
+them (and then writes no results file).
 
 Prints a table and writes bench/profile-results.json.
 """
@@ -52,6 +60,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DURATION = 5
 RATE = 100
 REPETITIONS = 3
+#: ``--only WORD[,WORD...]``: the tools whose name holds one of them (by default every tool).
+ONLY = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv[:-1] else [""]
 PYTHON_TARGET = "/usr/bin/python3"
 #: Another checkout of liveunwind (``BENCH_PEER=DIR``, e.g. ``git worktree add DIR main``)
 #: profiled in turn with this one, in the same runs: a change measured against what it
@@ -121,6 +131,7 @@ class Window:
         self.rate = (after[1] - before[1]) / wall
         self.per_cpu_second = (after[1] - before[1]) / ran if ran > 0 else 0.0
         self.stopped = max(0.0, 1.0 - (ran + waited) / wall)
+        self.wall = wall
 
 
 def measure(
@@ -158,6 +169,34 @@ def liveunwind(pid: int, checkout: Path = ROOT) -> Tool:
             "rate": document["rate"],
             "freeze_ms": float(freeze.group(1)) if freeze else None,
         }
+
+    return command, read
+
+
+def liveunwind_on_cpu(pid: int) -> Tool:
+    command = [
+        sys.executable, "-m", "liveunwind", "profile", str(pid), "--on-cpu",
+        "--duration", str(DURATION), "--rate", str(RATE), "--json",
+    ]  # fmt: skip
+
+    def read(result: subprocess.CompletedProcess) -> dict:
+        return {"rate": json.loads(result.stdout)["rate"]}
+
+    return command, read
+
+
+def perf_dwarf_script(pid: int, work: Path) -> Tool:
+    """``perf record --call-graph dwarf`` for DURATION seconds, then ``perf script`` on it."""
+    data, script = work / "perf-dwarf.data", work / "perf-dwarf.txt"
+    command = [
+        "sh", "-c",
+        f"perf record -q --call-graph dwarf -F {RATE} -p {pid} -o {data} -- sleep {DURATION}"
+        f" && perf script -i {data} > {script}",
+    ]  # fmt: skip
+
+    def read(result: subprocess.CompletedProcess) -> dict:
+        samples = sum(1 for block in script.read_text().split("\n\n") if block.strip())
+        return {"rate": samples / DURATION}
 
     return command, read
 
@@ -218,9 +257,11 @@ def tools(target: Target, work: Path, skipped: dict[str, str]) -> dict[str, Tool
             found["py-spy record --nonblocking"] = py_spy(target.pid, work, "nonblocking")
         else:
             skipped["py-spy"] = "py-spy is not installed (pip install py-spy)"
+    found["liveunwind profile --on-cpu"] = liveunwind_on_cpu(target.pid)
     if "perf" not in skipped:
         found["perf record -g"] = perf(target.pid, work)
-    return found
+        found["perf record dwarf + script"] = perf_dwarf_script(target.pid, work)
+    return {name: tool for name, tool in found.items() if any(word in name for word in ONLY)}
 
 
 def bench_target(target: Target, work: Path, skipped: dict[str, str]) -> dict:
@@ -248,6 +289,7 @@ def bench_target(target: Target, work: Path, skipped: dict[str, str]) -> dict:
                 "kept_free_cpu": (1 - max(stopped, 0.0)) * profiled.per_cpu_second / per_cpu,
                 "stopped": max(stopped, 0.0),
                 "tool_cpu": cpu,
+                "tool_cpu_seconds": cpu * profiled.wall,
                 **read(result),
             }
             row = rows.setdefault(tool, {})
@@ -270,7 +312,7 @@ def format_table(results: dict) -> str:
         f"{load['start']:.1f} at the start, {load['end']:.1f} at the end",
         "",
         f"{'target':46} {'tool':28} {'rate Hz':>7} {'kept':>5} {'free CPU':>8} "
-        f"{'stopped':>7} {'tool CPU':>8} {'freeze ms':>9}",
+        f"{'stopped':>7} {'tool CPU':>8} {'tool CPU s':>10} {'freeze ms':>9}",
     ]
     for name, rows in results["targets"].items():
         for tool, row in rows.items():
@@ -278,7 +320,8 @@ def format_table(results: dict) -> str:
             freeze = f"{row['freeze_ms']:.2f}" if "freeze_ms" in row else "-"
             lines.append(
                 f"{name:46} {tool:28} {rate:>7} {row['kept']:>5.0%} {row['kept_free_cpu']:>8.0%} "
-                f"{row['stopped']:>7.1%} {row['tool_cpu']:>8.0%} {freeze:>9}"
+                f"{row['stopped']:>7.1%} {row['tool_cpu']:>8.0%} "
+                f"{row['tool_cpu_seconds']:>10.2f} {freeze:>9}"
             )
             name = ""
     lines += [f"{tool}: {reason}" for tool, reason in results["skipped"].items()]
@@ -324,7 +367,8 @@ def main() -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     results["load_average"] = {"start": load_at_start, "end": os.getloadavg()[0]}
-    (ROOT / "bench" / "profile-results.json").write_text(json.dumps(results, indent=2) + "\n")
+    if ONLY == [""]:
+        (ROOT / "bench" / "profile-results.json").write_text(json.dumps(results, indent=2) + "\n")
     print(format_table(results))
     return 0
 

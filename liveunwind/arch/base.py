@@ -224,6 +224,7 @@ class Arch:
         "macho",
         "name",
         "pc",
+        "perf_event_open",
         "perf_registers",
         "plt_slot",
         "pointer_auth",
@@ -272,6 +273,7 @@ class Arch:
         prologue: PrologueAnalysis | None = None,
         plt_slot: Callable[[bytes, int], int | None] | None = None,
         vsyscall_page: int | None = None,
+        perf_event_open: int | None = None,
         perf_registers: PerfRegisters | None = None,
         self_capture: Callable[[], SelfCapture] | None = None,
         word_size: int = 8,
@@ -335,6 +337,9 @@ class Arch:
         self.plt_slot = plt_slot
         #: Address of the kernel's legacy vsyscall page, where it has one.
         self.vsyscall_page = vsyscall_page
+        #: The number of the perf_event_open(2) system call (``profile --on-cpu``);
+        #: None where liveunwind does not know it.
+        self.perf_event_open = perf_event_open
         #: How perf samples number its user registers; None where the kernel has no perf registers.
         self.perf_registers = perf_registers
         self._self_capture = self_capture

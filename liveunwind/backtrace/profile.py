@@ -439,6 +439,10 @@ class Profile:
         thread.thread_count += new
         return thread
 
+    def thread_ended(self, tid: int) -> None:
+        """A thread of a profile of ``every_thread=False`` samples ended: its tid may come again."""
+        self._last.pop(tid, None)
+
     @property
     def threads_folded(self) -> int:
         """Threads counted together with another of their name (what ``per_thread`` keeps apart)."""

@@ -3,7 +3,8 @@
 A :class:`SampleUnwinder` keeps, per sampled process, a
 :class:`~liveunwind.backtrace.backtracer.Backtracer` (its rules and names)
 and the module map of the process's current mappings: a map is made again
-only when the process's mappings change (its ``generation``), so a module
+only when the process's mappings change (its ``generation``) or its perf
+map (JIT code, CPython's ``-X perf``) has grown, so a module
 opens its file and reads its tables once for all the samples that land
 in it.  Each sample becomes a one-thread
 :class:`~liveunwind.frames.Backtrace` over a
@@ -45,7 +46,7 @@ class _Warm:
     """What is kept of one process: its backtracer; for its current mappings, the module map,
     and the sample space and stepper over it that each of its samples is loaded into."""
 
-    __slots__ = ("backtracer", "generation", "modules", "space", "stepper")
+    __slots__ = ("backtracer", "generation", "modules", "perf_map_entries", "space", "stepper")
 
     def __init__(self, backtracer: Backtracer) -> None:
         self.backtracer = backtracer
@@ -53,6 +54,8 @@ class _Warm:
         self.generation = -1
         self.space: SampleSpace | None = None
         self.stepper: Stepper | None = None
+        #: Entries of the perf map the module map was made with.
+        self.perf_map_entries = 0
 
 
 class SampleUnwinder:
@@ -66,7 +69,9 @@ class SampleUnwinder:
     def modules(self, process: SampledProcess, perf_map: PerfMapView | str = "") -> ModuleMap:
         """The module map of ``process``'s current mappings (made when they changed).
 
-        ``perf_map``: the process's perf map as known now, taken when the map is made.
+        ``perf_map``: the process's perf map as known now, taken when the map is made;
+        a map made with fewer of its entries than it now has is made anew (a live
+        process's JIT, CPython's ``-X perf``, adds code without mapping memory).
         """
         warm = self._warm.pop(process, None)
         if warm is None:
@@ -74,9 +79,11 @@ class SampleUnwinder:
                 del self._warm[next(iter(self._warm))]
             warm = _Warm(Backtracer(self.options))
         self._warm[process] = warm  # the most recently used last
-        if warm.modules is None or warm.generation != process.generation:
+        grown = not isinstance(perf_map, str) and len(perf_map) != warm.perf_map_entries
+        if warm.modules is None or warm.generation != process.generation or grown:
             warm.modules = warm.backtracer.module_map(process, perf_map)
             warm.generation = process.generation
+            warm.perf_map_entries = len(perf_map)
             warm.space = warm.stepper = None
         return warm.modules
 
@@ -99,7 +106,8 @@ class SampleUnwinder:
         ``perf_map`` names JIT code when the process's module map is made anew.
 
         Returns it with the module map it was named from (which the
-        profile's writers describe modules with).
+        profile's writers describe modules with).  ``perf_map`` (a live
+        process's, as read so far) names code no file does.
         """
         modules = self.modules(process, perf_map)
         warm = self._warm[process]
@@ -225,6 +233,8 @@ class SampleReplay:
         #: Samples the kernel dropped (LOST records), and samples without 64-bit user registers.
         self.lost = 0
         self.without_registers = 0
+        #: A live process's perf map as read so far (``profile --on-cpu`` sets it): JIT code.
+        self.perf_map: PerfMapView | str = ""
 
     def process(self, pid: int) -> SampledProcess:
         """The process ``pid`` as the records so far describe it."""
@@ -273,7 +283,12 @@ class SampleReplay:
         name = self.names.get(sample.tid, "")
         process = self.process(sample.pid)
         backtrace, modules = self.unwinder.unwind(
-            process, sample.tid, name, registers, sample.stack, self._perf_map(process)
+            process,
+            sample.tid,
+            name,
+            registers,
+            sample.stack,
+            self.perf_map or self._perf_map(process),
         )
         return Unwound(sample, name, backtrace, modules)
 

@@ -111,6 +111,12 @@ def _rate(text: str) -> float:
     return parse_rate(text)
 
 
+def _sample_stack_size(text: str) -> int:
+    from liveunwind.targets.perfevent.events import check_stack_size
+
+    return check_stack_size(_count(text))
+
+
 def _tid_list(text: str) -> list[int]:
     return [_pid(part) for part in text.split(",") if part.strip()]
 
@@ -389,6 +395,22 @@ def commands() -> list[Command]:
                 metavar="HZ",
             ),
             Option("--threads", "only these threads", convert=_tid_list, metavar="TID,..."),
+            Option(
+                "--on-cpu",
+                "let the kernel sample each thread on its CPU clock (perf_event_open) and "
+                "unwind the samples later: the process is never stopped, threads off the CPU "
+                "are not seen (default: the wall clock, stopping the process for each sample)",
+                value=False,
+            ),
+            Option(
+                "--stack-size",
+                "with --on-cpu, bytes of stack the kernel copies per sample, from the stack "
+                "pointer up; a walk needing more ends there (default 8192, a multiple of 8, "
+                "at most 65528)",
+                convert=_sample_stack_size,
+                default=8192,
+                metavar="BYTES",
+            ),
             Option("--svg", "write an interactive flame graph (SVG) to FILE", metavar="FILE"),
             Option(
                 "--pprof",
@@ -437,7 +459,7 @@ def commands() -> list[Command]:
 
 
 #: ``profile``'s options that sample a live process: ``perf`` has a recording instead.
-_PROFILE_ONLY = ("--duration", "--rate", "--threads", "--python")
+_PROFILE_ONLY = ("--duration", "--rate", "--threads", "--python", "--on-cpu", "--stack-size")
 
 
 class Interrupted(KeyboardInterrupt):

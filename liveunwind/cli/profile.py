@@ -31,9 +31,11 @@ from liveunwind.backtrace.profile import (
     record,
 )
 from liveunwind.cli.output import AtomicFile, emit
+from liveunwind.errors import UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from types import FrameType, SimpleNamespace
     from typing import Any
 
@@ -69,19 +71,14 @@ def profile_command(arguments: SimpleNamespace, options: BacktraceOptions) -> in
     end of its stack, 1 if some ended early.  The files are written whole or
     not at all (:class:`~liveunwind.cli.output.AtomicFile`).
     """
-    from liveunwind.backtrace.session import Session
-
-    session = Session(arguments.pid, threads=arguments.threads, options=options)
     progress = _Progress(arguments.pid, arguments.duration) if sys.stderr.isatty() else None
     outputs = open_outputs(arguments)
     try:
         try:
             with _StopRequest() as stop:
-                profile = record(
-                    session,
-                    rate=arguments.rate,
-                    duration=arguments.duration,
-                    per_thread=arguments.per_thread,
+                profile = _sample(
+                    arguments,
+                    options,
                     should_stop=stop.requested,
                     on_sample=progress.update if progress is not None else None,
                 )
@@ -122,6 +119,42 @@ def deliver(profile: Profile, arguments: SimpleNamespace, outputs: dict[str, Ato
     if arguments.stats:
         print(f"liveunwind: stats: {format_stats(profile)}", file=sys.stderr)
     return 0 if not profile.incomplete else 1
+
+
+def _sample(
+    arguments: SimpleNamespace,
+    options: BacktraceOptions,
+    *,
+    should_stop: Callable[[], bool],
+    on_sample: Callable[[Profile, float], None] | None,
+) -> Profile:
+    """The profile, by the wall clock (stopping the process) or the kernel's (``--on-cpu``)."""
+    if arguments.on_cpu:
+        from liveunwind.backtrace.oncpu import record_on_cpu
+
+        if arguments.threads:
+            raise UsageError("profile: --threads is not taken with --on-cpu (every thread is)")
+        return record_on_cpu(
+            arguments.pid,
+            options,
+            rate=arguments.rate,
+            duration=arguments.duration,
+            stack_size=arguments.stack_size,
+            per_thread=arguments.per_thread,
+            should_stop=should_stop,
+            on_sample=on_sample,
+        )
+    from liveunwind.backtrace.session import Session
+
+    session = Session(arguments.pid, threads=arguments.threads, options=options)
+    return record(
+        session,
+        rate=arguments.rate,
+        duration=arguments.duration,
+        per_thread=arguments.per_thread,
+        should_stop=should_stop,
+        on_sample=on_sample,
+    )
 
 
 def open_outputs(arguments: SimpleNamespace) -> dict[str, AtomicFile]:

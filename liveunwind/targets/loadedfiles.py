@@ -23,10 +23,7 @@ from __future__ import annotations
 import os
 
 from liveunwind.errors import FormatError, MemoryReadError, UsageError
-from liveunwind.formats.elf import PT_DYNAMIC, PT_LOAD, ElfImage, machine_name
-from liveunwind.targets import linkmap
-from liveunwind.targets.base import Mapping
-from liveunwind.targets.cores.notes import (
+from liveunwind.formats.auxv import (
     AT_BASE,
     AT_ENTRY,
     AT_EXECFN,
@@ -34,6 +31,9 @@ from liveunwind.targets.cores.notes import (
     AT_PHNUM,
     AT_SYSINFO_EHDR,
 )
+from liveunwind.formats.elf import PT_DYNAMIC, PT_LOAD, ElfImage, machine_name
+from liveunwind.targets import linkmap
+from liveunwind.targets.base import Mapping
 from liveunwind.targets.filefinder import FoundFile, open_image
 
 TYPE_CHECKING = False

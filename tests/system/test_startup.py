@@ -40,6 +40,65 @@ def test_a_live_backtrace_of_a_c_program_imports_no_jit_reader(run_program) -> N
     assert not NOT_FOR_A_C_PROGRAM & loaded, f"imported: {sorted(NOT_FOR_A_C_PROGRAM & loaded)}"
 
 
+#: Read from a core only: a live walk takes AT_ENTRY from formats/auxv.py (docs/speed.md).
+CORES_ONLY = {"liveunwind.targets.cores", "liveunwind.targets.cores.notes"}
+
+
+def test_a_live_backtrace_imports_no_core_reader(run_program) -> None:
+    loaded = modules_a_backtrace_loaded(run_program("threads-O2").pid)
+    assert not CORES_ONLY & loaded, f"imported: {sorted(CORES_ONLY & loaded)}"
+
+
+#: Prints the named tuples and enums the modules of a ``pid`` backtrace defined.
+_CLASS_PROBE = """
+import io, sys
+from enum import Enum
+from liveunwind.cli import main
+out, sys.stdout = sys.stdout, io.StringIO()
+status = main(sys.argv[1:])
+sys.stdout = out
+for name, module in list(sys.modules.items()):
+    for value in vars(module).values() if name.startswith("liveunwind") else ():
+        if isinstance(value, type) and value.__module__ == name:
+            if issubclass(value, Enum) or (issubclass(value, tuple) and hasattr(value, "_fields")):
+                print(f"{name}.{value.__qualname__}")
+raise SystemExit(status)
+"""
+
+#: The only named tuples and enums a live backtrace of a C program may define: each costs
+#: 70-250 us of a cold start (docs/speed.md).  The public enums of frames.py; the unwind
+#: rules (hashed at C speed, as tuples, by the stepper's plan cache); and the few others.
+CLASSES_ALLOWED = {
+    "liveunwind.arch.base.CallSite",
+    "liveunwind.arch.base.PrologueFrame",
+    "liveunwind.formats.unwind.rules.CfaRule",
+    "liveunwind.formats.unwind.rules.RegisterRule",
+    "liveunwind.formats.unwind.rules.UnwindRule",
+    "liveunwind.frames.CrashInfo",
+    "liveunwind.frames.Method",
+    "liveunwind.frames.SourceLocation",
+    "liveunwind.frames.StopReason",
+    "liveunwind.frames.Trust",
+    "liveunwind.targets.base.Mapping",
+}
+
+
+def test_a_live_backtrace_defines_few_named_tuples_and_enums(run_program) -> None:
+    pid = run_program("threads-O2").pid
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", _CLASS_PROBE, "pid", str(pid)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    assert result.returncode == 0, result.stderr
+    defined = set(result.stdout.split())
+    assert "liveunwind.frames.Method" in defined  # the probe sees the classes
+    assert defined <= CLASSES_ALLOWED, f"defined: {sorted(defined - CLASSES_ALLOWED)}"
+
+
 def test_the_installed_script_imports_no_re(run_program) -> None:
     """bin/liveunwind (what pip installs as the command) runs a backtrace without ``re``,
     which the wrapper pip writes for an entry point imports first (docs/speed.md).  Run

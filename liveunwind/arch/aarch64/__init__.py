@@ -73,6 +73,7 @@ AARCH64 = Arch(
             registers.MACHO_NEON_STATE64: (512, registers.registers_from_neon_state64),
         },
     ),
+    perf_event_open=241,  # include/uapi/asm-generic/unistd.h
     self_capture=_self_capture,
     perf_registers=PerfRegisters(registers.PERF_REGISTERS),
 )

@@ -45,5 +45,6 @@ RISCV64 = Arch(
     link_register=registers.RA,  # jal/jalr leave the return address in ra
     prologue=prologue.ANALYSIS,
     plt_slot=instructions.plt_slot,
+    perf_event_open=241,  # include/uapi/asm-generic/unistd.h
     perf_registers=PerfRegisters(registers.PERF_REGISTERS),
 )

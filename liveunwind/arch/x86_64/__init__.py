@@ -61,6 +61,7 @@ X86_64 = Arch(
         },
     ),
     vsyscall_page=VSYSCALL_PAGE,
+    perf_event_open=298,  # arch/x86/entry/syscalls/syscall_64.tbl
     self_capture=_self_capture,
     perf_registers=PerfRegisters(registers.PERF_REGISTERS),
 )

@@ -26,13 +26,14 @@ from collections.abc import Sequence
 
 from liveunwind.arch import Arch, arch_by_elf_machine, supported
 from liveunwind.errors import CoreFileError, FormatError, MemoryReadError, UsageError
+from liveunwind.formats.auxv import AT_ENTRY, AT_SYSINFO_EHDR
 from liveunwind.formats.elf import PT_LOAD, PT_NOTE, ElfImage, machine_name
 from liveunwind.frames import CrashInfo
 from liveunwind.targets import linkmap
 from liveunwind.targets.base import AddressSpace, Mapping, ThreadState
 from liveunwind.targets.cores import notes as core_notes
 from liveunwind.targets.cores.coredata import ACCEPTED, open_core_data
-from liveunwind.targets.cores.notes import AT_ENTRY, AT_SYSINFO_EHDR, CoreNotes
+from liveunwind.targets.cores.notes import CoreNotes
 from liveunwind.targets.filefinder import FileFinder
 from liveunwind.targets.files import FileError, open_file
 from liveunwind.targets.loadedfiles import (

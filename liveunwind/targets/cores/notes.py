@@ -13,19 +13,14 @@ from __future__ import annotations
 import struct
 from collections import namedtuple
 
+from liveunwind.formats.auxv import parse_auxv
+
 NT_PRSTATUS = 1
 NT_PRPSINFO = 3
 NT_AUXV = 6
 NT_SIGINFO = 0x53494749
 NT_FILE = 0x46494C45
 
-AT_NULL = 0
-AT_PHDR = 3
-AT_PHNUM = 5
-AT_BASE = 7
-AT_ENTRY = 9
-AT_SYSINFO_EHDR = 33
-AT_EXECFN = 31
 
 #: ``struct elf_prstatus``: signal info, pids, times, then ``pr_reg``.
 _PRSTATUS_PID = 32
@@ -182,17 +177,6 @@ def _siginfo(notes: CoreNotes, desc: bytes) -> None:
     if signal in _FAULT_CODES and code > 0:
         (fault,) = struct.unpack_from("<Q", desc, 16)
     notes.signal = SignalNote(signal, code, fault)
-
-
-def parse_auxv(desc: bytes) -> dict[int, int]:
-    """The auxiliary vector as {AT_*: value}, up to AT_NULL."""
-    auxv: dict[int, int] = {}
-    for position in range(0, len(desc) - 15, 16):
-        key, value = struct.unpack_from("<QQ", desc, position)
-        if key == AT_NULL:
-            break
-        auxv.setdefault(key, value)
-    return auxv
 
 
 def _file_note(notes: CoreNotes, desc: bytes) -> list[FileEntry]:

@@ -59,8 +59,8 @@ import time
 
 from liveunwind.arch import Arch, arch_by_elf_machine, arch_by_gdb_architecture, supported
 from liveunwind.errors import FormatError, MemoryReadError, UsageError
+from liveunwind.formats.auxv import AT_ENTRY, parse_auxv
 from liveunwind.targets.base import AddressSpace, Mapping, ThreadState
-from liveunwind.targets.cores.notes import AT_ENTRY, parse_auxv
 from liveunwind.targets.filefinder import FileFinder, open_image
 from liveunwind.targets.files import FileError, open_file
 from liveunwind.targets.linkmap import PAGE_SIZE, LoadedObject
