@@ -214,8 +214,9 @@ class Stepper:
             lambda plan: cache.uses_of(plan, arch.pc, arch.sp),
         )
         if trail.others_end == before:
-            # Words the walk read outside the copy were not read with read_word: the
-            # count of other reads would have moved.  The copy's end is checked on use.
+            # Every word was read with read_word (the count of other reads did not move),
+            # from this copy or another of the same instant; the picker is made, and a
+            # word outside the next copy found, when the thread comes back unmoved.
             cache.remember_walk(
                 thread.tid,
                 RememberedWalk(
