@@ -16,7 +16,14 @@ from liveunwind.errors import FormatError, LiveUnwindError, MemoryReadError
 from liveunwind.frames import Frame, Method, StopReason, ThreadBacktrace
 from liveunwind.sources import AUTO_UNWINDERS, TABLE, sources_named
 from liveunwind.unwinder import DEFAULT_MAX_FRAMES
-from liveunwind.unwinder.cache import RememberedWalk, UnwindCache
+from liveunwind.unwinder.cache import (
+    AT_ENTRY,
+    EVERY_REGISTER,
+    RememberedWalk,
+    SuffixRecord,
+    SuffixTrail,
+    UnwindCache,
+)
 from liveunwind.unwinder.strategies import Walk
 
 TYPE_CHECKING = False
@@ -45,6 +52,8 @@ _ENTRY_NEAR = 1 << 16
 
 #: The methods of checked guesses (the strategies and the leaf check).
 _GUESSES = frozenset((Method.PROLOGUE, Method.FRAMEPOINTER, Method.LEAF, Method.SCAN))
+#: Walks whose suffixes are not remembered: a limit or a frame seen before ended them.
+_NO_SUFFIXES = frozenset((StopReason.FRAME_LIMIT, StopReason.REPEATED_FRAME))
 #: The methods of unwind tables' rules.
 _TABLES = frozenset((Method.CFI, Method.SFRAME, Method.COMPACT, Method.DYNAMIC))
 
@@ -144,52 +153,135 @@ class Stepper:
 
     def backtrace(self, thread: ThreadState) -> ThreadBacktrace:
         """The thread's walk; a thread walked from the same registers and stack bytes as in
-        the last backtrace gets that walk's frames again, without walking (UnwindCache.walks)."""
+        the last backtrace gets that walk's frames again, without walking (UnwindCache.walks),
+        and a walk that comes to a frame from which a remembered walk went on over the same
+        words takes that walk's frames from there (UnwindCache.suffixes)."""
         if not self._remembers:
             return self._walk_thread(thread)
-        block = self.space.stack_copy(thread.registers.get(self.arch.sp, 0))
+        arch = self.arch
+        block = self.space.stack_copy(thread.registers.get(arch.sp, 0))
         if block is None:
             return self._walk_thread(thread)
-        known = self._cache.walks.get(thread.tid)
+        cache = self._cache
+        known = cache.walks.get(thread.tid)
         if known is not None and known.holds_for(thread.registers, block, self.max_frames):
-            self._cache.remember_walk(thread.tid, known, replayed=True)
+            cache.remember_walk(thread.tid, known, replayed=True)
             return _replayed(thread, known)
-        addresses: list[int] = []
+        registers = thread.registers
+        key = (registers.get(arch.pc, 0), registers.get(arch.sp, 0))
+        found = cache.suffixes.get(key)
+        if found is not None:
+            # A whole walk from the first frame: most samples of a busy thread (perf).
+            stack = self.modules.mapping_at(key[1])
+            state = _first_state(None if stack is None else (stack.start, stack.end))
+            record, index = found
+            if record.holds_at(index, registers, state, set(), 0, self.max_frames, block):
+                cache.took_suffix(key, found)
+                return self._suffixed(thread, block, record, index)
+        trail = SuffixTrail(arch.pc, arch.sp)
+        addresses, values = trail.addresses, trail.values
         read_word = self._read_word
 
         def recorded(address: int) -> int:
+            value = read_word(address)
             addresses.append(address)
-            return read_word(address)
+            values.append(value)
+            return value
 
         before = self.space.other_reads()
         self._read_word, self._asked_go = recorded, False
         try:
-            walked = self._walk_thread(thread)
+            walked = self._walk_thread(thread, trail, block)
         finally:
             self._read_word = read_word
-        if (
-            self.space.other_reads() == before
-            and not self._asked_go
-            and walked.stop_reason is not StopReason.INTERRUPTED
-        ):
-            facts: tuple[FrameFacts, ...] = tuple(
-                (f.pc, f.sp, f.method, f.cfa, f.signal_frame, f.exact_pc, f.module, f.module_offset)
-                for f in walked.frames
+        trail.others_end = self.space.other_reads()
+        reason = walked.stop_reason
+        if self._asked_go or reason is StopReason.INTERRUPTED:
+            return walked
+        frames = walked.frames
+        facts: tuple[FrameFacts, ...] = tuple(
+            (f.pc, f.sp, f.method, f.cfa, f.signal_frame, f.exact_pc, f.module, f.module_offset)
+            for f in frames[: len(trail.registers)]
+        )
+        if trail.tail is not None:
+            facts += trail.tail[0].facts[trail.tail[1] :]
+        record = SuffixRecord.of(
+            facts,
+            trail,
+            block,
+            reason,
+            walked.stop_detail,
+            lambda plan: cache.uses_of(plan, arch.pc, arch.sp),
+        )
+        if trail.others_end == before:
+            # Every word was read with read_word (the count of other reads did not move),
+            # from this copy or another of the same instant; the picker is made, and a
+            # word outside the next copy found, when the thread comes back unmoved.
+            cache.remember_walk(
+                thread.tid,
+                RememberedWalk(
+                    thread.registers,
+                    block[0],
+                    record.addresses,
+                    record.values,
+                    self.max_frames,
+                    facts,
+                    reason,
+                    walked.stop_detail,
+                ),
             )
-            remembered = RememberedWalk.of(
-                thread.registers,
-                block,
-                addresses,
-                self.max_frames,
-                facts,
-                walked.stop_reason,
-                walked.stop_detail,
-            )
-            if remembered is not None:
-                self._cache.remember_walk(thread.tid, remembered)
+        if reason in _NO_SUFFIXES:
+            return walked  # how they end depends on the frames before, or on the limit
+        for index in range(record.pure_from, len(trail.registers)):
+            cache.remember_suffix(facts[index][:2], record, index)
         return walked
 
-    def _walk_thread(self, thread: ThreadState) -> ThreadBacktrace:
+    def _suffixed(
+        self,
+        thread: ThreadState,
+        block: tuple[int, bytes | bytearray],
+        record: SuffixRecord,
+        index: int,
+    ) -> ThreadBacktrace:
+        """The walk of ``thread`` that is ``record``'s from its frame ``index`` on; remembered
+        for the thread as a walk of its own is."""
+        frames: list[Frame] = []
+        _append_remembered(frames, record.facts, index)
+        first = record.marks[index]
+        facts, addresses, values = record.facts, record.addresses, record.values
+        if index:
+            facts, addresses, values = facts[index:], addresses[first:], values[first:]
+        self._cache.remember_walk(
+            thread.tid,
+            RememberedWalk(
+                thread.registers,
+                block[0],
+                addresses,
+                values,
+                self.max_frames,
+                facts,
+                record.reason,
+                record.detail,
+            ),
+        )
+        return ThreadBacktrace(
+            tid=thread.tid,
+            name=thread.name,
+            frames=frames,
+            stop_reason=record.reason,
+            stop_detail=record.detail,
+            state=thread.state,
+        )
+
+    def _walk_thread(
+        self,
+        thread: ThreadState,
+        trail: SuffixTrail | None = None,
+        block: tuple[int, bytes | bytearray] = (0, b""),
+    ) -> ThreadBacktrace:
+        """The walk; with a ``trail``, what it read and used is recorded there, frame by
+        frame, and a frame from which a remembered walk went on over the same words of
+        ``block`` (the thread's stack copy) ends it with that walk's frames."""
         arch = self.arch
         at, verbose = self._cache.at, self.verbose
         read_word, read = self._read_word, self._read
@@ -213,6 +305,7 @@ class Stepper:
         limit, should_stop, code = self.max_frames, self._should_stop, self._cache.code
         entry = self._entry
         near_entry = (-1, -1) if entry is None else (entry - _ENTRY_NEAR, entry + _ENTRY_NEAR)
+        suffixes, other_reads = self._cache.suffixes, self.space.other_reads
         while True:
             if limit and len(frames) >= limit:
                 reason, detail = StopReason.FRAME_LIMIT, f"{limit} frames"
@@ -221,6 +314,29 @@ class Stepper:
                 reason = StopReason.INTERRUPTED
                 break
             pc, sp = registers.get(arch.pc, 0), registers.get(arch.sp, 0)
+            if trail is not None:
+                state = (
+                    exact_pc,
+                    method,
+                    previous_cfa,
+                    guessed,
+                    walk.stack_range,
+                    walk.foreign_stack,
+                )
+                found = suffixes.get((pc, sp))
+                if found is not None and found[0].holds_at(
+                    found[1], registers, state, seen, len(frames), limit, block
+                ):
+                    self._cache.took_suffix((pc, sp), found)
+                    trail.tail = found
+                    _append_remembered(frames, found[0].facts, found[1])
+                    reason, detail = found[0].reason, found[0].detail
+                    break
+                trail.registers.append(registers)
+                trail.states.append(state)
+                trail.marks.append(len(trail.addresses))
+                trail.others.append(other_reads())
+                trail.used.append(EVERY_REGISTER)
             frame = Frame(len(frames), pc, sp, method, exact_pc=exact_pc)
             if walk.notes:
                 frame.notes, walk.notes = walk.notes, []
@@ -235,6 +351,8 @@ class Stepper:
                 frame.module_offset = pc - module.load_bias
             if near_entry[0] <= lookup < near_entry[1] and self._is_entry_function(frame):
                 detail = f"the program's entry function, at {entry:#x}"
+                if trail is not None:
+                    trail.used[-1] = AT_ENTRY
                 break  # outermost, whatever a table or a guess would make of its stack
             caller = None
             if plan is not None and not verbose:
@@ -255,6 +373,8 @@ class Stepper:
                     else:
                         frame.signal_frame = interrupted = plan.signal_frame
                         method = plan.method
+                        if trail is not None:
+                            trail.used[-1] = plan
             if caller is None:
                 try:
                     step = self.step(registers, frame, module, walk)
@@ -639,23 +759,16 @@ class Stepper:
 _new_object = object.__new__
 
 
-def _replayed(thread: ThreadState, known: RememberedWalk) -> ThreadBacktrace:
-    """The frames of a remembered walk, new objects (callers name and annotate them).
+def _first_state(stack_range: tuple[int, int] | None) -> tuple[object, ...]:
+    """A walk's loop state at its first frame (as ``_walk_thread`` keeps it for each frame):
+    the pc exact, the registers the thread's own, no CFA before it, no guess, on its stack."""
+    return (True, Method.CONTEXT, None, False, stack_range, False)
 
-    Each is made as ``Frame.__init__`` makes one, every slot set here without
-    the call: 0.23 µs a frame against 0.81 (measured), for most of the ~300
-    frames of every sample.  tests/system/test_session.py checks that a
-    replayed frame has every slot of Frame set.
-    """
-    frames = []
-    new = _new_object
-    for index, (pc, sp, method, cfa, signal, exact, path, offset) in enumerate(known.frames):
-        frame = new(Frame)
-        frame.index, frame.pc, frame.sp, frame.method, frame.cfa = index, pc, sp, method, cfa
-        frame.module, frame.module_offset, frame.function, frame.offset = path, offset, None, None
-        frame.signal_frame, frame.exact_pc, frame.notes = signal, exact, []
-        frame.file, frame.line, frame.inlined, frame.python = None, None, (), ()
-        frames.append(frame)
+
+def _replayed(thread: ThreadState, known: RememberedWalk) -> ThreadBacktrace:
+    """The frames of a remembered walk, new objects (callers name and annotate them)."""
+    frames: list[Frame] = []
+    _append_remembered(frames, known.frames, 0)
     return ThreadBacktrace(
         tid=thread.tid,
         name=thread.name,
@@ -664,6 +777,27 @@ def _replayed(thread: ThreadState, known: RememberedWalk) -> ThreadBacktrace:
         stop_detail=known.detail,
         state=thread.state,
     )
+
+
+def _append_remembered(frames: list[Frame], facts: tuple[FrameFacts, ...], start: int) -> None:
+    """Appends to ``frames`` new frames made of ``facts`` from ``start`` on, numbered on.
+
+    Each is made as ``Frame.__init__`` makes one, every slot set here without
+    the call: 0.23 µs a frame against 0.81 (measured), for most of the ~300
+    frames of every sample.  tests/system/test_session.py checks that a
+    replayed frame has every slot of Frame set.
+    """
+    new = _new_object
+    append = frames.append
+    for index, (pc, sp, method, cfa, signal, exact, path, offset) in enumerate(
+        facts[start:], len(frames)
+    ):
+        frame = new(Frame)
+        frame.index, frame.pc, frame.sp, frame.method, frame.cfa = index, pc, sp, method, cfa
+        frame.module, frame.module_offset, frame.function, frame.offset = path, offset, None, None
+        frame.signal_frame, frame.exact_pc, frame.notes = signal, exact, []
+        frame.file, frame.line, frame.inlined, frame.python = None, None, (), ()
+        append(frame)
 
 
 def _note(walk: Walk, text: str) -> None:

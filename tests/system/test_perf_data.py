@@ -30,10 +30,15 @@ import sys
 import time
 from importlib.resources import files
 from pathlib import Path
+from types import SimpleNamespace
 
 import jsonschema
 import pytest
 
+from liveunwind.backtrace.options import BacktraceOptions
+from liveunwind.cli.perf import replay
+from liveunwind.frames import Frame, ThreadBacktrace
+from liveunwind.targets.sample.perfdata import PerfDataFile
 from tests.support.builds import build
 from tests.support.paths import ROOT
 from tests.support.perfscript import Compared
@@ -177,6 +182,67 @@ def test_the_pprof_files_program_is_the_recorded_one(tmp_path: Path) -> None:
     assert result.returncode in (0, 1), result.stderr
     assert "liblzma" in pprof("-top", str(output)).split("flat%", 1)[1].splitlines()[1]
     assert first_mapping(pprof("-raw", str(output))) == os.path.realpath(xz)
+
+
+def warm_against_cold(path: Path) -> tuple[int, int]:
+    """Every sample of ``path`` as ``liveunwind perf`` walks it (one stepper per process, its
+    cache warm: remembered suffixes) and as a stepper with an empty cache walks it: the
+    same frames, each slot, and the same end.  Returns (samples, walks ending in a suffix)."""
+    from liveunwind.targets.sample.space import SampleSpace
+    from liveunwind.unwinder.cache import UnwindCache
+    from liveunwind.unwinder.stepper import Stepper
+
+    arguments = SimpleNamespace(pid=None, threads=None, sysroot=None, search_path="")
+    samples = suffixed = 0
+    with PerfDataFile(str(path)) as recording:
+        replayed, unwound = replay(recording, arguments, BacktraceOptions())
+        perf = replayed.arch.perf_registers
+        assert perf is not None
+        for each in unwound:
+            sample, ours = each.sample, each.backtrace.threads[0]
+            process = replayed.process(sample.pid)
+            registers = perf.registers(replayed.attr.sample_regs_user, sample.registers)
+            space = SampleSpace(process, sample.tid, each.name, registers, sample.stack)
+            cold = Stepper(space, each.modules, cache=UnwindCache()).backtrace(space.threads()[0])
+            assert walk_facts(ours) == walk_facts(cold), sample.time
+            for frame in ours.frames:  # frames taken from a suffix are made without __init__
+                assert all(hasattr(frame, slot) for slot in Frame.__slots__)
+            samples += 1
+            suffixed += replayed.unwinder._warm[process].backtracer.cache.suffixed
+    return samples, suffixed
+
+
+def walk_facts(thread: ThreadBacktrace) -> tuple[object, ...]:
+    """All a stepper says of a walk (the symbolizer names it after)."""
+    return (
+        thread.stop_reason,
+        thread.stop_detail,
+        [
+            (
+                frame.index,
+                frame.pc,
+                frame.sp,
+                frame.cfa,
+                frame.method,
+                frame.signal_frame,
+                frame.exact_pc,
+                frame.module,
+                frame.module_offset,
+                frame.notes,
+            )
+            for frame in thread.frames
+        ],
+    )
+
+
+@pytest.mark.parametrize("recording", ["attached", "started"])
+def test_every_sample_walk_equals_a_cold_steppers(recording: str, request) -> None:
+    """Remembered suffixes (UnwindCache.suffixes) change no frame of any sample, through a
+    fork and an exec too; and most walks end in one (the burner spins in one loop)."""
+    samples, suffixed = warm_against_cold(request.getfixturevalue(recording))
+    print(recording, samples, "samples,", suffixed, "ended in a remembered suffix")
+    assert samples > 200
+    assert suffixed > samples // 2
 
 
 def test_a_file_that_is_not_perf_data_is_one_line(tmp_path: Path) -> None:

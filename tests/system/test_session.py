@@ -12,12 +12,18 @@ import pytest
 from liveunwind.backtrace.backtracer import Backtracer
 from liveunwind.backtrace.options import BacktraceOptions
 from liveunwind.backtrace.session import Session
-from liveunwind.frames import Backtrace, Frame
+from liveunwind.frames import Backtrace, Frame, ThreadBacktrace
 from liveunwind.modules.modulemap import ModuleMap
 from liveunwind.targets.live.ptrace import PtraceProcess
 from liveunwind.targets.live.snapshot import Snapshot
 from tests.support.paths import ROOT, TESTPROGS
 from tests.support.programs import start_command
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from liveunwind.targets.base import ThreadState
 
 
 def _frame_key(frame: Frame) -> tuple[object, ...]:
@@ -279,3 +285,72 @@ def test_a_remembered_walk_is_not_given_again_when_a_word_it_read_changed(run_pr
     walked = next(thread for thread in ours.threads if thread.tid == sleeper.tid)
     assert [frame.pc for frame in walked.frames] != [frame.pc for frame in sleeper.frames]
     assert ours.threads and warm.cache.replayed >= 1  # the other threads were given theirs
+
+
+def _sleeper_walks(
+    warm: Backtracer, pid: int, change: Callable[[ThreadState, Snapshot], None]
+) -> ThreadBacktrace:
+    """The sleeper's walk by ``warm``, of one snapshot that ``change`` altered first (the
+    sleeper's registers or its stack copy), checked against a cold backtracer's."""
+    with PtraceProcess(pid) as process:
+        snapshot = Snapshot.capture(process)
+        state = next(thread for thread in snapshot.threads() if thread.name == "sleeper")
+        change(state, snapshot)
+        ours = warm.backtrace(snapshot, {})
+        fresh = Backtracer(BacktraceOptions()).backtrace(snapshot, {})
+    assert _everything(ours) == _everything(fresh)
+    return next(thread for thread in ours.threads if thread.tid == state.tid)
+
+
+def test_a_remembered_suffix_is_taken_only_where_every_register_and_word_it_used_holds(
+    run_program,
+) -> None:
+    """threads-O0's sleeper: its frames' CFA rules read the frame pointer, which the libc
+    frames under them pass on.  A register no rule of the walk reads changed: the walk is
+    taken whole from the remembered suffix of its first frame.  The frame pointer (callee-
+    saved) changed, or a word deep in the walk: it is walked again, as a cold walk goes."""
+    program = run_program("threads-O0")
+    warm = Backtracer(BacktraceOptions())
+    for _ in range(2):  # the first walks read code (the new pcs' checks): remembered after
+        with PtraceProcess(program.pid) as process:
+            before = warm.backtrace(Snapshot.capture(process), {})
+            arch = process.arch
+    sleeper = next(thread for thread in before.threads if thread.name == "sleeper")
+    record, index = warm.cache.suffixes[(sleeper.frames[0].pc, sleeper.frames[0].sp)]
+    used = record.live[index][0]
+    assert used is not None and arch.fp in used  # the rules of the -O0 frames read it
+    frames = [_frame_key(frame) for frame in sleeper.frames]
+
+    def unused_register(state: ThreadState, _snapshot: Snapshot) -> None:
+        number = next(number for number in state.registers if number not in used)
+        state.registers[number] ^= 0x5A5A
+
+    ours = _sleeper_walks(warm, program.pid, unused_register)
+    assert warm.cache.suffixed >= 1 and warm.cache.replayed < len(before.threads)
+    assert [_frame_key(frame) for frame in ours.frames] == frames
+
+    def frame_pointer(state: ThreadState, _snapshot: Snapshot) -> None:
+        state.registers[arch.fp] += 64
+
+    ours = _sleeper_walks(warm, program.pid, frame_pointer)
+    assert [_frame_key(frame) for frame in ours.frames] != frames
+
+    # The word start_thread's caller was read from (the walk's last return address).
+    deep = sleeper.frames[-1].pc
+
+    def deep_word(state: ThreadState, snapshot: Snapshot) -> None:
+        state.registers[next(n for n in state.registers if n not in used)] ^= 0x5A5A
+        sp = state.registers[arch.sp]
+        copy = snapshot.stack_copy(sp)
+        assert copy is not None and isinstance(copy[1], bytearray)
+        start, data = copy
+        at = max(
+            offset
+            for offset in range(sp - start, len(data) - 7, 8)
+            if int.from_bytes(data[offset : offset + 8], "little") == deep
+        )
+        assert at + start in record.addresses[record.marks[len(frames) - 2] :]
+        data[at : at + 8] = (0x10).to_bytes(8, "little")  # not code: the walk ends before
+
+    ours = _sleeper_walks(warm, program.pid, deep_word)
+    assert len(ours.frames) < len(frames)

@@ -43,6 +43,8 @@ class SampleSpace(AddressSpace):
         self.arch = process.arch
         self.pid = process.pid
         self.process = process
+        #: Reads made other than by ``read_word`` from the copy (see :meth:`other_reads`).
+        self._other_reads = 0
         self.load(tid, name, registers, stack)
 
     def load(
@@ -66,6 +68,7 @@ class SampleSpace(AddressSpace):
         return self._low, self._high
 
     def read(self, address: int, size: int) -> bytes:
+        self._other_reads += 1
         at = address - self._low
         if at >= 0 and address + size <= self._high and size >= 0:
             return bytes(self._stack[at : at + size])
@@ -75,9 +78,22 @@ class SampleSpace(AddressSpace):
         at = address - self._low
         if not at & 7 and 0 <= at < len(self._words) << 3:
             return int(self._words[at >> 3])
+        self._other_reads += 1
         if at >= 0 and address + 8 <= self._high:
             return int(_WORD.unpack_from(self._stack, at)[0])
         return int(_WORD.unpack(self.process.read(address, 8))[0])
+
+    def stack_copy(self, address: int) -> tuple[int, bytes | bytearray] | None:
+        """The sample's stack copy, if it holds ``address``: the stepper remembers walks and
+        their suffixes that read aligned words of it only (UnwindCache.suffixes)."""
+        if not self._low <= address < self._high:
+            return None
+        stack = self._stack
+        return self._low, stack if isinstance(stack, bytes) else bytes(stack)
+
+    def other_reads(self) -> int:
+        """Reads of every kind but ``read_word``'s aligned answers from the copy, so far."""
+        return self._other_reads
 
     def mappings(self) -> list[Mapping]:
         return self.process.mappings()
