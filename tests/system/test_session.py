@@ -184,7 +184,8 @@ def test_a_remembered_walk_gives_the_frames_of_a_cold_one(run_program) -> None:
     assert replayed >= 5 * len(program.threads()) // 2
 
 
-#: Threads parked in the program's code, and one that dlopens and dlcloses libm all along.
+#: Threads parked in the program's code, and one that dlopens and dlcloses libm all along,
+#: each state held for 60 ms.
 DLCYCLE = r"""
 #include "tp.h"
 #include <dlfcn.h>
@@ -203,10 +204,10 @@ static void *loader(void *unused)
     tp_arrive();
     for (;;) {
         void *library = dlopen("libm.so.6", RTLD_NOW | RTLD_LOCAL);
-        usleep(3000);
+        usleep(60000);
         if (library != NULL)
             dlclose(library);
-        usleep(3000);
+        usleep(60000);
     }
 }
 int main(void)
@@ -232,7 +233,9 @@ def test_remembered_walks_go_when_a_library_comes_or_goes(tmp_path: Path) -> Non
                    check=True)  # fmt: skip
     with start_command([str(exe)]) as program:
         time.sleep(0.1)
-        replayed, generations = _warm_against_cold(program.pid, 40, pause=0.002)
+        # Each map holds for 60 ms: a few rounds see it twice (replays), and
+        # the rounds span many changes (new generations).
+        replayed, generations = _warm_against_cold(program.pid, 50, pause=0.01)
     assert replayed > 0
     assert len(generations) > 5  # libm came and went under the cache
 
