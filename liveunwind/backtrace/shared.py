@@ -2,11 +2,15 @@
 
 ``liveunwind pid --all`` backtraces many processes, most of them mapping the
 same libc, libstdc++ and programs.  A module's file-derived facts — its
-opened image, symbol tables, unwind tables (and the rules they decoded),
-debug file and line tables — do not depend on where a process mapped the
-file, so :class:`SharedFiles` keeps them per file and a module of a later
-process takes them over instead of reading the file again; what depends on
-the process (load bias, JIT registry roots) is found anew.
+opened image, symbol tables, unwind tables, debug file and line tables —
+do not depend on where a process mapped the file, so :class:`SharedFiles`
+keeps them per file and a module of a later process takes them over
+instead of reading the file again; what depends on the process (load
+bias, JIT registry roots) is found anew.  With them goes the module's
+``file_key``, under which every target's unwinder cache of the run finds
+the plans of the rules decoded and the names looked up in the file
+(:attr:`SharedFiles.facts`, a :class:`~liveunwind.unwinder.cache.FileFacts`),
+so the second process of a program decodes and names nothing again.
 
 The same file: the device and inode /proc/PID/maps gives (never the path:
 one path in two mount namespaces can be two files), and the build-id the
@@ -19,7 +23,9 @@ records, with the same build-id check — every core of one run finds its
 files the same way (the same ``--sysroot`` and search path).
 
 Memory: at most :data:`MAX_FILES` files are kept (least recently used
-dropped first); each file's facts are bounded as a module's are.
+dropped first); each file's facts are bounded as a module's are, and the
+plans and names by file as :class:`~liveunwind.unwinder.cache.FileFacts` says
+(:data:`~liveunwind.unwinder.cache.MAX_ENTRIES` each, for the whole run).
 """
 
 from __future__ import annotations
@@ -29,15 +35,12 @@ from collections import OrderedDict
 from liveunwind.errors import FormatError, MemoryReadError
 from liveunwind.formats.elf import ElfImage
 from liveunwind.modules.elfmodule import ElfModule
+from liveunwind.unwinder.cache import FileFacts
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from liveunwind.formats.unwind.rules import UnwindRule
     from liveunwind.modules.module import Module
     from liveunwind.modules.modulemap import ModuleMap
-    from liveunwind.modules.sources import UnwindSource
 
 #: Most files whose facts are kept for the run.  The libraries of every process
 #: of an idle host number a few hundred; each keeps its image (the file read as
@@ -45,10 +48,17 @@ if TYPE_CHECKING:
 MAX_FILES = 1024
 #: The ELF headers and the build-id note sit in the first page of a mapped file.
 _HEADER_READ = 4096
-#: Most rules kept per unwind table for the run (by module-relative pc; emptied when full).
-MAX_RULES_PER_TABLE = 4096
 #: The cached properties of an ElfModule that come from its file alone.
-FILE_FACTS = ("image", "build_id", "debug_file", "lines", "symbols", "unwind_sources")
+#: ``file_key`` goes with them: what the unwinder's cache keeps of the file is found by it.
+FILE_FACTS = (
+    "image",
+    "build_id",
+    "debug_file",
+    "lines",
+    "symbols",
+    "unwind_sources",
+    "file_key",
+)
 
 
 class _File:
@@ -69,6 +79,9 @@ class SharedFiles:
         """``by_path``: the targets are cores, whose files are known by path alone."""
         self._by_path = by_path
         self._files: OrderedDict[tuple[str, int], _File] = OrderedDict()
+        #: The plans and names the unwinder found in the files, by file key and
+        #: link-time address: every target's cache of the run uses these tables.
+        self.facts = FileFacts()
         #: Modules handed facts instead of reading their files: what sharing saved.
         self.adopted = 0
 
@@ -111,49 +124,9 @@ class SharedFiles:
             for name in FILE_FACTS:
                 if name in module.__dict__:
                     known.facts.setdefault(name, module.__dict__[name])
-            sources = known.facts.get("unwind_sources")
-            if isinstance(sources, dict):
-                for tables in sources.values():
-                    for source in tables:
-                        _remember_rules(source)
             self._files.move_to_end(key)
         while len(self._files) > MAX_FILES:
             self._files.popitem(last=False)
-
-
-def _remember_rules(source: UnwindSource) -> None:
-    """Has ``source`` keep the rules it decoded, by module-relative pc, for every process.
-
-    A process's own cache of plans is keyed by where its modules are mapped,
-    so a second process of a program would decode every rule again; the
-    rule at a module-relative pc depends on the file alone.  What raises
-    (a corrupt entry) is not kept: each process notes it.
-    """
-    decode = source.rule_for
-    if isinstance(decode, _RememberedRules):
-        return
-    source.rule_for = _RememberedRules(decode)
-
-
-class _RememberedRules:
-    """A table's ``rule_for``, answering again from what it answered before (bounded)."""
-
-    __slots__ = ("_decode", "_rules")
-
-    def __init__(self, decode: Callable[[int], UnwindRule | None]) -> None:
-        self._decode = decode
-        self._rules: dict[int, UnwindRule | None] = {}
-
-    def __call__(self, pc: int) -> UnwindRule | None:
-        """The rule at module-relative ``pc`` (the name the table's ``rule_for`` gives it)."""
-        rules = self._rules
-        if pc in rules:
-            return rules[pc]
-        rule = self._decode(pc)
-        if len(rules) >= MAX_RULES_PER_TABLE:
-            rules.clear()
-        rules[pc] = rule
-        return rule
 
 
 def _key(module: ElfModule, by_path: bool) -> tuple[str, int] | None:
