@@ -186,7 +186,7 @@ def _notes_in_memory(modules: list[tuple[ElfModule, tuple[int, bytes]]]) -> list
     if not ranges:
         return same
     try:
-        found = modules[0][0].space.read_frozen_many(ranges)
+        found = modules[0][0].space.read_many(ranges)
     except (MemoryReadError, OSError):
         return same
     for (index, note), data in zip(looked_at, found, strict=True):

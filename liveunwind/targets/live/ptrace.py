@@ -214,7 +214,7 @@ class PtraceProcess(AddressSpace):
         offset = address - first
         return joined[offset : offset + size]
 
-    def read_frozen_many(self, ranges: list[tuple[int, int]]) -> list[bytes | None]:
+    def read_many(self, ranges: list[tuple[int, int]]) -> list[bytes | None]:
         """Each range's bytes, or None if unreadable: the pages none read yet fetched in one call.
 
         The headers of every module a many-process run checks (a build-id
@@ -229,7 +229,7 @@ class PtraceProcess(AddressSpace):
         }
         if missing:
             self._fetch_pages(sorted(missing))
-        return super().read_frozen_many(ranges)
+        return super().read_many(ranges)
 
     def open_mapped_file(self, mapping: Mapping) -> RegularFile | None:
         """Opens the file behind ``mapping`` as the target sees it (see procfs.open_mapped_file)."""
