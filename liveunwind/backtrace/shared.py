@@ -33,7 +33,7 @@ from __future__ import annotations
 import struct
 from collections import OrderedDict
 
-from liveunwind.errors import LiveUnwindError, MemoryReadError
+from liveunwind.errors import LiveUnwindError
 from liveunwind.formats.elf import NT_GNU_BUILD_ID, ElfImage
 from liveunwind.modules.elfmodule import ElfModule
 from liveunwind.unwinder.cache import FileFacts
@@ -187,7 +187,7 @@ def _notes_in_memory(modules: list[tuple[ElfModule, tuple[int, bytes]]]) -> list
         return same
     try:
         found = modules[0][0].space.read_many(ranges)
-    except (MemoryReadError, OSError):
+    except (LiveUnwindError, OSError):  # a core's reader may say its file is corrupt
         return same
     for (index, note), data in zip(looked_at, found, strict=True):
         same[index] = data == note
