@@ -43,7 +43,8 @@ class Backtracer:
         self.shared = shared
         self._modules: ModuleMap | None = None
         #: Owned here, for as long as this backtracer lives; see UnwindCache for its drops.
-        self.cache = UnwindCache()
+        #: Its plans and names by file are the run's, shared with the other targets.
+        self.cache = UnwindCache(None if shared is None else shared.facts)
         #: With ``options.python``: the interpreter found, kept with its code objects.
         self.python: PythonReader | None = None
         if options.python:

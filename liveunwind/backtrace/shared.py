@@ -2,11 +2,15 @@
 
 ``liveunwind pid --all`` backtraces many processes, most of them mapping the
 same libc, libstdc++ and programs.  A module's file-derived facts — its
-opened image, symbol tables, unwind tables (and the rules they decoded),
-debug file and line tables — do not depend on where a process mapped the
-file, so :class:`SharedFiles` keeps them per file and a module of a later
-process takes them over instead of reading the file again; what depends on
-the process (load bias, JIT registry roots) is found anew.
+opened image, symbol tables, unwind tables, debug file and line tables —
+do not depend on where a process mapped the file, so :class:`SharedFiles`
+keeps them per file and a module of a later process takes them over
+instead of reading the file again; what depends on the process (load
+bias, JIT registry roots) is found anew.  With them goes the module's
+``file_key``, under which every target's unwinder cache of the run finds
+the plans of the rules decoded and the names looked up in the file
+(:attr:`SharedFiles.facts`, a :class:`~liveunwind.unwinder.cache.FileFacts`),
+so the second process of a program decodes and names nothing again.
 
 The same file: the device and inode /proc/PID/maps gives (never the path:
 one path in two mount namespaces can be two files), and the build-id the
@@ -19,25 +23,25 @@ records, with the same build-id check — every core of one run finds its
 files the same way (the same ``--sysroot`` and search path).
 
 Memory: at most :data:`MAX_FILES` files are kept (least recently used
-dropped first); each file's facts are bounded as a module's are.
+dropped first); each file's facts are bounded as a module's are, and the
+plans and names by file as :class:`~liveunwind.unwinder.cache.FileFacts` says
+(:data:`~liveunwind.unwinder.cache.MAX_ENTRIES` each, for the whole run).
 """
 
 from __future__ import annotations
 
+import struct
 from collections import OrderedDict
 
-from liveunwind.errors import FormatError, MemoryReadError
-from liveunwind.formats.elf import ElfImage
+from liveunwind.errors import LiveUnwindError
+from liveunwind.formats.elf import NT_GNU_BUILD_ID, ElfImage
 from liveunwind.modules.elfmodule import ElfModule
+from liveunwind.unwinder.cache import FileFacts
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from liveunwind.formats.unwind.rules import UnwindRule
     from liveunwind.modules.module import Module
     from liveunwind.modules.modulemap import ModuleMap
-    from liveunwind.modules.sources import UnwindSource
 
 #: Most files whose facts are kept for the run.  The libraries of every process
 #: of an idle host number a few hundred; each keeps its image (the file read as
@@ -45,19 +49,28 @@ if TYPE_CHECKING:
 MAX_FILES = 1024
 #: The ELF headers and the build-id note sit in the first page of a mapped file.
 _HEADER_READ = 4096
-#: Most rules kept per unwind table for the run (by module-relative pc; emptied when full).
-MAX_RULES_PER_TABLE = 4096
 #: The cached properties of an ElfModule that come from its file alone.
-FILE_FACTS = ("image", "build_id", "debug_file", "lines", "symbols", "unwind_sources")
+#: ``file_key`` goes with them: what the unwinder's cache keeps of the file is found by it.
+FILE_FACTS = (
+    "image",
+    "build_id",
+    "debug_file",
+    "lines",
+    "symbols",
+    "unwind_sources",
+    "file_key",
+)
 
 
 class _File:
     """The facts of one file, gathered from every module that read some of them."""
 
-    __slots__ = ("build_id", "facts", "problems")
+    __slots__ = ("build_id", "facts", "note", "problems")
 
-    def __init__(self, build_id: bytes) -> None:
+    def __init__(self, build_id: bytes, note: tuple[int, bytes] | None) -> None:
         self.build_id = build_id
+        #: Where the build-id note lies in the file's first page, and its bytes.
+        self.note = note
         self.facts: dict[str, object] = {}
         self.problems: list[str] = []
 
@@ -69,27 +82,43 @@ class SharedFiles:
         """``by_path``: the targets are cores, whose files are known by path alone."""
         self._by_path = by_path
         self._files: OrderedDict[tuple[str, int], _File] = OrderedDict()
+        #: The plans and names the unwinder found in the files, by file key and
+        #: link-time address: every target's cache of the run uses these tables.
+        self.facts = FileFacts()
         #: Modules handed facts instead of reading their files: what sharing saved.
         self.adopted = 0
 
-    def adopt(self, module: Module) -> None:
-        """Gives a module of a new map the facts kept for its file, if it is the same file."""
-        if not isinstance(module, ElfModule) or module.is_vdso or "image" in module.__dict__:
+    def adopt(self, modules: list[Module]) -> None:
+        """Gives the modules of a new map the facts kept for their files, each if the same file.
+
+        The build-ids in the process's memory are read in one go (one
+        ``process_vm_readv`` for every module of a live process: 33 µs, where
+        reading them one by one cost as much again for each further module).
+        """
+        candidates: list[tuple[ElfModule, tuple[int, bytes], tuple[str, int], _File]] = []
+        for module in modules:
+            if not isinstance(module, ElfModule) or module.is_vdso or "image" in module.__dict__:
+                continue
+            key = _key(module, self._by_path)
+            known = self._files.get(key) if key is not None else None
+            if known is None or key is None or known.note is None:
+                continue
+            image = known.facts.get("image")
+            if not isinstance(image, ElfImage) or image.source is None or image.source.changed():
+                self._files.pop(key, None)
+                continue
+            candidates.append((module, known.note, key, known))
+        if not candidates:
             return
-        key = _key(module, self._by_path)
-        known = self._files.get(key) if key is not None else None
-        if known is None or key is None:
-            return
-        image = known.facts.get("image")
-        if not isinstance(image, ElfImage) or image.source is None or image.source.changed():
-            del self._files[key]
-            return
-        if _build_id_in_memory(module) != known.build_id:
-            return
-        module.__dict__.update(known.facts)
-        module.problems.extend(known.problems)
-        self._files.move_to_end(key)
-        self.adopted += 1
+        in_memory = _notes_in_memory([(module, note) for module, note, _, _ in candidates])
+        for (module, _, key, known), same in zip(candidates, in_memory, strict=True):
+            if not same:
+                continue
+            module.__dict__.update(known.facts)
+            module.problems.extend(known.problems)
+            if key in self._files:
+                self._files.move_to_end(key)
+            self.adopted += 1
 
     def keep(self, modules: ModuleMap | None) -> None:
         """After a backtrace: keeps what its modules read of their files for the next process."""
@@ -106,54 +135,14 @@ class SharedFiles:
                 continue
             known = self._files.get(key)
             if known is None or known.build_id != build_id:
-                known = self._files[key] = _File(build_id)
+                known = self._files[key] = _File(build_id, _build_id_note(module.image, build_id))
                 known.problems = module.problems
             for name in FILE_FACTS:
                 if name in module.__dict__:
                     known.facts.setdefault(name, module.__dict__[name])
-            sources = known.facts.get("unwind_sources")
-            if isinstance(sources, dict):
-                for tables in sources.values():
-                    for source in tables:
-                        _remember_rules(source)
             self._files.move_to_end(key)
         while len(self._files) > MAX_FILES:
             self._files.popitem(last=False)
-
-
-def _remember_rules(source: UnwindSource) -> None:
-    """Has ``source`` keep the rules it decoded, by module-relative pc, for every process.
-
-    A process's own cache of plans is keyed by where its modules are mapped,
-    so a second process of a program would decode every rule again; the
-    rule at a module-relative pc depends on the file alone.  What raises
-    (a corrupt entry) is not kept: each process notes it.
-    """
-    decode = source.rule_for
-    if isinstance(decode, _RememberedRules):
-        return
-    source.rule_for = _RememberedRules(decode)
-
-
-class _RememberedRules:
-    """A table's ``rule_for``, answering again from what it answered before (bounded)."""
-
-    __slots__ = ("_decode", "_rules")
-
-    def __init__(self, decode: Callable[[int], UnwindRule | None]) -> None:
-        self._decode = decode
-        self._rules: dict[int, UnwindRule | None] = {}
-
-    def __call__(self, pc: int) -> UnwindRule | None:
-        """The rule at module-relative ``pc`` (the name the table's ``rule_for`` gives it)."""
-        rules = self._rules
-        if pc in rules:
-            return rules[pc]
-        rule = self._decode(pc)
-        if len(rules) >= MAX_RULES_PER_TABLE:
-            rules.clear()
-        rules[pc] = rule
-        return rule
 
 
 def _key(module: ElfModule, by_path: bool) -> tuple[str, int] | None:
@@ -164,13 +153,42 @@ def _key(module: ElfModule, by_path: bool) -> tuple[str, int] | None:
     return (mapping.path, 0) if by_path else (mapping.device, mapping.inode)
 
 
-def _build_id_in_memory(module: ElfModule) -> bytes | None:
-    """The build-id of the ELF headers the process maps at the file's offset 0, if any."""
-    first = min(module.mappings, key=lambda mapping: mapping.offset)
-    if first.offset != 0:
+def _build_id_note(image: ElfImage | None, build_id: bytes) -> tuple[int, bytes] | None:
+    """Where the file's build-id note lies in its first page, and its bytes (None if not there)."""
+    if image is None:
         return None
+    note = struct.pack(f"{image.byte_order}III", 4, len(build_id), NT_GNU_BUILD_ID)
+    note += b"GNU\0" + build_id
     try:
-        data = module.space.read(first.start, min(_HEADER_READ, first.end - first.start))
-        return ElfImage(data, origin="target memory").build_id
-    except (FormatError, MemoryReadError, OSError):
-        return None
+        at = image.read(0, _HEADER_READ).find(note)
+    except (LiveUnwindError, OSError):
+        return None  # the file changed since (FileChangedError): not shared
+    return None if at < 0 or at % 4 else (at, note)
+
+
+def _notes_in_memory(modules: list[tuple[ElfModule, tuple[int, bytes]]]) -> list[bool]:
+    """Whether each module's process maps, at its file's offset 0, the build-id note given.
+
+    The note's bytes where the known file has them: the build-id of the
+    headers the process has in memory, compared without parsing them (two
+    modules' headers parsed cost 50 µs of each process).  The modules are
+    those of one map (one space): their bytes are read in one go (one
+    ``process_vm_readv`` for a live process).
+    """
+    same = [False] * len(modules)
+    ranges: list[tuple[int, int]] = []
+    looked_at: list[tuple[int, bytes]] = []
+    for index, (module, (at, note)) in enumerate(modules):
+        first = min(module.mappings, key=lambda mapping: mapping.offset)
+        if first.offset == 0 and at + len(note) <= first.end - first.start:
+            ranges.append((first.start + at, len(note)))
+            looked_at.append((index, note))
+    if not ranges:
+        return same
+    try:
+        found = modules[0][0].space.read_many(ranges)
+    except (LiveUnwindError, OSError):  # a core's reader may say its file is corrupt
+        return same
+    for (index, note), data in zip(looked_at, found, strict=True):
+        same[index] = data == note
+    return same

@@ -22,7 +22,8 @@ def symbolize(threads: Iterable[ThreadBacktrace], modules: ModuleMap, cache: Unw
     and the offset is then measured from the real pc.  Deep stacks repeat the
     same return addresses, so each address is looked up once; the target's
     ``cache`` (whose owner drops it when the modules move) keeps the answers
-    for later backtraces (JIT names are not kept: a JIT may reuse its memory).
+    for later backtraces, and its ``files`` for other processes of the run
+    mapping the same file (JIT names are not kept: a JIT may reuse its memory).
     """
     named = cache.names
     for thread in threads:
@@ -32,7 +33,7 @@ def symbolize(threads: Iterable[ThreadBacktrace], modules: ModuleMap, cache: Unw
             if address in named:
                 found = named[address]
             else:
-                found = _function_at(address, modules)
+                found = _function_at(address, modules, cache)
                 cache.remember_name(address, found)
             if found is not None:
                 frame.function, offset = found
@@ -41,11 +42,23 @@ def symbolize(threads: Iterable[ThreadBacktrace], modules: ModuleMap, cache: Unw
                 _name_jit_frame(frame, modules.registry)
 
 
-def _function_at(address: int, modules: ModuleMap) -> tuple[str, int] | None:
-    """The readable name of the function holding ``address`` and the offset into it."""
+def _function_at(address: int, modules: ModuleMap, cache: UnwindCache) -> tuple[str, int] | None:
+    """The readable name of the function holding ``address`` and the offset into it.
+
+    Kept by the module's file and link-time address too: another process
+    mapping the same file finds it there (``UnwindCache.files``).
+    """
     module = modules.find(address)
-    match = None if module is None else module.symbolize(address)
-    return None if match is None else (demangle(match.name), match.offset)
+    if module is None:
+        return None
+    key = (module.file_key, address - module.load_bias)
+    known = cache.files.names
+    if key in known:
+        return known[key]
+    match = module.symbolize(address)
+    found = None if match is None else (demangle(match.name), match.offset)
+    cache.remember_file_name(key, found)
+    return found
 
 
 def _name_jit_frame(frame: Frame, registry: DynamicRegistry) -> None:

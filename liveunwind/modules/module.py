@@ -9,6 +9,7 @@ symbolizer ask any module the same questions without probing for attributes.
 from __future__ import annotations
 
 import os
+from functools import cached_property
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -93,6 +94,19 @@ class Module:
     def build_id(self) -> bytes | None:
         """What identifies the file's contents: the GNU build-id, or a Mach-O UUID."""
         raise NotImplementedError
+
+    @cached_property
+    def file_key(self) -> object:
+        """Stands for what the module read of its file, in caches shared by the targets of a run.
+
+        The rules and names at a link-time address depend on the file alone,
+        so the unwinder's cache keeps them by this key and the address (not
+        by where the module is mapped).  Each module has its own, unless it
+        took its file's facts over from a module of another target of the
+        run that maps the same file (``backtrace/shared.py``: then this key
+        comes with them), so no two different files ever share one.
+        """
+        return object()
 
     @property
     def symbols(self) -> SymbolLookup | None:

@@ -39,12 +39,12 @@ class ModuleMap:
         debug_dirs: Sequence[str] = DEFAULT_DEBUG_DIRS,
         perf_map: PerfMapView | str = "",
         previous: ModuleMap | None = None,
-        adopt: Callable[[Module], None] | None = None,
+        adopt: Callable[[list[Module]], None] | None = None,
     ) -> None:
         """``previous``: an earlier map of the same process, whose unchanged modules are
-        taken over; ``adopt``: called with each module not taken over, before anything
-        is read, to hand it what this run already read of its file from another
-        process (``backtrace/shared.py``)."""
+        taken over; ``adopt``: called with the modules (those taken over too), before
+        anything is read, to hand each module not yet read what this run already read
+        of its file from another process (``backtrace/shared.py``)."""
         self.space = space
         self.debug_dirs = tuple(debug_dirs)
         #: The target's /tmp/perf-PID.map, if it wrote one: what a session keeps of it
@@ -60,8 +60,7 @@ class ModuleMap:
         if previous is not None:
             self._reuse(previous)
         if adopt is not None:
-            for module in self.modules:
-                adopt(module)
+            adopt(self.modules)
 
     def _group(self) -> None:
         """Groups the mappings of each file (and the vDSO) into one module each."""

@@ -171,6 +171,19 @@ class AddressSpace:
         """The little-endian 64-bit word at ``address``."""
         return int(_WORD.unpack(self.read(address, 8))[0])
 
+    def read_many(self, ranges: list[tuple[int, int]]) -> list[bytes | None]:
+        """``read`` of each ``(address, size)`` range: its bytes, or None if unreadable.
+
+        A live process reads them all in one call (``PtraceProcess``).
+        """
+        results: list[bytes | None] = []
+        for address, size in ranges:
+            try:
+                results.append(self.read(address, size))
+            except MemoryReadError:
+                results.append(None)
+        return results
+
     def read_frozen(self, address: int, size: int) -> bytes:
         """Memory as it was while the target was stopped; the same as ``read`` by default."""
         return self.read(address, size)

@@ -8,7 +8,11 @@ part; see the class.  What is cached elsewhere, and for how long:
   as the module map that holds it, and a new map of the same target takes
   over every module still mapped exactly as before;
 - a JIT registry (``ModuleMap.registry``) is built for one backtrace's
-  module map, and the rules it decoded go with it.
+  module map, and the rules it decoded go with it;
+- the plans and names found in a file (:class:`FileFacts`) are kept by the
+  file and the link-time address, in one table every target of a run may
+  share (``pid --name``, ``core DIR``): the second process of a program
+  finds its rules and names there.
 """
 
 from __future__ import annotations
@@ -37,26 +41,55 @@ if TYPE_CHECKING:
 #: over all tables (measured with 100,000 pcs of libc; tests/system/test_executor.py
 #: keeps it under 500), so a full cache is some 43 MB.  Deep stacks repeat
 #: their return addresses: 9 threads 30 frames deep (bench/target.c) fill 13.
+#: :class:`FileFacts` holds as many in each of its tables, however many targets share it.
 MAX_ENTRIES = 100_000
 
 
-class UnwindCache:
-    """Per-pc facts and decoded rules of one target, for the stepper and the symbolizer.
+class FileFacts:
+    """What the unwinder found in files, by file and link-time address: one target's, or a run's.
 
     ``plans``
-        (source, module start, module-relative lookup pc) → the compiled
+        (source, module file key, link-time lookup pc) → the compiled
         :class:`~liveunwind.unwinder.plan.Plan` of that source's rule, or
         None where the source has no entry: the general path's lookups.
     ``shared``
         what a rule does → its plan: the pcs of a module share a few
         plans (100,000 pcs of libc share 166), so each is made once.
+    ``names``
+        (module file key, link-time address) → (function, offset) from the
+        module's symbols, or None.
+
+    The key of a module's file (``Module.file_key``) is its own, or that of
+    the module of another target whose file's facts it took over
+    (``backtrace/shared.py``: the same device, inode and build-id): nothing
+    here depends on where a target mapped the file, so nothing is dropped
+    when modules move, and two different files never share an entry.  Each
+    table is emptied when it holds :data:`MAX_ENTRIES` (some 43 MB in all,
+    for every target sharing it).
+    """
+
+    __slots__ = ("names", "plans", "shared")
+
+    def __init__(self) -> None:
+        self.plans: dict[tuple[str, object, int], Plan | None] = {}
+        self.shared: dict[tuple[object, ...], Plan] = {}
+        self.names: dict[tuple[object, int], tuple[str, int] | None] = {}
+
+
+class UnwindCache:
+    """Per-pc facts and decoded rules of one target, for the stepper and the symbolizer.
+
+    ``plans``, ``shared``
+        the tables of its :class:`FileFacts` (``files``): plans by file and
+        link-time pc, and by what a rule does.
     ``at``
         lookup pc → (its module, the plan of the first table that has a
         rule there): the fast path, one dictionary lookup per frame.
     ``code``
         return addresses already found in file-backed executable mappings.
     ``names``
-        lookup pc → (function, offset) from its module's symbols, or None.
+        lookup pc → (function, offset) from its module's symbols, or None
+        (found in ``files.names`` first, by file and link-time address).
     ``walks``
         tid → the :class:`RememberedWalk` of that thread in the last
         backtrace: a thread parked where it was — the same registers, and
@@ -78,13 +111,14 @@ class UnwindCache:
       of a target, which a Session keeps across its backtraces — calls
       :meth:`begin` before each backtrace.  When the module map differs
       from the previous one (a module was mapped, unmapped or moved), the
-      cache starts a new :attr:`generation` and drops everything: its keys
-      are absolute addresses and module starts.
+      cache starts a new :attr:`generation` and drops ``at``, ``code``
+      and ``names``: their keys are absolute addresses.  ``files`` stays:
+      its keys are files and link-time addresses.
     - :meth:`begin` also drops ``at`` when the target has a JIT registry: a
       JIT may register other code at the same address before the next
-      backtrace, so the per-pc plans last one backtrace there.  ``plans``
-      (module tables only), ``shared`` (keyed by content), ``code`` and
-      ``names`` (module symbols only; JIT names are never cached) stay.
+      backtrace, so the per-pc plans last one backtrace there.  ``files``
+      (module tables and symbols only), ``code`` and ``names`` (module
+      symbols only; JIT names are never cached) stay.
     - ``walks`` lasts one backtrace: :meth:`begin` hands the walks the last
       backtrace remembered to this one, and drops them when the modules
       changed (a new generation: also a file changed in place) or any
@@ -108,6 +142,7 @@ class UnwindCache:
         "_next_walks",
         "at",
         "code",
+        "files",
         "generation",
         "names",
         "plans",
@@ -120,9 +155,11 @@ class UnwindCache:
         "walks",
     )
 
-    def __init__(self) -> None:
-        self.plans: dict[tuple[str, int, int], Plan | None] = {}
-        self.shared: dict[tuple[object, ...], Plan] = {}
+    def __init__(self, files: FileFacts | None = None) -> None:
+        """``files``: the plans and names of files that other targets of the run share."""
+        self.files = FileFacts() if files is None else files
+        self.plans = self.files.plans
+        self.shared = self.files.shared
         self.at: dict[int, tuple[Module | None, Plan | None]] = {}
         self.code: set[int] = set()
         self.names: dict[int, tuple[str, int] | None] = {}
@@ -152,8 +189,6 @@ class UnwindCache:
         if moved:
             self._identity = identity
             self.generation += 1
-            self.plans.clear()
-            self.shared.clear()
             self.at.clear()
             self.code.clear()
             self.names.clear()
@@ -230,7 +265,7 @@ class UnwindCache:
             plan = shared[key] = Plan(rule, method, arch)
         return plan
 
-    def remember_plan(self, key: tuple[str, int, int], plan: Plan | None) -> None:
+    def remember_plan(self, key: tuple[str, object, int], plan: Plan | None) -> None:
         plans = self.plans
         if len(plans) >= MAX_ENTRIES:
             plans.clear()
@@ -253,6 +288,13 @@ class UnwindCache:
         if len(names) >= MAX_ENTRIES:
             names.clear()
         names[pc] = found
+
+    def remember_file_name(self, key: tuple[object, int], found: tuple[str, int] | None) -> None:
+        """Keeps the name at a module's link-time address (``key``: file key, address)."""
+        names = self.files.names
+        if len(names) >= MAX_ENTRIES:
+            names.clear()
+        names[key] = found
 
 
 class RememberedWalk:

@@ -694,7 +694,7 @@ class Stepper:
         if module is None:
             return None
         relative = frame.lookup_pc - module.load_bias
-        key = (source.name, module.start, relative)
+        key = (source.name, module.file_key, relative)
         plans = self._cache.plans
         if key in plans:
             return plans[key]

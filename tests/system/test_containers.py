@@ -131,6 +131,31 @@ def _parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
+def test_the_perf_map_of_a_process_is_named_by_the_pid_it_sees() -> None:
+    """Inside a pid namespace the perf map is /tmp/perf-INNER.map (its ``NSpid``), else PID's."""
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare")
+    from liveunwind.targets.live.procfs import perf_map_path
+
+    launcher = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "--kill-child", "sh", "-c", "sleep 60 & exec sleep 60"],
+        stdout=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        init = _children(launcher.pid, 1)[0]
+        inner = _children(init, 1)[0]
+        for pid in (init, inner):
+            status = Path(f"/proc/{pid}/status").read_text()
+            seen = status.split("NSpid:")[1].splitlines()[0].split()
+            assert len(seen) == 2 and int(seen[0]) == pid != int(seen[1])
+            assert perf_map_path(pid) == f"/tmp/perf-{seen[1]}.map"
+        assert perf_map_path(launcher.pid) == f"/tmp/perf-{launcher.pid}.map"
+    finally:
+        launcher.kill()
+        launcher.wait()
+
+
 def _children(pid: int, count: int) -> list[int]:
     path = Path(f"/proc/{pid}/task/{pid}/children")
     wait_until(lambda: len(path.read_text().split()) == count, 30, f"{count} children of {pid}")

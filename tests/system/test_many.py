@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from liveunwind.cli.targets import choose
+from liveunwind.frames import Frame
 from liveunwind.targets.live import procfs
 from liveunwind.targets.live.ptrace import PtraceProcess
 from tests.support.assertions import assert_one_line_error
@@ -262,3 +263,32 @@ def _modules_taken(stderr: str) -> int:
     found = re.search(r"; (\d+) modules taken from another process", stderr)
     assert found, stderr
     return int(found.group(1))
+
+
+def test_later_copies_decode_and_name_nothing_again(copies: list[RunningProgram]) -> None:
+    """Plans and names are kept by file and link-time address for the whole run.
+
+    The second and third copies map the same files elsewhere (ASLR): they
+    find every plan and name the first one found, add none, and their
+    frames are those of a run that shares nothing.
+    """
+    from liveunwind.backtrace.session import Session
+    from liveunwind.backtrace.shared import SharedFiles
+
+    shared = SharedFiles()
+    Session(copies[0].pid, shared=shared).backtrace()
+    facts = shared.facts
+    found = (len(facts.plans), len(facts.shared), len(facts.names))
+    assert all(found), found
+    for program in copies[1:]:
+        later = Session(program.pid, shared=shared).backtrace()
+        assert (len(facts.plans), len(facts.shared), len(facts.names)) == found
+        alone = Session(program.pid).backtrace()
+        assert [[_frame(f) for f in t.frames] for t in later.threads] == [
+            [_frame(f) for f in t.frames] for t in alone.threads
+        ]
+    assert_running_untraced([program.pid for program in copies])
+
+
+def _frame(frame: Frame) -> tuple[object, ...]:
+    return (frame.pc, frame.sp, frame.method, frame.module, frame.function, frame.offset)

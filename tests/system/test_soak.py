@@ -240,7 +240,8 @@ def test_repeated_backtraces_stay_bounded(soak: RunningProgram) -> None:
 
 def test_a_sessions_caches_follow_the_module_map(soak: RunningProgram) -> None:
     """Each time the map moves (a library dlopened or dlclosed, JIT code renewed) the
-    UnwindCache starts a new generation and is emptied; it never holds more than its bound."""
+    UnwindCache starts a new generation and empties what it keeps by address (its plans by
+    file stay); it never holds more than its bound."""
     from liveunwind import Session
     from liveunwind.unwinder.cache import MAX_ENTRIES
 

@@ -193,7 +193,13 @@ def perf_map_path(pid: int) -> str | None:
     itself as (the last ``NSpid`` entry), and lives under its own root: the
     path is to be resolved inside ``/proc/PID/root`` (``open_in_root``), so
     a symlink the process planted cannot lead out of it.
+
+    A process in our own pid namespace sees itself as ``pid``: told by its
+    ``ns/pid`` link (1 µs), which spares reading its ``status`` (25 µs of
+    every process of a many-process run).
     """
+    if _same_pid_namespace(pid):
+        return f"/tmp/perf-{pid}.map"
     namespaced = status_field(f"/proc/{pid}/status", "NSpid").split()
     if not namespaced:  # absent before Linux 4.1
         return f"/tmp/perf-{pid}.map"
@@ -201,6 +207,14 @@ def perf_map_path(pid: int) -> str | None:
         return f"/tmp/perf-{int(namespaced[-1])}.map"
     except ValueError:
         return None
+
+
+def _same_pid_namespace(pid: int) -> bool:
+    """Whether process ``pid`` is in this process's pid namespace (False if it cannot be told)."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid") == os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return False
 
 
 def read_perf_map(pid: int) -> str:

@@ -214,6 +214,23 @@ class PtraceProcess(AddressSpace):
         offset = address - first
         return joined[offset : offset + size]
 
+    def read_many(self, ranges: list[tuple[int, int]]) -> list[bytes | None]:
+        """Each range's bytes, or None if unreadable: the pages none read yet fetched in one call.
+
+        The headers of every module a many-process run checks (a build-id
+        each) cost one ``process_vm_readv`` (33 µs) instead of one each.
+        """
+        missing = {
+            page
+            for address, size in ranges
+            if size > 0
+            for page in range(address - address % PAGE_SIZE, address + size, PAGE_SIZE)
+            if page not in self._pages
+        }
+        if missing:
+            self._fetch_pages(sorted(missing))
+        return super().read_many(ranges)
+
     def open_mapped_file(self, mapping: Mapping) -> RegularFile | None:
         """Opens the file behind ``mapping`` as the target sees it (see procfs.open_mapped_file)."""
         return procfs.open_mapped_file(str(self.pid), mapping)
