@@ -368,16 +368,25 @@ def read_kernel_file(path: str, limit: int = KERNEL_FILE_LIMIT) -> bytes:
     """
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        chunks = []
-        remaining = limit
-        while remaining > 0:
-            chunk = os.read(fd, min(remaining, 65536))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            remaining -= len(chunk)
+        return read_to_end(fd, limit)
     finally:
         os.close(fd)
+
+
+def read_to_end(fd: int, limit: int) -> bytes:
+    """What an open kernel file gives until its end, at most ``limit`` bytes.
+
+    Kernel files (/proc, /sys, cgroupfs) say size 0 and are read until a read
+    returns nothing; the limit bounds one that never ends.
+    """
+    chunks = []
+    remaining = limit
+    while remaining > 0:
+        chunk = os.read(fd, min(remaining, 65536))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        remaining -= len(chunk)
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 

@@ -39,7 +39,7 @@ from liveunwind.errors import (
     TargetError,
     UsageError,
 )
-from liveunwind.targets.files import READ_FLAGS, read_kernel_file
+from liveunwind.targets.files import READ_FLAGS, read_kernel_file, read_to_end
 
 #: Most processes one cgroup or container may list (beyond it the run is refused, never cut).
 MAX_PROCESSES = 1 << 16
@@ -176,7 +176,7 @@ def _procs(directory: int) -> list[int]:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return []
-        text = _read_bounded(fd, _PROCS_LIMIT)
+        text = read_to_end(fd, _PROCS_LIMIT)
     except OSError as error:
         if error.errno == errno.ENODEV:  # removed while open
             return []
@@ -184,18 +184,6 @@ def _procs(directory: int) -> list[int]:
     finally:
         os.close(fd)
     return [int(word) for word in text.split() if word.isdigit()]
-
-
-def _read_bounded(fd: int, limit: int) -> bytes:
-    chunks = []
-    remaining = limit
-    while remaining > 0:
-        chunk = os.read(fd, min(remaining, 65536))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(chunks)
 
 
 def _subdirectory_names(directory: int) -> list[str]:
