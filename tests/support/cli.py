@@ -27,6 +27,18 @@ def run_cli(
     )
 
 
+def start_cli(*args: str) -> subprocess.Popen[str]:
+    """``liveunwind ARGS`` started from ``/`` and left running, its output in pipes."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "liveunwind", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd="/",
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+
+
 def json_document(*args: str, timeout: float = 120) -> dict:  # type: ignore[type-arg]
     """``liveunwind ARGS --json``: it must succeed; its document, checked against the schema.
 

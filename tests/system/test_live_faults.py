@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,9 +28,8 @@ from pathlib import Path
 import pytest
 
 from liveunwind.errors import MemoryReadError
-from tests.support.cli import run_cli
+from tests.support.cli import run_cli, start_cli
 from tests.support.hostile import assert_untraced, states
-from tests.support.paths import ROOT
 from tests.support.programs import RunningProgram, RunProgram, start_command
 from tests.support.waits import wait_until
 
@@ -45,14 +43,7 @@ def test_a_target_killed_mid_freeze_ends_the_run_at_once(testprogs_build: Path) 
     try:
         wait_until(lambda: states(program.pid).get(program.pid, ("",))[0] == "D", what="vfork")
         children = Path(f"/proc/{program.pid}/task/{program.pid}/children").read_text()
-        runner = subprocess.Popen(
-            [sys.executable, "-m", "liveunwind", "pid", str(program.pid), "--stop-timeout", "20"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd="/",
-            env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        )
+        runner = start_cli("pid", str(program.pid), "--stop-timeout", "20")
         # The other thread stopped by liveunwind, which now waits for the main thread.
         wait_until(
             lambda: any(
@@ -139,21 +130,7 @@ def _execer_held(testprogs_build: Path, stop_timeout: int) -> Iterator[_HeldExec
         vforked = Path(f"/proc/{program.pid}/task/{vforker}/children").read_text()
         children.extend(int(child) for child in vforked.split())
         command = ["pid", str(program.pid), "--stop-timeout", str(stop_timeout)]
-        runner = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "liveunwind",
-                *command,
-                "--threads",
-                f"{names['sleeper']},{vforker}",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd="/",
-            env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        )
+        runner = start_cli(*command, "--threads", f"{names['sleeper']},{vforker}")
         wait_until(
             lambda: states(program.pid).get(names["sleeper"], ("", 0))[0] == "t",
             what="the sleeper held in a ptrace stop",

@@ -36,6 +36,7 @@ import jsonschema
 import pytest
 
 from tests.support.assertions import assert_one_line_error
+from tests.support.cli import start_cli
 from tests.support.paths import DATA, ROOT
 from tests.support.programs import RunningProgram, start_program
 from tests.support.pythons import SID_ROOT
@@ -223,15 +224,8 @@ def test_a_thread_started_and_a_library_dlopened_while_sampling_are_named(
         program.wait_for_line(b"ready\n", time.monotonic() + 30)
         assert str(library) not in Path(f"/proc/{program.pid}/maps").read_text()
         out = tmp_path / "out.folded"
-        command = [sys.executable, "-m", "liveunwind", "profile", str(program.pid), "--on-cpu",
-                   "--duration", "5", "--collapsed-out", str(out)]  # fmt: skip
-        runner = subprocess.Popen(
-            command,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd="/",
-            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        runner = start_cli(
+            "profile", str(program.pid), "--on-cpu", "--duration", "5", "--collapsed-out", str(out)
         )
         time.sleep(1.5)
         program.popen.send_signal(signal.SIGUSR1)
@@ -273,12 +267,9 @@ def test_python_functions_are_named_with_x_perf(tmp_path: Path) -> None:
     process = _sid_python("liveunwind-oncpu-burn.py", "-X", "perf")
     try:
         out = tmp_path / "out.folded"
-        command = [sys.executable, "-m", "liveunwind", "profile", str(process.pid), "--on-cpu",
-                   "--duration", "4", "--collapsed-out", str(out)]  # fmt: skip
-        runner = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/",
-            env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        )  # fmt: skip
+        runner = start_cli(
+            "profile", str(process.pid), "--on-cpu", "--duration", "4", "--collapsed-out", str(out)
+        )
         time.sleep(2.0)
         # A function first called now: its trampoline joins the perf map while we sample,
         # in memory already mapped (no mmap record says anything changed).
@@ -384,16 +375,7 @@ def test_the_process_exiting_ends_the_run_cleanly(testprogs_build: Path, tmp_pat
         testprogs_build, "profiled", str(tmp_path / "c"), busy={"burner", "third"}
     )
     with program:
-        command = [sys.executable, "-m", "liveunwind", "profile", str(program.pid), "--on-cpu",
-                   "--duration", "60", "--json"]  # fmt: skip
-        runner = subprocess.Popen(
-            command,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd="/",
-            env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        )
+        runner = start_cli("profile", str(program.pid), "--on-cpu", "--duration", "60", "--json")
         time.sleep(2.0)
         program.popen.kill()
         program.popen.wait()
@@ -415,16 +397,7 @@ def test_sigint_ends_sampling_and_everything_is_written(
     )
     with program:
         out = tmp_path / "out.folded"
-        command = [sys.executable, "-m", "liveunwind", "profile", str(program.pid), "--on-cpu",
-                   "--collapsed-out", str(out)]  # fmt: skip
-        runner = subprocess.Popen(
-            command,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd="/",
-            env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        )
+        runner = start_cli("profile", str(program.pid), "--on-cpu", "--collapsed-out", str(out))
         time.sleep(2.5)
         runner.send_signal(signal.SIGINT)
         stdout, err = runner.communicate(timeout=30)
