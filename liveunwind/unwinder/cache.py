@@ -76,6 +76,67 @@ class FileFacts:
         self.names: dict[tuple[object, int], tuple[str, int] | None] = {}
 
 
+#: Times a kept suffix may miss before a new walk's suffix at its pc and sp replaces it.
+SUFFIX_MISSES_BEFORE_REPLACED = 4
+
+
+#: Walks in each step of a round of :class:`RememberingChoice` (warm-up, timed
+#: remembering, timed not), and walks the cheaper way is then kept for (then both are
+#: timed again: a program's phases differ).
+TRIAL_WALKS = 64
+CHOSEN_WALKS = 4096
+
+
+class RememberingChoice:
+    """Whether this target's walks are remembered (suffixes and whole walks) or just walked.
+
+    Remembering gives the same frames either way, but what it costs depends
+    on the program: a busy thread 30 frames deep that walks its hot loop
+    again takes its last walk whole (perf samples of bench/target.c: 1.57 →
+    0.93 s); xz's samples differ in their first frames' words every time, and
+    recording the walks, checking and building suffixes cost more than the
+    14 frames they save (43,000 samples: 4.1 s walked, 6.0 s remembering).
+    So the two ways are timed in turns and the cheaper one is kept.
+    """
+
+    __slots__ = ("_count", "_spent", "_walks", "remembering")
+
+    def __init__(self) -> None:
+        self.remembering = True
+        self._walks = 0
+        self._spent = [0.0, 0.0]  # seconds walking: not remembering, remembering
+        self._count = [0, 0]
+
+    def _restart(self) -> None:
+        """Times both ways again, remembering first."""
+        self.remembering, self._walks = True, 0
+        self._spent, self._count = [0.0, 0.0], [0, 0]
+
+    def walked(self, seconds: float) -> None:
+        """Counts one walk of ``seconds`` in the way in force, and picks the next way.
+
+        Each round: :data:`TRIAL_WALKS` walks remembering untimed (what is kept
+        fills up: a cold start is no measure of it), as many timed remembering,
+        as many timed not, then :data:`CHOSEN_WALKS` the cheaper way.
+        """
+        walks = self._walks = self._walks + 1
+        if walks <= TRIAL_WALKS:
+            return
+        way = int(self.remembering)
+        if walks <= 3 * TRIAL_WALKS:
+            self._spent[way] += seconds
+            self._count[way] += 1
+        if walks == 2 * TRIAL_WALKS:
+            self.remembering = False
+        elif walks == 3 * TRIAL_WALKS:
+            plain, remembering = (
+                spent / max(count, 1) for spent, count in zip(self._spent, self._count)
+            )
+            self.remembering = remembering <= plain
+        elif walks >= 3 * TRIAL_WALKS + CHOSEN_WALKS:
+            self._restart()
+
+
 class UnwindCache:
     """Per-pc facts and decoded rules of one target, for the stepper and the symbolizer.
 
@@ -151,6 +212,8 @@ class UnwindCache:
         "suffixed",
         "suffixes",
         "_suffix_frames",
+        "_suffix_misses",
+        "choice",
         "_uses",
         "walks",
     )
@@ -168,6 +231,9 @@ class UnwindCache:
         self.suffixes: dict[tuple[int, int], tuple[SuffixRecord, int]] = {}
         #: The frames of the suffixes' records, each counted once per entry.
         self._suffix_frames = 0
+        self.choice = RememberingChoice()
+        #: Kept suffixes whose last looks found other registers or words: how many times.
+        self._suffix_misses: dict[tuple[int, int], int] = {}
         self._uses: dict[Plan, tuple[frozenset[int], frozenset[int]] | None] = {}
         #: Walks of the current backtrace that took a remembered suffix.
         self.suffixed = 0
@@ -203,6 +269,7 @@ class UnwindCache:
         else:
             self.walks = {}
             self.suffixes.clear()
+            self._suffix_misses.clear()
             self._suffix_frames = 0
             self._uses.clear()
         self._mappings = mappings
@@ -213,8 +280,19 @@ class UnwindCache:
         self.replayed += replayed
 
     def remember_suffix(self, key: tuple[int, int], record: SuffixRecord, index: int) -> None:
-        """Keeps the walk ``record`` from its frame ``index`` (at pc and sp ``key``)."""
+        """Keeps the walk ``record`` from its frame ``index`` (at pc and sp ``key``).
+
+        A suffix kept there already stays until it has missed
+        :data:`SUFFIX_MISSES_BEFORE_REPLACED` times: a frame whose own words change
+        from sample to sample (a loop's counters) misses whichever walk is kept, and
+        replacing it every walk made each look build a new record's check — on xz's
+        samples that cost more than walking (4.2 s → 7.3 s for 43,000 samples).
+        """
         suffixes = self.suffixes
+        misses = self._suffix_misses
+        if key in suffixes and misses.get(key, 0) < SUFFIX_MISSES_BEFORE_REPLACED:
+            return
+        misses.pop(key, None)
         replaced = suffixes.pop(key, None)
         if replaced is not None:
             self._suffix_frames -= len(replaced[0].facts)
@@ -224,13 +302,19 @@ class UnwindCache:
         ):
             oldest = next(iter(suffixes))
             self._suffix_frames -= len(suffixes.pop(oldest)[0].facts)
+            misses.pop(oldest, None)
         suffixes[key] = (record, index)
+
+    def missed_suffix(self, key: tuple[int, int]) -> None:
+        """Counts a look at the suffix kept at ``key`` that found it does not hold."""
+        self._suffix_misses[key] = self._suffix_misses.get(key, 0) + 1
 
     def took_suffix(self, key: tuple[int, int], found: tuple[SuffixRecord, int]) -> None:
         """Marks a suffix as used now (the one used longest ago goes first)."""
         suffixes = self.suffixes
         del suffixes[key]
         suffixes[key] = found
+        self._suffix_misses.pop(key, None)
         self.suffixed += 1
 
     def uses_of(self, plan: Plan, pc: int, sp: int) -> tuple[frozenset[int], frozenset[int]] | None:

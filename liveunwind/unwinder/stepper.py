@@ -12,6 +12,8 @@ run the same plans and the same plausibility check.
 
 from __future__ import annotations
 
+from time import perf_counter
+
 from liveunwind.errors import FormatError, LiveUnwindError, MemoryReadError
 from liveunwind.frames import Frame, Method, StopReason, ThreadBacktrace
 from liveunwind.sources import AUTO_UNWINDERS, TABLE, sources_named
@@ -158,6 +160,17 @@ class Stepper:
         words takes that walk's frames from there (UnwindCache.suffixes)."""
         if not self._remembers:
             return self._walk_thread(thread)
+        choice = self._cache.choice
+        began = perf_counter()
+        if choice.remembering:
+            walked = self._remembering_backtrace(thread)
+        else:
+            walked = self._walk_thread(thread)
+        choice.walked(perf_counter() - began)
+        return walked
+
+    def _remembering_backtrace(self, thread: ThreadState) -> ThreadBacktrace:
+        """:meth:`backtrace` by remembered walks and suffixes where they hold, recording it."""
         arch = self.arch
         block = self.space.stack_copy(thread.registers.get(arch.sp, 0))
         if block is None:
@@ -178,6 +191,7 @@ class Stepper:
             if record.holds_at(index, registers, state, set(), 0, self.max_frames, block):
                 cache.took_suffix(key, found)
                 return self._suffixed(thread, block, record, index)
+            cache.missed_suffix(key)
         trail = SuffixTrail(arch.pc, arch.sp)
         addresses, values = trail.addresses, trail.values
         read_word = self._read_word
@@ -324,14 +338,16 @@ class Stepper:
                     walk.foreign_stack,
                 )
                 found = suffixes.get((pc, sp))
-                if found is not None and found[0].holds_at(
-                    found[1], registers, state, seen, len(frames), limit, block
-                ):
-                    self._cache.took_suffix((pc, sp), found)
-                    trail.tail = found
-                    _append_remembered(frames, found[0].facts, found[1])
-                    reason, detail = found[0].reason, found[0].detail
-                    break
+                if found is not None:
+                    if found[0].holds_at(
+                        found[1], registers, state, seen, len(frames), limit, block
+                    ):
+                        self._cache.took_suffix((pc, sp), found)
+                        trail.tail = found
+                        _append_remembered(frames, found[0].facts, found[1])
+                        reason, detail = found[0].reason, found[0].detail
+                        break
+                    self._cache.missed_suffix((pc, sp))
                 trail.registers.append(registers)
                 trail.states.append(state)
                 trail.marks.append(len(trail.addresses))
