@@ -92,49 +92,56 @@ class RememberingChoice:
 
     Remembering gives the same frames either way, but what it costs depends
     on the program: a busy thread 30 frames deep that walks its hot loop
-    again takes its last walk whole (perf samples of bench/target.c: 1.57 →
-    0.93 s); xz's samples differ in their first frames' words every time, and
-    recording the walks, checking and building suffixes cost more than the
-    14 frames they save (43,000 samples: 4.1 s walked, 6.0 s remembering).
-    So the two ways are timed in turns and the cheaper one is kept.
+    again takes its last walk whole (perf samples of bench/target.c: 1.3 →
+    0.67 s), and parked threads get their last walk again; xz's perf
+    samples differ in their first frames' words every time, and recording
+    the walks, checking and building suffixes cost more than the frames
+    they save (43,000 samples: 4.1 s walked, 6.0 s remembering).  So the two
+    ways are timed in turns and the cheaper one is kept.
+
+    A round is four phases, each made of whole backtraces (a walk is
+    remembered for the next backtrace, so a phase that ended inside one would
+    time the recording and not what it gives): remembering untimed (what is
+    kept fills up), remembering timed, walking timed, each until it has
+    :data:`TRIAL_WALKS` walks; then the cheaper way until :data:`CHOSEN_WALKS`.
     """
 
-    __slots__ = ("_count", "_spent", "_walks", "remembering")
+    __slots__ = ("_phase", "_phase_walks", "_spent", "_walks", "remembering")
 
     def __init__(self) -> None:
         self.remembering = True
-        self._walks = 0
+        self._phase = 0  # warm-up, timed remembering, timed walking, chosen
+        self._phase_walks = 0
         self._spent = [0.0, 0.0]  # seconds walking: not remembering, remembering
-        self._count = [0, 0]
+        self._walks = [0, 0]
 
-    def _restart(self) -> None:
-        """Times both ways again, remembering first."""
-        self.remembering, self._walks = True, 0
-        self._spent, self._count = [0.0, 0.0], [0, 0]
+    def _new_round(self) -> None:
+        self.remembering, self._phase = True, 0
+        self._spent, self._walks = [0.0, 0.0], [0, 0]
 
     def walked(self, seconds: float) -> None:
-        """Counts one walk of ``seconds`` in the way in force, and picks the next way.
-
-        Each round: :data:`TRIAL_WALKS` walks remembering untimed (what is kept
-        fills up: a cold start is no measure of it), as many timed remembering,
-        as many timed not, then :data:`CHOSEN_WALKS` the cheaper way.
-        """
-        walks = self._walks = self._walks + 1
-        if walks <= TRIAL_WALKS:
-            return
-        way = int(self.remembering)
-        if walks <= 3 * TRIAL_WALKS:
+        """Counts one walk of ``seconds`` in the way in force."""
+        self._phase_walks += 1
+        if self._phase in (1, 2):
+            way = int(self.remembering)
             self._spent[way] += seconds
-            self._count[way] += 1
-        if walks == 2 * TRIAL_WALKS:
-            self.remembering = False
-        elif walks == 3 * TRIAL_WALKS:
+            self._walks[way] += 1
+
+    def began(self) -> None:
+        """A backtrace begins: the next phase starts if this one has had its walks."""
+        phase, walks = self._phase, self._phase_walks
+        if walks < (CHOSEN_WALKS if phase == 3 else TRIAL_WALKS):
+            return
+        self._phase_walks = 0
+        if phase == 3:
+            self._new_round()
+        elif phase == 2:
             plain, remembering = (
-                spent / max(count, 1) for spent, count in zip(self._spent, self._count)
+                spent / max(count, 1) for spent, count in zip(self._spent, self._walks)
             )
-            self.remembering = remembering <= plain
-        elif walks >= 3 * TRIAL_WALKS + CHOSEN_WALKS:
-            self._restart()
+            self._phase, self.remembering = 3, remembering <= plain
+        else:
+            self._phase, self.remembering = phase + 1, phase == 0
 
 
 class UnwindCache:
@@ -263,6 +270,7 @@ class UnwindCache:
             self.at.clear()
         mappings = modules.space.mappings()
         walks, self._next_walks = self._next_walks, {}
+        self.choice.began()
         self.replayed = self.suffixed = 0
         if not moved and modules.registry is None and mappings == self._mappings:
             self.walks = walks
