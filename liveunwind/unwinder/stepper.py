@@ -18,13 +18,13 @@ from liveunwind.errors import FormatError, LiveUnwindError, MemoryReadError
 from liveunwind.frames import Frame, Method, StopReason, ThreadBacktrace
 from liveunwind.sources import AUTO_UNWINDERS, TABLE, sources_named
 from liveunwind.unwinder import DEFAULT_MAX_FRAMES
-from liveunwind.unwinder.cache import (
+from liveunwind.unwinder.cache import UnwindCache
+from liveunwind.unwinder.remembered import (
     AT_ENTRY,
     EVERY_REGISTER,
     RememberedWalk,
     SuffixRecord,
     SuffixTrail,
-    UnwindCache,
 )
 from liveunwind.unwinder.strategies import Walk
 
@@ -36,9 +36,9 @@ if TYPE_CHECKING:
     from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.sources import Source
     from liveunwind.targets.base import AddressSpace, ThreadState
-    from liveunwind.unwinder.cache import FrameFacts
     from liveunwind.unwinder.goswitch import GoSwitch, Resumed
     from liveunwind.unwinder.plan import Plan
+    from liveunwind.unwinder.remembered import FrameFacts
 
     #: A strategy: ``step(walk)`` of a module in liveunwind/unwinder/strategies/.
     Strategy = Callable[[Walk], dict[int, int] | None]

@@ -245,7 +245,7 @@ def test_every_sample_walk_equals_a_cold_steppers(
     Remembering is kept on throughout: whether it pays is timed (RememberingChoice), and
     this test is of what it gives, not of which way a loaded machine's clock chose.
     """
-    from liveunwind.unwinder.cache import RememberingChoice
+    from liveunwind.unwinder.remembered import RememberingChoice
 
     monkeypatch.setattr(RememberingChoice, "began", lambda self: None)
     samples, suffixed = warm_against_cold(request.getfixturevalue(recording))

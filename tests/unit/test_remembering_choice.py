@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from liveunwind.unwinder.cache import CHOSEN_WALKS, TRIAL_WALKS, RememberingChoice
+from liveunwind.unwinder.remembered import CHOSEN_WALKS, TRIAL_WALKS, RememberingChoice
 
 
 def _backtraces(

@@ -15,8 +15,8 @@ from liveunwind.arch import arch_by_name
 from liveunwind.errors import FormatError
 from liveunwind.formats.unwind.rules import CfaRule, RegisterRule, RegKind, UnwindRule
 from liveunwind.frames import Method
-from liveunwind.unwinder.cache import plan_uses
 from liveunwind.unwinder.plan import Plan
+from liveunwind.unwinder.remembered import plan_uses
 
 ARCH = arch_by_name("x86_64")
 RBX, RBP, RSP, R12, RA = 3, 6, 7, 12, 16
