@@ -11,7 +11,7 @@ SYSTEM_PACKAGES := gcc g++ make binutils gdb elfutils sqlite3 python3 debootstra
 	qemu-user gdb-multiarch libunwind-dev clang-16 lld-16 llvm-16 \
 	gcc-riscv64-linux-gnu libc6-dev-riscv64-cross binutils-riscv64-linux-gnu \
 	libc6-dbg zstd lz4 debuginfod gdbserver golang-go rustc python3-dbg python3-dev \
-	chromium docker.io libatomic1 linux-perf
+	chromium docker.io libatomic1
 
 .PHONY: all system-deps venv testprogs sid-rootfs freethreaded-python demo test unit lint fuzz soak \
 	bench accuracy-deps accuracy integration clean
