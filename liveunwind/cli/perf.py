@@ -30,9 +30,6 @@ if TYPE_CHECKING:
     from liveunwind.formats.perfevents import EventAttr
     from liveunwind.targets.sample.perfdata import PerfDataFile
 
-#: PERF_TYPE_SOFTWARE, and its clocks whose period is nanoseconds on a CPU.
-_TYPE_SOFTWARE = 1
-_CPU_CLOCKS = (0, 1)  # PERF_COUNT_SW_CPU_CLOCK, PERF_COUNT_SW_TASK_CLOCK
 _NANOSECONDS = 1e9
 
 
@@ -191,7 +188,13 @@ def _rate(attr: EventAttr) -> float:
 
 def _cpu(profile: Profile, attr: EventAttr, periods: dict[int, int]) -> None:
     """Each thread's CPU share from its samples' periods, where the event is a CPU clock."""
-    if attr.type != _TYPE_SOFTWARE or attr.config not in _CPU_CLOCKS or profile.duration <= 0:
+    from liveunwind.formats import perfevents
+
+    cpu_clock = attr.type == perfevents.TYPE_SOFTWARE and attr.config in (
+        perfevents.SW_CPU_CLOCK,
+        perfevents.SW_TASK_CLOCK,
+    )
+    if not cpu_clock or profile.duration <= 0:
         return
     wall = profile.duration * _NANOSECONDS
     profile.cpu_percent = 100.0 * sum(periods.values()) / wall

@@ -73,9 +73,15 @@ READ_LOST = 1 << 4
 #: perf_event_attr.branch_sample_type: each branch stack starts with hw_idx.
 BRANCH_HW_INDEX = 1 << 17
 #: perf_event_attr's flags word: bit 18 is sample_id_all.
-_FLAG_SAMPLE_ID_ALL = 1 << 18
+FLAG_SAMPLE_ID_ALL = 1 << 18
 #: ...and bit 10 is freq: sample_period is a frequency.
-_FLAG_FREQ = 1 << 10
+FLAG_FREQ = 1 << 10
+
+#: perf_event_attr's type PERF_TYPE_SOFTWARE, and its clocks whose period is
+#: nanoseconds on a CPU (PERF_COUNT_SW_CPU_CLOCK, PERF_COUNT_SW_TASK_CLOCK).
+TYPE_SOFTWARE = 1
+SW_CPU_CLOCK = 0
+SW_TASK_CLOCK = 1
 
 #: ``PERF_SAMPLE_REGS_ABI_NONE``: the sample caught a kernel thread, no user registers.
 REGS_ABI_NONE = 0
@@ -169,12 +175,12 @@ class EventAttr:
             read_format=read_format,
             sample_regs_user=regs,
             sample_stack_user=stack,
-            sample_id_all=bool(flags & _FLAG_SAMPLE_ID_ALL),
+            sample_id_all=bool(flags & FLAG_SAMPLE_ID_ALL),
             branch_sample_type=branch,
             type=kind,
             config=config,
             sample_period=period,
-            freq=bool(flags & _FLAG_FREQ),
+            freq=bool(flags & FLAG_FREQ),
         )
 
     @property

@@ -36,6 +36,7 @@ import resource
 import struct
 
 from liveunwind.errors import NoSuchProcessError, PermissionDeniedError, TargetError
+from liveunwind.formats import perfevents
 from liveunwind.targets.files import read_kernel_file
 from liveunwind.targets.live.procfs import list_tids
 
@@ -43,26 +44,15 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-PERF_TYPE_SOFTWARE = 1
-PERF_COUNT_SW_CPU_CLOCK = 0
-
-# sample_type bits (include/uapi/linux/perf_event.h).
-SAMPLE_IP = 1 << 0
-SAMPLE_TID = 1 << 1
-SAMPLE_TIME = 1 << 2
-SAMPLE_CPU = 1 << 7
-SAMPLE_PERIOD = 1 << 8
-SAMPLE_REGS_USER = 1 << 12
-SAMPLE_STACK_USER = 1 << 13
 #: What every sample holds, in the order the kernel writes it.
 SAMPLE_TYPE = (
-    SAMPLE_IP
-    | SAMPLE_TID
-    | SAMPLE_TIME
-    | SAMPLE_CPU
-    | SAMPLE_PERIOD
-    | SAMPLE_REGS_USER
-    | SAMPLE_STACK_USER
+    perfevents.SAMPLE_IP
+    | perfevents.SAMPLE_TID
+    | perfevents.SAMPLE_TIME
+    | perfevents.SAMPLE_CPU
+    | perfevents.SAMPLE_PERIOD
+    | perfevents.SAMPLE_REGS_USER
+    | perfevents.SAMPLE_STACK_USER
 )
 
 # The flag bits of perf_event_attr's bit field (its ninth 64-bit word).
@@ -72,10 +62,8 @@ _EXCLUDE_KERNEL = 1 << 5
 _EXCLUDE_HV = 1 << 6
 _MMAP = 1 << 8
 _COMM = 1 << 9
-_FREQ = 1 << 10
 _TASK = 1 << 13
 _WATERMARK = 1 << 14
-_SAMPLE_ID_ALL = 1 << 18
 _MMAP2 = 1 << 23
 _FLAGS = (
     _DISABLED
@@ -84,10 +72,10 @@ _FLAGS = (
     | _EXCLUDE_HV
     | _MMAP
     | _COMM
-    | _FREQ
+    | perfevents.FLAG_FREQ
     | _TASK
     | _WATERMARK
-    | _SAMPLE_ID_ALL
+    | perfevents.FLAG_SAMPLE_ID_ALL
     | _MMAP2
 )
 #: PERF_ATTR_SIZE_VER5 (Linux 4.1): every field used here, and accepted by every kernel since.
@@ -120,9 +108,9 @@ def attr_bytes(*, rate: int, regs_mask: int, stack_size: int, wakeup_bytes: int)
     """The ``perf_event_attr`` of the CPU-clock sampling event, packed (ATTR_SIZE bytes)."""
     return struct.pack(
         "<IIQQQQQIIQQQQIiQIHH",
-        PERF_TYPE_SOFTWARE,
+        perfevents.TYPE_SOFTWARE,
         ATTR_SIZE,
-        PERF_COUNT_SW_CPU_CLOCK,
+        perfevents.SW_CPU_CLOCK,
         rate,  # sample_freq (freq is set)
         SAMPLE_TYPE,
         0,  # read_format
