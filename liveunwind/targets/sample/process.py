@@ -51,17 +51,6 @@ def _holds_code(mapping: Mapping) -> bool:
     return mapping.is_file or mapping.executable or mapping.path.startswith("[")
 
 
-class FileSource:
-    """Where the files of a sampled process are found (the contract of the two below)."""
-
-    #: A line for each file not found or not used, in the order found.
-    problems: list[str]
-
-    def image(self, path: str, build_id: bytes | None, arch: Arch) -> ElfImage | None:
-        """The ELF image of the process's ``path`` (of ``build_id`` when known), or None."""
-        raise NotImplementedError
-
-
 def _mismatch(image: ElfImage, build_id: bytes | None, arch: Arch) -> str | None:
     """Why ``image`` is not the file recorded (machine, build-id), or None."""
     if image.machine != arch.elf_machine:
@@ -77,53 +66,73 @@ def _mismatch(image: ElfImage, build_id: bytes | None, arch: Arch) -> str | None
     return None
 
 
+class FileSource:
+    """Where the files of a sampled process are found: each (path, build-id) looked for once.
+
+    A subclass says how one is found (:meth:`_find`); a file not found or not
+    used is one line in ``problems``, and asked for again it is None at once.
+    """
+
+    def __init__(self, problems: list[str]) -> None:
+        #: A line for each file not found or not used, in the order found.
+        self.problems = problems
+        self._found: dict[tuple[str, bytes | None], ElfImage | None] = {}
+
+    def image(self, path: str, build_id: bytes | None, arch: Arch) -> ElfImage | None:
+        """The ELF image of the process's ``path`` (of ``build_id`` when known), or None."""
+        key = (path, build_id)
+        if key in self._found:
+            return self._found[key]
+        image, problem = self._find(path, build_id, arch)
+        if problem is not None:
+            self.problems.append(f"{path}: {problem}")
+        self._found[key] = image
+        return image
+
+    def _find(
+        self, path: str, build_id: bytes | None, arch: Arch
+    ) -> tuple[ElfImage | None, str | None]:
+        """The image, or None and why it is not used."""
+        raise NotImplementedError
+
+
 class RecordedFiles(FileSource):
     """A recording's files on this machine: the path (under the sysroot first), then build-id."""
 
     def __init__(self, finder: FileFinder, problems: list[str]) -> None:
         """``problems`` gets a line for each file not found or not used."""
+        super().__init__(problems)
         self._finder = finder
-        self.problems = problems
-        self._found: dict[tuple[str, bytes | None], ElfImage | None] = {}
 
-    def image(self, path: str, build_id: bytes | None, arch: Arch) -> ElfImage | None:
-        key = (path, build_id)
-        if key in self._found:
-            return self._found[key]
+    def _find(
+        self, path: str, build_id: bytes | None, arch: Arch
+    ) -> tuple[ElfImage | None, str | None]:
         found, rejected = self._finder.find(
             path, build_id, lambda image: _mismatch(image, build_id, arch)
         )
-        image = None if found is None else found.image
-        if found is None:
-            why = "not using " + "; ".join(rejected) if rejected else "not found on this machine"
-            self.problems.append(f"{path}: {why}")
-        self._found[key] = image
-        return image
+        if found is not None:
+            return found.image, None
+        return None, "not using " + "; ".join(rejected) if rejected else "not found on this machine"
 
 
 class RootFiles(FileSource):
     """A live process's files, opened inside its root (``/proc/PID/root``)."""
 
     def __init__(self, root: str, problems: list[str]) -> None:
+        super().__init__(problems)
         self._root = root
-        self.problems = problems
-        self._found: dict[tuple[str, bytes | None], ElfImage | None] = {}
 
-    def image(self, path: str, build_id: bytes | None, arch: Arch) -> ElfImage | None:
-        key = (path, build_id)
-        if key in self._found:
-            return self._found[key]
-        image: ElfImage | None = None
+    def _find(
+        self, path: str, build_id: bytes | None, arch: Arch
+    ) -> tuple[ElfImage | None, str | None]:
         try:
             image = map_elf(open_in_root(self._root, path.removesuffix(" (deleted)")))
             why = _mismatch(image, build_id, arch)
         except (FileError, FormatError) as error:
             why = str(error)
         if why is not None:
-            self.problems.append(f"{path}: not using it: {why}")
-            image = None
-        self._found[key] = image
-        return image
+            return None, f"not using it: {why}"
+        return image, None
 
 
 class SampledProcess(AddressSpace):
