@@ -45,7 +45,7 @@ from liveunwind.formats.perfevents import EventAttr, Sample, Task, decode, recor
 from liveunwind.frames import StopReason
 from liveunwind.modules.perfmapfile import PerfMapFile
 from liveunwind.targets.files import read_kernel_file
-from liveunwind.targets.live.procfs import list_tids, perf_map_path, read_maps
+from liveunwind.targets.live.procfs import list_tids, perf_map_path, read_maps, started_at
 from liveunwind.targets.live.syscalls import read_remote
 from liveunwind.targets.perfevent.recorder import END_EXITED, END_STOPPED, Recorder
 from liveunwind.targets.sample.process import RootFiles
@@ -96,7 +96,7 @@ def record_on_cpu(
         raise TargetError(f"profile --on-cpu cannot read perf samples' registers on {arch.name}")
     profile = Profile(pid, rate, per_thread=per_thread)
     profile.source = "perf_event"
-    perf_map = PerfMapFile(f"/proc/{pid}/root", perf_map_path(pid))
+    perf_map = PerfMapFile(f"/proc/{pid}/root", perf_map_path(pid), lambda: started_at(pid))
     others = undecoded = 0
     with Recorder(
         pid, rate=round(rate), regs_mask=arch.perf_registers.unwind_mask, stack_size=stack_size

@@ -159,9 +159,11 @@ class Session:
         """
         if self._perf_map is None:
             from liveunwind.modules.perfmapfile import PerfMapFile
-            from liveunwind.targets.live.procfs import perf_map_path
+            from liveunwind.targets.live.procfs import perf_map_path, started_at
 
-            self._perf_map = PerfMapFile(f"/proc/{self.pid}/root", perf_map_path(self.pid))
+            self._perf_map = PerfMapFile(
+                f"/proc/{self.pid}/root", perf_map_path(self.pid), lambda: started_at(self.pid)
+            )
         return self._perf_map.update(limit, settle=settle)
 
     def _nothing_ahead(self, process: PtraceProcess, perf_map: PerfMapView | str) -> bool:

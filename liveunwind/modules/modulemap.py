@@ -21,7 +21,7 @@ from liveunwind.modules.module import Module
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
     from liveunwind.formats.unwind.perfmap import PerfMapView
     from liveunwind.modules.jit import DynamicRegistry
@@ -169,7 +169,7 @@ class ModuleMap:
         process that is still running, so that its registry can be read
         quickly once it is stopped.
         """
-        for module in self.modules:
+        for module in self._modules_with_code():
             _ = module.registry_roots
 
     @cached_property
@@ -193,7 +193,7 @@ class ModuleMap:
         perf_map = self.perf_map
         lists: list[int] = []
         descriptors: list[int] = []
-        for module in self.modules:
+        for module in self._modules_with_code():
             lists.extend(module.registry_roots.libunwind_lists)
             descriptors.extend(module.registry_roots.jit_descriptors)
         try:
@@ -206,6 +206,15 @@ class ModuleMap:
             )
         except FormatError:
             return None
+
+    def _modules_with_code(self) -> Iterator[Module]:
+        """The modules that map code: only they define registry heads.
+
+        A file mapped only as data (a memfd, a database file) is no ELF
+        module; opening it to look through its symbols would note that it is
+        not an ELF file, for every process with JIT code that maps one.
+        """
+        return (module for module in self.modules if any(m.executable for m in module.mappings))
 
     @property
     def problems(self) -> list[str]:

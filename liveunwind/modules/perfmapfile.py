@@ -12,12 +12,18 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from liveunwind.formats.unwind.perfmap import PerfMap, PerfMapView
     from liveunwind.targets.files import RegularFile
 
 #: Bytes before the read position checked again on each read of a perf map: a
 #: file rewritten in place (not just appended to) no longer holds them there.
 PERF_MAP_CHECKED = 64
+
+#: Seconds by which a perf map may seem older than its process and still be its:
+#: the start is known to a clock tick, told from two clocks that NTP may slew apart.
+LEFT_BEHIND_MARGIN = 1.0
 
 
 class PerfMapFile:
@@ -37,11 +43,23 @@ class PerfMapFile:
 
     ``path`` is resolved inside ``root`` (``/proc/PID/root``), as the process
     sees it; see :func:`~liveunwind.targets.live.procfs.perf_map_path`.
+
+    Nothing removes a perf map when its process exits, and pids are reused
+    (32,768 of them by default): the file of an earlier process with the
+    same pid would name this one's code with its symbols, and make a process
+    without JIT code look for a registry.  With ``started`` (the process's
+    start on the wall clock, asked once a file is found), a file last written
+    before the process started is taken for such a leftover and names nothing.
     """
 
-    def __init__(self, root: str, path: str | None) -> None:
+    def __init__(
+        self, root: str, path: str | None, started: Callable[[], float | None] | None = None
+    ) -> None:
         self.root = root
         self.path = path
+        self._started = started
+        #: The process's start, once asked of ``started``.
+        self._start: float | None = None
         #: The entries read so far; None while no file was found.
         self.perf_map: PerfMap | None = None
         self._identity: tuple[int, int] | None = None
@@ -64,17 +82,30 @@ class PerfMapFile:
             return ""
         try:
             with open_in_root(self.root, self.path) as file:
+                if self._left_behind(file):
+                    return self._forget()
                 perf_map = self.perf_map
                 if perf_map is None or file.identity != self._identity or file.size < self._offset:
                     perf_map = self._restart(file.identity)
                 if not perf_map.full:
                     self._read(file, perf_map, limit, settle)
         except FileError:
-            self.perf_map = None
-            self._identity = None
-            return ""
+            return self._forget()
         assert self.perf_map is not None  # _read may have restarted it
         return self.perf_map.view()
+
+    def _forget(self) -> str:
+        """Drops what was read (there is no file, or not the process's): names nothing."""
+        self.perf_map = None
+        self._identity = None
+        return ""
+
+    def _left_behind(self, file: RegularFile) -> bool:
+        """Whether ``file`` was last written before the process started (an earlier one's)."""
+        if self._started is not None:
+            self._start = self._started()
+            self._started = None
+        return self._start is not None and file.status.st_mtime < self._start - LEFT_BEHIND_MARGIN
 
     def _restart(self, identity: tuple[int, int]) -> PerfMap:
         from liveunwind.formats.unwind.perfmap import PerfMap

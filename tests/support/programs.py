@@ -130,6 +130,8 @@ class RunningProgram:
         self.popen.wait()
         if self.popen.stdout is not None:
             self.popen.stdout.close()
+        # A JIT program's perf map outlives it; left, it would be another's once the pid is reused.
+        Path(f"/tmp/perf-{self.pid}.map").unlink(missing_ok=True)
 
     def __enter__(self) -> RunningProgram:
         return self

@@ -24,6 +24,7 @@ import pytest
 
 from liveunwind.backtrace.api import attach
 from liveunwind.errors import LiveUnwindError
+from liveunwind.modules.perfmapfile import PerfMapFile
 from liveunwind.targets import files
 from liveunwind.targets.live import procfs
 from liveunwind.targets.live.ptrace import PtraceProcess
@@ -187,7 +188,12 @@ def test_a_perf_map_that_is_a_fifo(run_program) -> None:
     os.mkfifo(perf_map)
     try:
         with within(2):
-            assert procfs.read_perf_map(program.pid) == ""
+            assert (
+                PerfMapFile(f"/proc/{program.pid}/root", procfs.perf_map_path(program.pid)).update(
+                    1 << 24
+                )
+                == ""
+            )
         result = run_cli("pid", str(program.pid), timeout=10)
         assert result.returncode == 0, result.stderr
     finally:

@@ -23,6 +23,7 @@ from liveunwind.errors import MemoryReadError
 from liveunwind.formats.unwind.perfmap import PerfMapView
 from liveunwind.frames import Method, ThreadBacktrace
 from liveunwind.modules.modulemap import ModuleMap
+from liveunwind.modules.perfmapfile import PerfMapFile
 from liveunwind.targets.live import procfs
 from liveunwind.targets.live.ptrace import PtraceProcess
 from liveunwind.targets.live.snapshot import Snapshot
@@ -155,7 +156,10 @@ def test_after_the_resume_the_registry_reads_only_its_copy(
     process = PtraceProcess(pid)
     with process:
         snapshot = Snapshot.capture(process)
-        registry = ModuleMap(snapshot, perf_map=procfs.read_perf_map(pid)).registry
+        registry = ModuleMap(
+            snapshot,
+            perf_map=PerfMapFile(f"/proc/{pid}/root", procfs.perf_map_path(pid)).update(1 << 24),
+        ).registry
         assert registry is not None
         copied = registry.read_all()
     assert copied and not process.stopped

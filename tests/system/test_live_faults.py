@@ -101,6 +101,12 @@ def test_a_stack_readable_only_in_part_is_copied_as_far_as_it_goes(
         assert function in walk, run.stdout
     assert {state for state, _ in states(program.pid).values()} == {"S"}
     assert_untraced(program.pid)
+    # With a perf map the process may have JIT code, and its modules are searched for
+    # registry heads: the memfd, only data, is none of them (no "not an ELF file" note).
+    Path(f"/tmp/perf-{program.pid}.map").write_text("7f0000000000 40 jitted\n")
+    run = run_cli("pid", str(program.pid), "--stop-timeout", "5", "--stats", timeout=60)
+    assert run.returncode == 0 and "registry" in run.stderr, run.stderr
+    assert "note:" not in run.stdout, run.stdout
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ from liveunwind.backtrace.options import BacktraceOptions
 from liveunwind.backtrace.session import Session
 from liveunwind.frames import Backtrace, Frame, ThreadBacktrace
 from liveunwind.modules.modulemap import ModuleMap
+from liveunwind.targets.live import procfs
 from liveunwind.targets.live.ptrace import PtraceProcess
 from liveunwind.targets.live.snapshot import Snapshot
 from tests.support.paths import ROOT, TESTPROGS
@@ -128,6 +130,21 @@ def test_phases_in_the_order_stats_prints_them(
     assert list(backtrace.timings) == phases.split()
     assert all(seconds >= 0 for seconds in backtrace.timings.values())
     assert backtrace.timings["total"] >= backtrace.timings["unwind"] + backtrace.timings["attach"]
+
+
+def test_a_perf_map_left_by_an_earlier_process_with_the_pid_is_not_read(run_program) -> None:
+    """Pids are reused and perf maps outlive their processes: one last written before the
+    process started is another's (no registry looked for), one written since is its own."""
+    before = time.time()
+    program = run_program("threads-O2")
+    started = procfs.started_at(program.pid)
+    assert started is not None and before - 0.02 < started < time.time()  # to a clock tick
+    perf_map = Path(f"/tmp/perf-{program.pid}.map")
+    perf_map.write_text("7f0000000000 40 left_behind\n")
+    os.utime(perf_map, (started - 5, started - 5))
+    assert "registry" not in Session(program.pid).backtrace().timings
+    os.utime(perf_map)  # written now: the process's own
+    assert "registry" in Session(program.pid).backtrace().timings
 
 
 def _everything(backtrace: Backtrace) -> list[tuple[object, ...]]:

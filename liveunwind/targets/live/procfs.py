@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 
 from liveunwind.errors import NoSuchProcessError
 from liveunwind.formats.auxv import AT_ENTRY, parse_auxv
@@ -127,6 +128,22 @@ def process_stat(pid: int) -> TaskStat:
         raise NoSuchProcessError(f"no process with pid {pid}") from None
 
 
+def started_at(pid: int) -> float | None:
+    """When process ``pid`` started, in seconds of the wall clock (``time.time()``); None if gone.
+
+    ``stat``'s field 22 counts clock ticks from boot to the process's fork;
+    the wall-clock time of boot is the wall clock less ``CLOCK_BOOTTIME``
+    (exact to the microsecond, where /proc/stat's ``btime`` is whole seconds).
+    """
+    try:
+        raw = read_kernel_file(f"/proc/{pid}/stat", 4096).decode("utf-8", "replace")
+        ticks = int(raw.rpartition(")")[2].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+    booted = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+    return booted + ticks / os.sysconf("SC_CLK_TCK")
+
+
 def list_tids(pid: int) -> list[int]:
     try:
         return sorted(int(entry) for entry in os.listdir(f"/proc/{pid}/task"))
@@ -173,10 +190,6 @@ def wchan(pid: int, tid: int) -> str:
     return "" if text.strip() == "0" else text.strip()
 
 
-#: Largest perf map read; JIT runtimes append forever, so cap what we parse.
-_MAX_PERF_MAP = 16 << 20
-
-
 def entry_point(owner: str) -> int | None:
     """``AT_ENTRY`` of /proc/OWNER/auxv, None where it cannot be read."""
     try:
@@ -215,21 +228,6 @@ def _same_pid_namespace(pid: int) -> bool:
         return os.readlink(f"/proc/{pid}/ns/pid") == os.readlink("/proc/self/ns/pid")
     except OSError:
         return False
-
-
-def read_perf_map(pid: int) -> str:
-    """The process's ``/tmp/perf-PID.map`` as it sees it (its root, its own pid), or ``""``.
-
-    See :func:`perf_map_path`.  Only a regular file is read, at most 16 MiB of it.
-    """
-    path = perf_map_path(pid)
-    if path is None:
-        return ""
-    try:
-        with open_in_root(f"/proc/{pid}/root", path) as perf_map:
-            return perf_map.read(_MAX_PERF_MAP).decode("utf-8", "replace")
-    except FileError:
-        return ""
 
 
 def open_mapped_file(owner: str, mapping: Mapping) -> RegularFile | None:
