@@ -47,7 +47,7 @@ def many_processes(
     from liveunwind.backtrace.shared import SharedFiles
     from liveunwind.cli.targets import process_name
 
-    shared = SharedFiles()
+    shared = SharedFiles(once=True)
     results: list[ProcessResult] = []
     folded: Counter[tuple[str, ...]] | None = None
     if arguments.collapsed:

@@ -65,11 +65,20 @@ class FileFacts:
     when modules move, and two different files never share an entry.  Each
     table is emptied when it holds :data:`MAX_ENTRIES` (some 43 MB in all,
     for every target sharing it).
+
+    ``once``: every target sharing these facts is backtraced once (``pid
+    --name``, ``core DIR``), so its walks are not remembered: a remembered
+    walk serves the target's next backtrace, and a suffix (keyed by absolute
+    pc and sp) another thread's walk over the very same stack words, which
+    the threads of one process never share.  Recording them cost 1.1 of the
+    2.5 ms a 9-thread, 30-frame process spent walking (bench/coldstart.py's
+    many-process run); frames are the same either way.
     """
 
-    __slots__ = ("names", "plans", "shared")
+    __slots__ = ("names", "once", "plans", "shared")
 
-    def __init__(self) -> None:
+    def __init__(self, *, once: bool = False) -> None:
+        self.once = once
         self.plans: dict[tuple[str, object, int], Plan | None] = {}
         self.shared: dict[tuple[object, ...], Plan] = {}
         self.names: dict[tuple[object, int], tuple[str, int] | None] = {}
@@ -170,6 +179,8 @@ class UnwindCache:
         #: The frames of the suffixes' records, each counted once per entry.
         self._suffix_frames = 0
         self.choice = RememberingChoice()
+        if self.files.once:
+            self.choice.remembering = False  # see FileFacts: nothing would use what it kept
         #: Kept suffixes whose last looks found other registers or words: how many times.
         self._suffix_misses: dict[tuple[int, int], int] = {}
         self._uses: dict[Plan, tuple[frozenset[int], frozenset[int]] | None] = {}
