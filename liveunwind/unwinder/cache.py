@@ -17,6 +17,7 @@ part; see the class.  What is cached elsewhere, and for how long:
 
 from __future__ import annotations
 
+from liveunwind.unwinder.layouts import Layouts
 from liveunwind.unwinder.plan import Plan
 from liveunwind.unwinder.remembered import (
     MAX_SUFFIX_FRAMES,
@@ -67,18 +68,20 @@ class FileFacts:
     for every target sharing it).
 
     ``once``: every target sharing these facts is backtraced once (``pid
-    --name``, ``core DIR``), so its walks are not remembered: a remembered
-    walk serves the target's next backtrace, and a suffix (keyed by absolute
-    pc and sp) another thread's walk over the very same stack words, which
-    the threads of one process never share.  Recording them cost 1.1 of the
-    2.5 ms a 9-thread, 30-frame process spent walking (bench/coldstart.py's
-    many-process run); frames are the same either way.
+    --name``), so its walks are remembered only for other processes of its
+    layout (``layouts``, :class:`~liveunwind.unwinder.layouts.Layouts`): a
+    remembered walk serves the target's next backtrace, and a suffix (keyed
+    by absolute pc and sp) another thread's walk over the very same stack
+    words, which the threads of one process never share.  Recording them
+    cost 1.1 of the 2.5 ms a 9-thread, 30-frame process spent walking
+    (bench/coldstart.py's many-process run); frames are the same either way.
     """
 
-    __slots__ = ("names", "once", "plans", "shared")
+    __slots__ = ("layouts", "names", "once", "plans", "shared")
 
     def __init__(self, *, once: bool = False) -> None:
         self.once = once
+        self.layouts = Layouts()
         self.plans: dict[tuple[str, object, int], Plan | None] = {}
         self.shared: dict[tuple[object, ...], Plan] = {}
         self.names: dict[tuple[object, int], tuple[str, int] | None] = {}
@@ -179,8 +182,6 @@ class UnwindCache:
         #: The frames of the suffixes' records, each counted once per entry.
         self._suffix_frames = 0
         self.choice = RememberingChoice()
-        if self.files.once:
-            self.choice.remembering = False  # see FileFacts: nothing would use what it kept
         #: Kept suffixes whose last looks found other registers or words: how many times.
         self._suffix_misses: dict[tuple[int, int], int] = {}
         self._uses: dict[Plan, tuple[frozenset[int], frozenset[int]] | None] = {}
@@ -214,6 +215,7 @@ class UnwindCache:
         walks, self._next_walks = self._next_walks, {}
         self.choice.began()
         self.replayed = self.suffixed = 0
+        first = self._mappings is None
         if not moved and modules.registry is None and mappings == self._mappings:
             self.walks = walks
         else:
@@ -223,6 +225,19 @@ class UnwindCache:
             self._suffix_frames = 0
             self._uses.clear()
         self._mappings = mappings
+        if first and self.files.once:
+            # The one backtrace of this target: remembering serves only other processes.
+            offered = None
+            if modules.registry is None:
+                pc, sp = modules.space.arch.pc, modules.space.arch.sp
+                firsts = [
+                    (thread.registers.get(pc, 0), thread.registers.get(sp, 0))
+                    for thread in modules.space.threads()
+                ]
+                offered = self.files.layouts.begin(mappings, firsts, self.suffixes)
+            self.choice.remembering = offered is not None
+            for key, found in (offered or {}).items():
+                self.remember_suffix(key, *found)
 
     def remember_walk(self, tid: int, walk: RememberedWalk, *, replayed: bool = False) -> None:
         """Keeps a thread's walk of this backtrace (``replayed``: given it again) for the next."""

@@ -1,0 +1,306 @@
+"""One process's walks, moved onto another process of the same program mapped elsewhere.
+
+``liveunwind pid --name`` backtraces many copies of one program, most of
+them parked in the same places: their threads differ only in where address
+space layout randomization put each mapping.  A walk of the first copy's
+thread, with every address it holds moved by the distance between the two
+processes' mappings, is offered to the matching thread of a later copy as
+that thread's remembered walk (:class:`~liveunwind.unwinder.remembered.RememberedWalk`):
+the stepper takes it only if the thread's registers and every stack word the
+walk read are exactly the moved ones, and walks the thread itself otherwise.
+
+Why the moved walk is the walk the later process would make: the walk is a
+function of the registers, the words it read and the layout (which mapping
+holds an address, which file it maps and where).  Two layouts are taken as
+the same (:func:`layout_key`) when their mappings pair up in address order
+with the same size, permissions and file offset, and every mapping of a file
+with code maps the same file (device, inode, path); then each address moves
+by its own mapping's distance, a multiple of the page size, which keeps the
+order of any two mapped addresses, their differences inside one mapping, and
+their alignment up to a page.  A value in no mapping stays as it is, and a
+walk holding one that the later process maps is not moved (a walk may ask
+whether a value is code).  Only walks that a table's rules made frame by
+frame (no guess, no signal frame, no registered code) and that ended at the
+end of the stack are moved: their steps add offsets to registers and read
+words, nothing that moving could change.  The main thread's stack is placed
+below a random offset inside its mapping, so its walk never matches and is
+walked; threads' stacks are mappings of their own, and match.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+from liveunwind.frames import Method, StopReason
+from liveunwind.unwinder.remembered import SuffixRecord
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from liveunwind.targets.base import Mapping
+    from liveunwind.unwinder.remembered import FrameFacts
+
+#: The methods of the frames of a walk that may be moved: the thread's own registers,
+#: and the rules of unwind tables read from files.
+_MOVABLE_METHODS = frozenset((Method.CONTEXT, Method.CFI, Method.SFRAME))
+#: The one stop detail naming an address (the stepper's, at the program's entry function).
+_ENTRY_DETAIL = "the program's entry function, at "
+
+
+#: The loop state of a moved record's later frames: equal to no state a walk is in.
+_NOWHERE: tuple[object, ...] = ("a moved walk is offered at its first frame only",)
+
+
+class _Unmovable(Exception):
+    """A value of the walk lies in no mapping of the first process but in one of the other."""
+
+
+def layout_key(mappings: Sequence[Mapping]) -> tuple[object, ...]:
+    """What two processes' mappings must share for a walk of one to be moved onto the other.
+
+    Per mapping, in address order: its size, permissions and file offset, and
+    what it maps: the file (device, inode, path) where some mapping of the
+    file has code, else only whether it is a file, or its name (``[stack]``,
+    ``[vdso]``, an anonymous mapping's).  A data file (a program's own
+    ``mmap`` of a file it opened by a name of its own) may differ.
+    """
+    code = {(m.device, m.inode, m.path) for m in mappings if m.executable and m.is_file}
+    key: list[object] = []
+    for m in mappings:
+        if m.is_file:
+            file = (m.device, m.inode, m.path)
+            what: object = file if file in code else "file"
+        else:
+            what = m.path
+        key.append((m.end - m.start, m.perms, m.offset, what))
+    return tuple(key)
+
+
+class _Template:
+    """A whole walk recorded in one process, made ready to be moved onto others.
+
+    The frames' pcs, sps and CFAs, the addresses of the words the walk read
+    and their values, flat, each with the index of the recording process's
+    mapping holding it (-1: none): moving them is then one addition each
+    (9 threads' walks, 30 frames each, in some 0.1 ms where looking up each
+    address's mapping took 1.2).
+    """
+
+    __slots__ = ("flat", "places", "record", "unmapped")
+
+    def __init__(self, record: SuffixRecord, starts: list[int], ends: list[int]) -> None:
+        self.record = record
+        facts = record.facts
+        self.flat = [
+            *(fact[0] for fact in facts),
+            *(fact[1] for fact in facts),
+            *(0 if fact[3] is None else fact[3] for fact in facts),
+            *record.addresses,
+            *record.values,
+        ]
+        places = []
+        for value in self.flat:
+            at = bisect_right(starts, value) - 1
+            places.append(at if at >= 0 and value < ends[at] else -1)
+        self.places = places
+        #: The values in no mapping: each must be in none of the other process's either.
+        self.unmapped = sorted({v for v, at in zip(self.flat, places) if at < 0})
+
+    @staticmethod
+    def of(record: SuffixRecord, starts: list[int], ends: list[int]) -> _Template | None:
+        """The template of ``record``, or None if its walk may not be moved (module docstring)."""
+        if record.reason is not StopReason.END_OF_STACK or record.pure_from:
+            return None
+        if record.detail and not record.detail.startswith(_ENTRY_DETAIL):
+            return None
+        if any(fact[4] or fact[2] not in _MOVABLE_METHODS for fact in record.facts):
+            return None
+        return _Template(record, starts, ends)
+
+
+class Mover:
+    """Moves addresses of a process laid out as ``before`` onto one laid out as ``after``.
+
+    The two have the same :func:`layout_key`: the mappings pair up in order.
+    """
+
+    __slots__ = ("_after_ends", "_after_starts", "_distances", "_ends", "_starts")
+
+    def __init__(self, before: Sequence[Mapping], after: Sequence[Mapping]) -> None:
+        self._starts = [m.start for m in before]
+        self._ends = [m.end for m in before]
+        #: By mapping, and 0 last: for the place -1 (a value in no mapping).
+        self._distances = [b.start - a.start for a, b in zip(before, after, strict=True)] + [0]
+        self._after_starts = [m.start for m in after]
+        self._after_ends = [m.end for m in after]
+
+    def move(self, value: int) -> int:
+        """``value`` moved with the mapping holding it; one in no mapping stays (or raises
+        :class:`_Unmovable` if the other process maps it)."""
+        at = bisect_right(self._starts, value) - 1
+        if at >= 0 and value < self._ends[at]:
+            return value + self._distances[at]
+        if self._mapped_after(value):
+            raise _Unmovable
+        return value
+
+    def _mapped_after(self, value: int) -> bool:
+        at = bisect_right(self._after_starts, value) - 1
+        return at >= 0 and value < self._after_ends[at]
+
+    def moved_record(self, template: _Template) -> SuffixRecord | None:
+        """The template's walk (a whole walk, from its first frame) with every address it holds
+        moved, or None if it may not be moved.
+
+        The record is offered at its first frame only (the stepper then looks
+        at nothing past it): the loop state and used registers of its later
+        frames are a state no walk has (``_NOWHERE``) and nothing.
+        """
+        if any(self._mapped_after(value) for value in template.unmapped):
+            return None
+        record = template.record
+        distances = self._distances
+        flat = [value + distances[at] for value, at in zip(template.flat, template.places)]
+        count, words = len(record.facts), len(record.addresses)
+        pcs, sps, cfas = flat[:count], flat[count : 2 * count], flat[2 * count : 3 * count]
+        facts = tuple(
+            (pc, sp, method, None if old_cfa is None else cfa, signal, exact, path, offset)
+            for pc, sp, cfa, (_, _, method, old_cfa, signal, exact, path, offset) in zip(
+                pcs, sps, cfas, record.facts
+            )
+        )
+        detail = record.detail
+        try:
+            if detail:
+                entry = self.move(int(detail[len(_ENTRY_DETAIL) :], 16))
+                detail = f"{_ENTRY_DETAIL}{entry:#x}"
+            state = tuple(map(self._moved_part, record.states[0]))
+            live = self._moved_live(*record.live[0])
+        except (_Unmovable, ValueError):
+            return None
+        later = count - 1
+        return SuffixRecord(
+            facts,
+            [state, *[_NOWHERE] * later],
+            [live, *[(None, None)] * later],
+            list(record.marks),
+            flat[3 * count : 3 * count + words],
+            flat[3 * count + words :],
+            0,
+            record.reason,
+            detail,
+        )
+
+    def _moved_part(self, part: object) -> object:
+        """One part of a walk's loop state moved: an address (the previous CFA) or a
+        range (the stack walked on); flags and methods stay."""
+        if isinstance(part, bool) or not isinstance(part, (int, tuple)):
+            return part
+        if isinstance(part, int):
+            return self.move(part)
+        start, end = part
+        moved = self.move(start)
+        return (moved, moved + end - start)
+
+    def _moved_live(
+        self, used: tuple[int, ...] | None, wanted: object
+    ) -> tuple[tuple[int, ...] | None, object]:
+        """The registers the rest of a walk used and their values (all of them, a dict, where
+        ``used`` is None), the values moved."""
+        move = self.move
+        if isinstance(wanted, dict):
+            return used, {number: move(value) for number, value in wanted.items()}
+        assert isinstance(wanted, tuple)
+        return used, tuple(None if value is None else move(value) for value in wanted)
+
+
+#: Most layouts a run keeps, and most walks kept over all of them (the layout seen
+#: longest ago goes first).  A walk of bench/target.c's 30-frame threads is some
+#: 12 KB as its cache keeps it (frames, states, registers used, the words it read).
+MAX_LAYOUTS = 64
+MAX_LAYOUT_WALKS = 4096
+
+#: Whole walks by their first frame's pc and sp: the record and 0 (a cache's ``suffixes``).
+Walks = dict[tuple[int, int], tuple[SuffixRecord, int]]
+
+
+class _Layout:
+    """A layout seen in the run: how often, and the process that recorded its walks."""
+
+    __slots__ = ("firsts", "mappings", "seen", "templates", "walks")
+
+    def __init__(self) -> None:
+        self.seen = 1
+        self.mappings: Sequence[Mapping] = ()
+        #: The recording process's threads' first pc and sp, and its cache's walks by
+        #: them (filled while it is walked: the dict is its cache's own).
+        self.firsts: list[tuple[int, int]] = []
+        self.walks: Walks = {}
+        #: The recorded walks made ready to move, when first offered (None: not movable).
+        self.templates: list[_Template | None] | None = None
+
+    def ready(self) -> list[_Template | None]:
+        """The templates of the recorded walks, made the first time they are offered."""
+        if self.templates is None:
+            starts = [m.start for m in self.mappings]
+            ends = [m.end for m in self.mappings]
+            found = (self.walks.get(first) for first in self.firsts)
+            self.templates = [
+                _Template.of(walk[0], starts, ends) if walk is not None and not walk[1] else None
+                for walk in found
+            ]
+            self.walks = {}  # what the templates need is theirs now
+        return self.templates
+
+
+class Layouts:
+    """The layouts of a run's processes, and the walks one process of each leaves the others.
+
+    The first process of a layout is only walked: most layouts of ``--all``
+    are one process's, and recording a walk costs half again as much as
+    walking it.  The second records its walks; each later one is offered
+    them, moved (:class:`Mover`).
+    """
+
+    __slots__ = ("_layouts",)
+
+    def __init__(self) -> None:
+        self._layouts: dict[tuple[object, ...], _Layout] = {}
+
+    def begin(
+        self, mappings: Sequence[Mapping], firsts: list[tuple[int, int]], recorded: Walks
+    ) -> Walks | None:
+        """A process laid out as ``mappings``, whose threads start at ``firsts`` (pc, sp),
+        begins its one backtrace: the walks of another process moved onto it, by their first
+        pc and sp (empty: it is to record its own in ``recorded``), or None: it is only walked.
+        """
+        key = layout_key(mappings)
+        layouts = self._layouts
+        layout = layouts.pop(key, None)
+        if layout is None:
+            layout = _Layout()
+        else:
+            layout.seen += 1
+        layouts[key] = layout  # the newest last
+        self._bound()
+        if layout.seen == 1:
+            return None
+        if layout.seen == 2:
+            layout.mappings, layout.firsts, layout.walks = mappings, firsts, recorded
+            return {}
+        mover = Mover(layout.mappings, mappings)
+        moved: Walks = {}
+        for template in layout.ready():
+            record = None if template is None else mover.moved_record(template)
+            if record is not None:
+                moved[record.facts[0][:2]] = (record, 0)
+        return moved or None
+
+    def _bound(self) -> None:
+        layouts = self._layouts
+        while len(layouts) > MAX_LAYOUTS or (
+            len(layouts) > 1
+            and sum(len(layout.firsts) for layout in layouts.values()) > MAX_LAYOUT_WALKS
+        ):
+            del layouts[next(iter(layouts))]
