@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from liveunwind.targets.base import Mapping
-    from liveunwind.unwinder.remembered import FrameFacts
 
 #: The methods of the frames of a walk that may be moved: the thread's own registers,
 #: and the rules of unwind tables read from files.
@@ -87,10 +86,13 @@ class _Template:
     address's mapping took 1.2).
     """
 
-    __slots__ = ("flat", "places", "record", "unmapped")
+    __slots__ = ("flat", "live", "places", "record", "unmapped")
 
     def __init__(self, record: SuffixRecord, starts: list[int], ends: list[int]) -> None:
         self.record = record
+        #: The registers the walk used and their values (made now: what the record makes
+        #: them of holds the recording process's cache, with its stack copies).
+        self.live = record.live[0]
         facts = record.facts
         self.flat = [
             *(fact[0] for fact in facts),
@@ -176,7 +178,7 @@ class Mover:
                 entry = self.move(int(detail[len(_ENTRY_DETAIL) :], 16))
                 detail = f"{_ENTRY_DETAIL}{entry:#x}"
             state = tuple(map(self._moved_part, record.states[0]))
-            live = self._moved_live(*record.live[0])
+            live = self._moved_live(*template.live)
         except (_Unmovable, ValueError):
             return None
         later = count - 1
@@ -216,8 +218,8 @@ class Mover:
 
 
 #: Most layouts a run keeps, and most walks kept over all of them (the layout seen
-#: longest ago goes first).  A walk of bench/target.c's 30-frame threads is some
-#: 12 KB as its cache keeps it (frames, states, registers used, the words it read).
+#: longest ago goes first).  A recorded walk of one of bench/target.c's 30-frame threads
+#: keeps some 12 KB (measured with tracemalloc: 8 walks, 100 KB), so 50 MB at most.
 MAX_LAYOUTS = 64
 MAX_LAYOUT_WALKS = 4096
 
@@ -263,10 +265,12 @@ class Layouts:
     them, moved (:class:`Mover`).
     """
 
-    __slots__ = ("_layouts",)
+    __slots__ = ("_layouts", "_recording")
 
     def __init__(self) -> None:
         self._layouts: dict[tuple[object, ...], _Layout] = {}
+        #: The layout whose walks the process before this one recorded.
+        self._recording: _Layout | None = None
 
     def begin(
         self, mappings: Sequence[Mapping], firsts: list[tuple[int, int]], recorded: Walks
@@ -275,6 +279,10 @@ class Layouts:
         begins its one backtrace: the walks of another process moved onto it, by their first
         pc and sp (empty: it is to record its own in ``recorded``), or None: it is only walked.
         """
+        if self._recording is not None:
+            # Its process is walked: its templates are made, and its cache let go.
+            self._recording.ready()
+            self._recording = None
         key = layout_key(mappings)
         layouts = self._layouts
         layout = layouts.pop(key, None)
@@ -288,6 +296,7 @@ class Layouts:
             return None
         if layout.seen == 2:
             layout.mappings, layout.firsts, layout.walks = mappings, firsts, recorded
+            self._recording = layout
             return {}
         mover = Mover(layout.mappings, mappings)
         moved: Walks = {}
