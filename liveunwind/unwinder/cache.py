@@ -229,12 +229,7 @@ class UnwindCache:
             # The one backtrace of this target: remembering serves only other processes.
             offered = None
             if modules.registry is None:
-                pc, sp = modules.space.arch.pc, modules.space.arch.sp
-                firsts = [
-                    (thread.registers.get(pc, 0), thread.registers.get(sp, 0))
-                    for thread in modules.space.threads()
-                ]
-                offered = self.files.layouts.begin(mappings, firsts, self.suffixes)
+                offered = self.files.layouts.begin(mappings, self.suffixes)
             self.choice.remembering = offered is not None
             for key, found in (offered or {}).items():
                 self.remember_suffix(key, *found)

@@ -4,10 +4,13 @@
 them parked in the same places: their threads differ only in where address
 space layout randomization put each mapping.  A walk of the first copy's
 thread, with every address it holds moved by the distance between the two
-processes' mappings, is offered to the matching thread of a later copy as
-that thread's remembered walk (:class:`~liveunwind.unwinder.remembered.RememberedWalk`):
-the stepper takes it only if the thread's registers and every stack word the
-walk read are exactly the moved ones, and walks the thread itself otherwise.
+processes' mappings, is offered to a later copy as a remembered suffix
+(:class:`~liveunwind.unwinder.remembered.SuffixRecord`) at its first frame
+from which it read nothing but words of its stack copy (the frame before,
+a pc seen first, had its code read for a signal trampoline): a thread of
+the later copy whose walk comes to that frame takes the rest only if its
+loop state, the registers the rest used and every stack word the rest read
+are exactly the moved ones, and walks on itself otherwise.
 
 Why the moved walk is the walk the later process would make: the walk is a
 function of the registers, the words it read and the layout (which mapping
@@ -48,7 +51,7 @@ _ENTRY_DETAIL = "the program's entry function, at "
 
 
 #: The loop state of a moved record's later frames: equal to no state a walk is in.
-_NOWHERE: tuple[object, ...] = ("a moved walk is offered at its first frame only",)
+_NOWHERE: tuple[object, ...] = ("a moved walk is offered at one frame only",)
 
 
 class _Unmovable(Exception):
@@ -86,13 +89,15 @@ class _Template:
     address's mapping took 1.2).
     """
 
-    __slots__ = ("flat", "live", "places", "record", "unmapped")
+    __slots__ = ("at", "flat", "live", "places", "record", "unmapped")
 
     def __init__(self, record: SuffixRecord, starts: list[int], ends: list[int]) -> None:
         self.record = record
-        #: The registers the walk used and their values (made now: what the record makes
-        #: them of holds the recording process's cache, with its stack copies).
-        self.live = record.live[0]
+        #: The frame the walk is offered at: its first from which it read only words.
+        self.at = record.pure_from
+        #: The registers the rest used there and their values (made now: what the record
+        #: makes them of holds the recording process's cache, with its stack copies).
+        self.live = record.live[self.at]
         facts = record.facts
         self.flat = [
             *(fact[0] for fact in facts),
@@ -112,7 +117,7 @@ class _Template:
     @staticmethod
     def of(record: SuffixRecord, starts: list[int], ends: list[int]) -> _Template | None:
         """The template of ``record``, or None if its walk may not be moved (module docstring)."""
-        if record.reason is not StopReason.END_OF_STACK or record.pure_from:
+        if record.reason is not StopReason.END_OF_STACK or record.pure_from >= len(record.facts):
             return None
         if record.detail and not record.detail.startswith(_ENTRY_DETAIL):
             return None
@@ -151,19 +156,19 @@ class Mover:
         at = bisect_right(self._after_starts, value) - 1
         return at >= 0 and value < self._after_ends[at]
 
-    def moved_record(self, template: _Template) -> SuffixRecord | None:
-        """The template's walk (a whole walk, from its first frame) with every address it holds
-        moved, or None if it may not be moved.
+    def moved_record(self, template: _Template) -> tuple[SuffixRecord, int] | None:
+        """The template's walk with every address it holds moved, and the frame it is offered
+        at; None if it may not be moved.
 
-        The record is offered at its first frame only (the stepper then looks
-        at nothing past it): the loop state and used registers of its later
-        frames are a state no walk has (``_NOWHERE``) and nothing.
+        Only that frame's loop state and used registers are moved: the stepper
+        looks at no other frame of the record, whose states are one no walk is
+        in (``_NOWHERE``).
         """
         if any(self._mapped_after(value) for value in template.unmapped):
             return None
-        record = template.record
+        record, at = template.record, template.at
         distances = self._distances
-        flat = [value + distances[at] for value, at in zip(template.flat, template.places)]
+        flat = [value + distances[place] for value, place in zip(template.flat, template.places)]
         count, words = len(record.facts), len(record.addresses)
         pcs, sps, cfas = flat[:count], flat[count : 2 * count], flat[2 * count : 3 * count]
         facts = tuple(
@@ -177,22 +182,25 @@ class Mover:
             if detail:
                 entry = self.move(int(detail[len(_ENTRY_DETAIL) :], 16))
                 detail = f"{_ENTRY_DETAIL}{entry:#x}"
-            state = tuple(map(self._moved_part, record.states[0]))
+            state = tuple(map(self._moved_part, record.states[at]))
             live = self._moved_live(*template.live)
         except (_Unmovable, ValueError):
             return None
-        later = count - 1
-        return SuffixRecord(
+        states: list[tuple[object, ...]] = [_NOWHERE] * count
+        lives: list[tuple[tuple[int, ...] | None, object]] = [(None, None)] * count
+        states[at], lives[at] = state, live
+        moved = SuffixRecord(
             facts,
-            [state, *[_NOWHERE] * later],
-            [live, *[(None, None)] * later],
+            states,
+            lives,
             list(record.marks),
             flat[3 * count : 3 * count + words],
             flat[3 * count + words :],
-            0,
+            at,
             record.reason,
             detail,
         )
+        return moved, at
 
     def _moved_part(self, part: object) -> object:
         """One part of a walk's loop state moved: an address (the previous CFA) or a
@@ -223,35 +231,33 @@ class Mover:
 MAX_LAYOUTS = 64
 MAX_LAYOUT_WALKS = 4096
 
-#: Whole walks by their first frame's pc and sp: the record and 0 (a cache's ``suffixes``).
+#: Walks by the pc and sp of a frame: the record, and the frame's index in it (a cache's
+#: ``suffixes``).
 Walks = dict[tuple[int, int], tuple[SuffixRecord, int]]
 
 
 class _Layout:
-    """A layout seen in the run: how often, and the process that recorded its walks."""
+    """A layout seen in the run: how often, and the walks one process of it recorded."""
 
-    __slots__ = ("firsts", "mappings", "seen", "templates", "walks")
+    __slots__ = ("mappings", "seen", "templates", "walks")
 
     def __init__(self) -> None:
         self.seen = 1
         self.mappings: Sequence[Mapping] = ()
-        #: The recording process's threads' first pc and sp, and its cache's walks by
-        #: them (filled while it is walked: the dict is its cache's own).
-        self.firsts: list[tuple[int, int]] = []
+        #: The recording process's walks (its cache's own, filled while it is walked).
         self.walks: Walks = {}
-        #: The recorded walks made ready to move, when first offered (None: not movable).
-        self.templates: list[_Template | None] | None = None
+        #: The recorded walks made ready to move, once the recording process is walked.
+        self.templates: list[_Template] | None = None
 
-    def ready(self) -> list[_Template | None]:
-        """The templates of the recorded walks, made the first time they are offered."""
+    def ready(self) -> list[_Template]:
+        """The templates of the recorded walks, made the first time they are asked for."""
         if self.templates is None:
             starts = [m.start for m in self.mappings]
             ends = [m.end for m in self.mappings]
-            found = (self.walks.get(first) for first in self.firsts)
-            self.templates = [
-                _Template.of(walk[0], starts, ends) if walk is not None and not walk[1] else None
-                for walk in found
-            ]
+            # Each record is kept at every frame from its first pure one: taken once.
+            records = {id(record): record for record, _ in self.walks.values()}
+            found = (_Template.of(record, starts, ends) for record in records.values())
+            self.templates = [template for template in found if template is not None]
             self.walks = {}  # what the templates need is theirs now
         return self.templates
 
@@ -272,13 +278,10 @@ class Layouts:
         #: The layout whose walks the process before this one recorded.
         self._recording: _Layout | None = None
 
-    def begin(
-        self, mappings: Sequence[Mapping], firsts: list[tuple[int, int]], recorded: Walks
-    ) -> Walks | None:
-        """A process laid out as ``mappings``, whose threads start at ``firsts`` (pc, sp),
-        begins its one backtrace: the walks of another process moved onto it, by their first
-        pc and sp (empty: it is to record its own in ``recorded``), or None: it is only walked.
-        """
+    def begin(self, mappings: Sequence[Mapping], recorded: Walks) -> Walks | None:
+        """A process laid out as ``mappings`` begins its one backtrace: the walks of another
+        process moved onto it (empty: it is to record its own in ``recorded``), or None:
+        it is only walked."""
         if self._recording is not None:
             # Its process is walked: its templates are made, and its cache let go.
             self._recording.ready()
@@ -295,21 +298,22 @@ class Layouts:
         if layout.seen == 1:
             return None
         if layout.seen == 2:
-            layout.mappings, layout.firsts, layout.walks = mappings, firsts, recorded
+            layout.mappings, layout.walks = mappings, recorded
             self._recording = layout
             return {}
         mover = Mover(layout.mappings, mappings)
         moved: Walks = {}
         for template in layout.ready():
-            record = None if template is None else mover.moved_record(template)
-            if record is not None:
-                moved[record.facts[0][:2]] = (record, 0)
+            found = mover.moved_record(template)
+            if found is not None:
+                record, at = found
+                moved[record.facts[at][:2]] = found
         return moved or None
 
     def _bound(self) -> None:
         layouts = self._layouts
         while len(layouts) > MAX_LAYOUTS or (
             len(layouts) > 1
-            and sum(len(layout.firsts) for layout in layouts.values()) > MAX_LAYOUT_WALKS
+            and sum(len(layout.templates or ()) for layout in layouts.values()) > MAX_LAYOUT_WALKS
         ):
             del layouts[next(iter(layouts))]
