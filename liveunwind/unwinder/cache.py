@@ -148,6 +148,7 @@ class UnwindCache:
 
     __slots__ = (
         "_identity",
+        "_keeps",
         "entry",
         "_mappings",
         "_next_walks",
@@ -182,6 +183,8 @@ class UnwindCache:
         #: The frames of the suffixes' records, each counted once per entry.
         self._suffix_frames = 0
         self.choice = RememberingChoice()
+        #: Whether the walks and suffixes of this target's walks are kept (see :meth:`begin`).
+        self._keeps = True
         #: Kept suffixes whose last looks found other registers or words: how many times.
         self._suffix_misses: dict[tuple[int, int], int] = {}
         self._uses: dict[Plan, tuple[frozenset[int], frozenset[int]] | None] = {}
@@ -233,10 +236,15 @@ class UnwindCache:
             self.choice.remembering = offered is not None
             for key, found in (offered or {}).items():
                 self.remember_suffix(key, *found)
+            # A target given other walks keeps none of its own: no backtrace comes after
+            # its one.  (What it would keep also made a reference cycle through each
+            # record: 1,000 objects a process left to the collector.)
+            self._keeps = not offered
 
     def remember_walk(self, tid: int, walk: RememberedWalk, *, replayed: bool = False) -> None:
         """Keeps a thread's walk of this backtrace (``replayed``: given it again) for the next."""
-        self._next_walks[tid] = walk
+        if self._keeps:
+            self._next_walks[tid] = walk
         self.replayed += replayed
 
     def remember_suffix(self, key: tuple[int, int], record: SuffixRecord, index: int) -> None:
@@ -250,7 +258,9 @@ class UnwindCache:
         """
         suffixes = self.suffixes
         misses = self._suffix_misses
-        if key in suffixes and misses.get(key, 0) < SUFFIX_MISSES_BEFORE_REPLACED:
+        if not self._keeps or (
+            key in suffixes and misses.get(key, 0) < SUFFIX_MISSES_BEFORE_REPLACED
+        ):
             return
         misses.pop(key, None)
         replaced = suffixes.pop(key, None)

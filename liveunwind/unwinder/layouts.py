@@ -33,6 +33,7 @@ walked; threads' stacks are mappings of their own, and match.
 from __future__ import annotations
 
 from bisect import bisect_right
+from operator import add
 
 from liveunwind.frames import Method, StopReason
 from liveunwind.unwinder.remembered import SuffixRecord
@@ -168,7 +169,7 @@ class Mover:
             return None
         record, at = template.record, template.at
         distances = self._distances
-        flat = [value + distances[place] for value, place in zip(template.flat, template.places)]
+        flat = list(map(add, template.flat, map(distances.__getitem__, template.places)))
         count, words = len(record.facts), len(record.addresses)
         pcs, sps, cfas = flat[:count], flat[count : 2 * count], flat[2 * count : 3 * count]
         facts = tuple(
