@@ -76,9 +76,11 @@ def test_by_exe_every_copy_with_gdbs_frames_and_modules_read_once(
     entries = document["processes"]
     assert [entry["pid"] for entry in entries] == sorted(program.pid for program in copies)
     assert {entry["name"] for entry in entries} == {program_copy.name}
-    # The program and libc of the second and third copies came from the first.
+    # The program and libc of the second and third copies came from the first, and
+    # threads of the third took the second's walks, moved (checked against gdb below).
     assert f"{COPIES} processes" in result.stderr
     assert _modules_taken(result.stderr) >= 2 * (COPIES - 1)
+    assert _walks_moved(result.stderr) >= 3
     for entry in entries:
         assert entry["error"] is None and entry["backtrace"]["pid"] == entry["pid"]
         assert_frames_are_gdbs(entry, gdb)
@@ -261,6 +263,13 @@ def test_the_same_path_in_another_mount_namespace_is_another_file(
 def _modules_taken(stderr: str) -> int:
     """The count ``--stats`` gives of modules taken from another process instead of read."""
     found = re.search(r"; (\d+) modules taken from another process", stderr)
+    assert found, stderr
+    return int(found.group(1))
+
+
+def _walks_moved(stderr: str) -> int:
+    """The count ``--stats`` gives of threads' walks moved from another process."""
+    found = re.search(r"; (\d+) threads' walks moved from another process", stderr)
     assert found, stderr
     return int(found.group(1))
 
