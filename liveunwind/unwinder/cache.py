@@ -17,7 +17,6 @@ part; see the class.  What is cached elsewhere, and for how long:
 
 from __future__ import annotations
 
-from liveunwind.unwinder.layouts import Layouts
 from liveunwind.unwinder.plan import Plan
 from liveunwind.unwinder.remembered import (
     MAX_SUFFIX_FRAMES,
@@ -35,6 +34,7 @@ if TYPE_CHECKING:
     from liveunwind.modules.module import Module
     from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.targets.base import Mapping
+    from liveunwind.unwinder.layouts import Layouts
     from liveunwind.unwinder.remembered import RememberedWalk, SuffixRecord
 
 #: Most entries each table of the cache holds.  A pc costs about 430 bytes
@@ -81,7 +81,11 @@ class FileFacts:
 
     def __init__(self, *, once: bool = False) -> None:
         self.once = once
-        self.layouts = Layouts()
+        self.layouts: Layouts | None = None
+        if once:  # imported only then: a single backtrace's start does not pay for it
+            from liveunwind.unwinder.layouts import Layouts
+
+            self.layouts = Layouts()
         self.plans: dict[tuple[str, object, int], Plan | None] = {}
         self.shared: dict[tuple[object, ...], Plan] = {}
         self.names: dict[tuple[object, int], tuple[str, int] | None] = {}
@@ -228,11 +232,12 @@ class UnwindCache:
             self._suffix_frames = 0
             self._uses.clear()
         self._mappings = mappings
-        if first and self.files.once:
+        layouts = self.files.layouts
+        if first and layouts is not None:
             # The one backtrace of this target: remembering serves only other processes.
             offered = None
             if modules.registry is None:
-                offered = self.files.layouts.begin(mappings, self.suffixes)
+                offered = layouts.begin(mappings, self.suffixes)
             self.choice.remembering = offered is not None
             for key, found in (offered or {}).items():
                 self.remember_suffix(key, *found)
