@@ -2,7 +2,7 @@
 
 ``liveunwind pid --name`` backtraces many copies of one program, most of
 them parked in the same places: their threads differ only in where address
-space layout randomization put each mapping.  A walk of the first copy's
+space layout randomization put each mapping.  A walk of an earlier copy's
 thread, with every address it holds moved by the distance between the two
 processes' mappings, is offered to a later copy as a remembered suffix
 (:class:`~liveunwind.unwinder.remembered.SuffixRecord`) at its first frame
@@ -24,8 +24,9 @@ their alignment up to a page.  A value in no mapping stays as it is, and a
 walk holding one that the later process maps is not moved (a walk may ask
 whether a value is code).  Only walks that a table's rules made frame by
 frame (no guess, no signal frame, no registered code) and that ended at the
-end of the stack are moved: their steps add offsets to registers and read
-words, nothing that moving could change.  The main thread's stack is placed
+end of the stack are moved: their steps add offsets to registers, read
+words and at most mask an address to an alignment below a page, all of
+which moving keeps.  The main thread's stack is placed
 below a random offset inside its mapping, so its walk never matches and is
 walked; threads' stacks are mappings of their own, and match.
 """
