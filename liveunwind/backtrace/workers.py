@@ -38,8 +38,11 @@ if TYPE_CHECKING:
     Work = Callable[[int, int], Generator[object, None, object]]
 
 #: Seconds a worker may send nothing before it is taken as hung: far more than a batch
-#: takes (a batch of cold samples opening large files: a few seconds).
+#: takes (a batch of cold samples opening large files: a few seconds).  With
+#: DEBUGINFOD_URLS set a worker may be downloading debug files (each allowed 90 s of
+#: silence by debuginfod's own rule, and there may be several): SILENCE_DEBUGINFOD.
 SILENCE = 60.0
+SILENCE_DEBUGINFOD = 600.0
 #: Items a worker sends at once, and the seconds it holds a batch before sending it anyway.
 BATCH = 512
 BATCH_SECONDS = 0.5
@@ -150,13 +153,14 @@ class Workers:
 
     def _read(self, worker: int, buffer: bytearray) -> None:
         fd = self._fds[worker]
-        deadline = time.monotonic() + SILENCE
+        silence = SILENCE_DEBUGINFOD if os.environ.get("DEBUGINFOD_URLS") else SILENCE
+        deadline = time.monotonic() + silence
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
                 raise WorkerError(
                     f"worker {worker + 1} of {self.count} (pid {self.pids[worker]}) sent "
-                    f"nothing for {SILENCE:g} s: taken as hung, stopped"
+                    f"nothing for {silence:g} s: taken as hung, stopped"
                 )
             try:
                 data = os.read(fd, _READ)
@@ -218,8 +222,12 @@ def _wait(pid: int, deadline: float) -> tuple[int, int | None]:
 def _serve(fd: int, work: Work, index: int, count: int) -> None:
     """The worker: runs ``work``, sends its items in batches, then its summary; never returns."""
     status = 0
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, signal.SIG_DFL)  # the parent says what an interruption means
+    parent = os.getppid()
+    # Ctrl-C reaches the whole process group: the command alone says what it means (and
+    # kills its workers); a SIGTERM sent to a worker ends it, as one sent to any process.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _end_with_parent(parent)
     try:
         batch: list[object] = []
         sent_at = time.monotonic()
@@ -244,6 +252,16 @@ def _serve(fd: int, work: Work, index: int, count: int) -> None:
         _send_quietly(fd, (2, f"worker {index + 1} of {count} failed: {error!r}"))
     finally:
         os._exit(status)
+
+
+def _end_with_parent(parent: int) -> None:
+    """The worker is killed when the command ends (even by SIGKILL), however busy it is."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != parent:  # the command ended before that was asked
+        os._exit(0)
 
 
 def _send(fd: int, kind: int, payload: object) -> None:

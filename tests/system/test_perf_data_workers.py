@@ -182,6 +182,55 @@ def test_a_worker_killed_in_a_run_is_one_line_and_leaves_nothing(recording: Path
     pytest.fail("the workers finished before one could be killed, five times")
 
 
+def started_run(recording: Path) -> tuple[subprocess.Popen[bytes], list[str], list[int]]:
+    """The command with two workers, in a session of its own, once it has forked one."""
+    command = [sys.executable, "-m", "liveunwind", "perf", str(recording), "--workers", "2"]
+    run = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, start_new_session=True
+    )
+    found: list[int] = []
+
+    def started() -> bool:
+        found.extend(children(run.pid) if run.poll() is None else ())
+        return bool(found) or run.poll() is not None
+
+    wait_until(started, 60, "the workers to start", interval=0.001)
+    return run, command, found
+
+
+def test_ctrl_c_is_the_commands_interruption_and_ends_every_worker(recording: Path) -> None:
+    """SIGINT to the whole process group (a terminal's Ctrl-C): the command's own line and
+    exit code, not a worker's death."""
+    for _attempt in range(5):
+        run, command, found = started_run(recording)
+        if not found:
+            continue
+        os.killpg(run.pid, signal.SIGINT)
+        _stdout, stderr = run.communicate(timeout=120)
+        if run.returncode in (0, 1):
+            continue  # it was done before the signal came
+        assert run.returncode == 130, stderr
+        assert stderr.decode().splitlines() == ["liveunwind: interrupted"]
+        assert not running(command), "a worker was left behind"
+        return
+    pytest.fail("the command finished before it could be interrupted, five times")
+
+
+def test_workers_end_when_the_command_is_killed(recording: Path) -> None:
+    """SIGKILL to the command (no chance to clean up): the kernel ends its workers."""
+    for _attempt in range(5):
+        run, command, found = started_run(recording)
+        if not found:
+            continue
+        run.kill()
+        run.communicate(timeout=120)
+        if run.returncode != -signal.SIGKILL:
+            continue  # it was done before the signal came
+        wait_until(lambda: not running(command), 10, "the workers to end")  # noqa: B023
+        return
+    pytest.fail("the command finished before it could be killed, five times")
+
+
 def slow(items: int) -> workers.Work:
     """Work that sends ``items`` numbers, one every 10 ms, then its index."""
 
