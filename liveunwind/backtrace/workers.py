@@ -52,6 +52,8 @@ _LENGTH = struct.Struct("<I")
 _ITEMS, _DONE, _FAILED = 0, 1, 2
 #: Bytes read off a pipe at once.
 _READ = 1 << 20
+#: The signals held back while a worker is forked.
+_HELD = {signal.SIGINT, signal.SIGTERM}
 
 
 class WorkerError(LiveUnwindError):
@@ -86,21 +88,37 @@ class Workers:
         gc.freeze()
         try:
             for index in range(count):
-                read_end, write_end = os.pipe()
-                pid = os.fork()
-                if pid == 0:  # pragma: no cover - the child ends in _serve, never returns
-                    os.close(read_end)
-                    for fd in self._fds:
-                        os.close(fd)
-                    _serve(write_end, work, index, count)
-                os.close(write_end)
-                self.pids.append(pid)
-                self._fds.append(read_end)
-                self._buffers.append(bytearray())
-                self._pending.append(deque())
+                self._fork(index, work)
         except BaseException:
             self.close()
             raise
+
+    def _fork(self, index: int, work: Work) -> None:
+        """Starts worker ``index``.  SIGINT and SIGTERM are blocked across the fork: one that
+        came before the worker set its own handlers would run the command's in it."""
+        read_end, write_end = os.pipe()
+        signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+        try:
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child ends in _serve, never returns
+                try:
+                    os.close(read_end)
+                    for fd in self._fds:
+                        os.close(fd)
+                    _serve(write_end, work, index, self.count)
+                finally:
+                    os._exit(70)  # _serve ends the process; this only if it could not start
+            # Known before a signal held back can end the command: close() then kills it.
+            self.pids.append(pid)
+            self._fds.append(read_end)
+            self._buffers.append(bytearray())
+            self._pending.append(deque())
+        except BaseException:
+            os.close(read_end)
+            raise
+        finally:
+            os.close(write_end)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
 
     def __enter__(self) -> Workers:
         return self
@@ -232,6 +250,7 @@ def _serve(fd: int, work: Work, index: int, count: int) -> None:
     # kills its workers); a SIGTERM sent to a worker ends it, as one sent to any process.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
     _end_with_parent(parent)
     try:
         batch: list[object] = []
