@@ -248,7 +248,7 @@ def _profile(
 
 
 class _Outcome:
-    """What a replay found beyond its samples (a worker's summary: every field is sent)."""
+    """What a replay found beyond its samples (a worker's summary, pickled)."""
 
     __slots__ = (
         "file_problems",
@@ -280,18 +280,6 @@ class _Outcome:
             samples.problems,
             samples.lost,
             samples.without_registers,
-        )
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (
-            _Outcome,
-            (
-                self.recording_problems,
-                self.file_problems,
-                self.process_problems,
-                self.lost,
-                self.without_registers,
-            ),
         )
 
 
