@@ -467,7 +467,8 @@ def commands() -> list[Command]:
             Option(
                 "--workers",
                 "processes the samples are unwound in, each reading the whole file "
-                "(default: one per CPU this may run on; 1: no workers)",
+                "(default: one per CPU this may run on that nothing else runs on now; 1: no "
+                "workers)",
                 convert=_workers,
                 metavar="N",
             ),

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from liveunwind.backtrace import workers
-from liveunwind.backtrace.workers import WorkerError, Workers
+from liveunwind.backtrace.workers import WorkerError, Workers, worker_count
 from liveunwind.errors import UsageError
 from tests.support.paths import ROOT
 from tests.support.waits import wait_until
@@ -128,6 +128,26 @@ def test_a_bad_worker_count_is_a_usage_error(recording: Path) -> None:
     result = cli(str(recording), "--workers", "0")
     assert result.returncode == UsageError.exit_code
     assert b"--workers" in result.stderr and b"Traceback" not in result.stderr
+
+
+def test_no_workers_when_every_cpu_is_busy() -> None:
+    """A spinning process per CPU: the default is one process, and asked workers are kept."""
+    cpus = len(os.sched_getaffinity(0))
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cpus)]
+    try:
+
+        def spinning() -> bool:
+            states = [Path(f"/proc/{each.pid}/stat").read_text().rpartition(")")[2].split()[0]
+                      for each in spinners]  # fmt: skip
+            return all(state == "R" for state in states)
+
+        wait_until(spinning, 30, "the spinners to run")
+        assert worker_count(None) == 1
+        assert worker_count(3) == 3
+    finally:
+        for each in spinners:
+            each.kill()
+            each.wait()
 
 
 def children(pid: int) -> list[int]:
