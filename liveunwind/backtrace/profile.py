@@ -363,23 +363,30 @@ class Profile:
         return sum(thread.incomplete for thread in self.threads.values())
 
     def add(
-        self, backtrace: Backtrace, modules: ModuleMap | None = None, *, some_threads: bool = False
+        self,
+        backtrace: Backtrace,
+        modules: ModuleMap | None = None,
+        *,
+        some_threads: bool = False,
+        stacks: list[tuple[str, ...]] | None = None,
     ) -> None:
         """Counts one sample's stacks; ``modules`` (its module map) describes new names' modules.
 
         ``some_threads``: the sample holds only some threads of the process (a
         perf sample holds the one on the CPU), so a thread is new the first
         time it is seen at all, not when the sample before did not hold it.
+        ``stacks``: each thread's :func:`stack_of`, made already (perf samples:
+        a thread whose frames were not named then has a stack counted before).
         """
         last = self._begin(some_threads)
-        for walked in backtrace.threads:
+        for index, walked in enumerate(backtrace.threads):
             self._count(
                 last,
                 walked.tid,
                 walked.name,
                 walked.state,
                 None if walked.complete else walked.stop_reason.value,
-                stack_of(walked),
+                stack_of(walked) if stacks is None else stacks[index],
                 partial(self._sites_of, walked, modules),
             )
         self._end(backtrace.problems, backtrace.timings.items())

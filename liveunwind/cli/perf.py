@@ -217,6 +217,8 @@ def _profile(
     profile = Profile(arguments.pid or 0, _rate(attr), per_thread=arguments.per_thread)
     profile.source = "perf.data"
     tally = _Tally()
+    # Only stacks of names are counted: a walk at the pcs of one before need not be named.
+    samples.unwinder.stacks_only = True
     workers = worker_count(arguments.workers)
     if workers > 1:
         outcome = _count_in_workers(recording, samples, arguments, workers, profile, tally)
@@ -225,7 +227,7 @@ def _profile(
             if each is not None:
                 sample = each.sample
                 tally.count(sample.time, sample.pid, sample.tid, sample.period, each.name)
-                profile.add(each.backtrace, each.modules, some_threads=True)
+                profile.add(each.backtrace, each.modules, some_threads=True, stacks=each.stacks)
         outcome = _Outcome.of(recording, samples)
     if profile.pid == 0 and tally.sampled_pids:
         profile.pid = max(tally.sampled_pids, key=tally.sampled_pids.__getitem__)
@@ -311,7 +313,6 @@ def _count_in_workers(
     from liveunwind.backtrace.workers import Workers
 
     share = _Share()
-    samples.unwinder.stacks_only = True  # what the items send (_Sender)
     unwound = _unwound(recording, samples, arguments, share)
     sender, receiver = _Sender(samples), _Receiver(profile, tally)
     warm = 0

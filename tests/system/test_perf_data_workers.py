@@ -26,7 +26,9 @@ from pathlib import Path
 import pytest
 
 from liveunwind.backtrace import workers
+from liveunwind.backtrace.samples import SampleUnwinder
 from liveunwind.backtrace.workers import WorkerError, Workers, worker_count
+from liveunwind.cli import main
 from liveunwind.errors import UsageError
 from tests.support.paths import ROOT
 from tests.support.waits import wait_until
@@ -76,6 +78,7 @@ def program_replaced(testprogs_build: Path, tmp_path_factory: pytest.TempPathFac
 
 def outputs(recording: Path, folder: Path, *options: str) -> dict[str, bytes]:
     """Every output of one run, by name (files written to the same paths each run)."""
+    folder.mkdir(exist_ok=True)
     files = {
         "folded": folder / "folded.txt",
         "pprof": folder / "profile.pb.gz",
@@ -122,6 +125,31 @@ def the_same_in_workers(
         for name, data in serial.items():
             assert shared[name] == data, f"--workers {count}: {name} differs"
     return serial
+
+
+def test_stacks_not_named_again_give_the_outputs_of_walks_all_named(
+    recording: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A walk at the pcs of one before takes that one's stack unnamed (stacks_only): the
+    outputs are those of every walk named and its stack made (as Profile.add always did)."""
+    ours = outputs(recording, tmp_path / "ours", "--workers", "1")
+    # Every walk named, its stack made from its frames: the way before stacks_only.
+    monkeypatch.setattr(
+        SampleUnwinder, "stacks_only", property(lambda _: False, lambda *_: None), raising=False
+    )
+    for count in ("1", "2"):
+        folder = tmp_path / f"named{count}"
+        folder.mkdir()
+        files = [str(folder / name) for name in ("folded.txt", "profile.pb.gz", "speedscope.json")]
+        options = ["--collapsed-out", files[0], "--pprof", files[1], "--speedscope", files[2]]
+        status = main(["perf", str(recording), "--workers", count, "--json", *options])
+        assert bytes([status]) == ours["status"]
+        assert capsys.readouterr().out.encode() == ours["json"]
+        for name, path in zip(("folded", "pprof", "speedscope"), files, strict=True):
+            assert Path(path).read_bytes() == ours[name], f"--workers {count}: {name} differs"
 
 
 def test_a_bad_worker_count_is_a_usage_error(recording: Path) -> None:
