@@ -66,7 +66,7 @@ def worker_count(asked: int | None) -> int:
 
     On a machine whose CPUs are busy, workers only add their own reading of
     the file to the run (two workers where other programs kept 1.7 of 2 CPUs
-    busy: 1.56 s where one process took 1.01).  Busy is what the kernel says
+    busy: 1.56 s where one process of main took 1.01).  Busy is what the kernel says
     this instant (``procs_running`` in /proc/stat, this process's thread
     among them): system-wide, so in a container on a busy host this errs
     towards fewer workers, never more.
