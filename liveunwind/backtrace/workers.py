@@ -60,6 +60,10 @@ class WorkerError(LiveUnwindError):
     """A worker died, hung or failed: one line, exit 2 (its own error keeps its exit code)."""
 
 
+class CannotFork(WorkerError):
+    """No worker could be started (too many processes, no memory): the work can be done here."""
+
+
 def worker_count(asked: int | None) -> int:
     """Workers to use: ``asked``, else one per CPU this process may run on that nothing else
     is running on now (1: none).
@@ -121,10 +125,16 @@ class Workers:
     def _fork(self, index: int, work: Work) -> None:
         """Starts worker ``index``.  SIGINT and SIGTERM are blocked across the fork: one that
         came before the worker set its own handlers would run the command's in it."""
-        read_end, write_end = os.pipe()
+        try:
+            read_end, write_end = os.pipe()
+        except OSError as error:
+            raise CannotFork(f"cannot start a worker: {error.strerror}") from None
         signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
         try:
-            pid = os.fork()
+            try:
+                pid = os.fork()
+            except OSError as error:
+                raise CannotFork(f"cannot start a worker: {error.strerror}") from None
             if pid == 0:  # pragma: no cover - the child ends in _serve, never returns
                 try:
                     os.close(read_end)

@@ -310,7 +310,7 @@ def _count_in_workers(
     they changed.  Counted in sample order (:class:`_Receiver`), the items
     make the profile a serial run makes, byte for byte in every output.
     """
-    from liveunwind.backtrace.workers import Workers
+    from liveunwind.backtrace.workers import CannotFork, Workers
 
     share = _Share()
     unwound = _unwound(recording, samples, arguments, share)
@@ -333,7 +333,14 @@ def _count_in_workers(
         return _Outcome.of(recording, samples)
 
     receivers = [receiver.copy() for _ in range(count)]
-    with Workers(count, work) as pool:
+    try:
+        pool = Workers(count, work)
+    except CannotFork:  # this process walks the rest itself, as it walked the first
+        for each in unwound:
+            if each is not None:
+                receiver.take(sender.item(each))
+        return _Outcome.of(recording, samples)
+    with pool:
         for worker, sent in pool.results():
             if sent is not None:
                 receivers[worker].take(sent)  # type: ignore[arg-type]  # what _Sender.item made

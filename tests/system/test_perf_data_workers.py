@@ -13,6 +13,7 @@ process behind.  (tests/system/test_perf_data.py compares the stacks with
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import shutil
@@ -27,7 +28,7 @@ import pytest
 
 from liveunwind.backtrace import workers
 from liveunwind.backtrace.samples import SampleUnwinder
-from liveunwind.backtrace.workers import WorkerError, Workers, worker_count
+from liveunwind.backtrace.workers import CannotFork, WorkerError, Workers, worker_count
 from liveunwind.cli import main
 from liveunwind.errors import UsageError
 from tests.support.paths import ROOT
@@ -150,6 +151,33 @@ def test_stacks_not_named_again_give_the_outputs_of_walks_all_named(
         assert capsys.readouterr().out.encode() == ours["json"]
         for name, path in zip(("folded", "pprof", "speedscope"), files, strict=True):
             assert Path(path).read_bytes() == ours[name], f"--workers {count}: {name} differs"
+
+
+def test_workers_that_cannot_be_started_leave_the_walks_to_the_command(
+    recording: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """fork failing (EAGAIN: too many processes) after one worker started: the command walks
+    the rest itself, with the one process's outputs."""
+    ours = outputs(recording, tmp_path, "--workers", "1")
+    real_fork, forks = os.fork, []
+
+    def fork() -> int:
+        if forks:
+            raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+        forks.append(real_fork())
+        return forks[-1]
+
+    monkeypatch.setattr(os, "fork", fork)
+    status = main(["perf", str(recording), "--workers", "2", "--json"])
+    assert bytes([status]) == ours["status"]
+    assert capsys.readouterr().out.encode() == ours["json"]
+    assert len(forks) == 1 and gone(forks[0])
+    with pytest.raises(CannotFork, match="cannot start a worker: Resource temporarily"):
+        Workers(2, slow(10))
+    assert no_children_left()
 
 
 def test_a_bad_worker_count_is_a_usage_error(recording: Path) -> None:
