@@ -80,20 +80,26 @@ def worker_count(asked: int | None) -> int:
     cpus = len(os.sched_getaffinity(0))
     if cpus == 1:
         return 1
+    # The least of three looks: a kernel thread woken for a moment is not a busy CPU.
+    looks = [found for found in (_running() for _ in range(3)) if found is not None]
+    return max(1, min(cpus, cpus - min(looks))) if looks else cpus
+
+
+def _running() -> int | None:
+    """Threads running or waiting for a CPU now, this one left out (None: not known)."""
     from liveunwind.targets.files import read_kernel_file
 
     try:
         stat = read_kernel_file("/proc/stat")
     except OSError:
-        return cpus
+        return None
     for line in stat.splitlines():
         if line.startswith(b"procs_running "):
             try:
-                others = int(line.split()[1]) - 1
+                return int(line.split()[1]) - 1
             except ValueError:
-                return cpus
-            return max(1, min(cpus, cpus - others))
-    return cpus
+                return None
+    return None
 
 
 class Workers:
