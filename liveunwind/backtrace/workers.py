@@ -121,6 +121,10 @@ class Workers:
         # object, and a page touched is a page each worker copies (two workers on 10,700
         # samples: 5,640 page faults in them, frozen 5,180).
         gc.freeze()
+        if len(os.listdir("/proc/self/task")) > 1:
+            # A fork copies a lock another thread holds as held, for ever (--lines inflates
+            # DWARF on threads of its own): the work is done here instead.
+            raise CannotFork("this process runs other threads: a worker forked from it could hang")
         try:
             for index in range(count):
                 self._fork(index, work)

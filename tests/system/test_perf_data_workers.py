@@ -20,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Generator
 from pathlib import Path
@@ -367,6 +368,20 @@ def test_items_come_back_in_the_order_of_one_process() -> None:
     with Workers(3, slow(20)) as pool:
         assert [item for _worker, item in pool.results()] == list(range(20))
         assert pool.summaries == {0: 0, 1: 1, 2: 2}
+    assert no_children_left()
+
+
+def test_no_worker_is_forked_from_a_process_running_other_threads() -> None:
+    """A lock another thread holds would stay held in the worker (--lines' DWARF threads)."""
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    try:
+        with pytest.raises(CannotFork, match="runs other threads"):
+            Workers(2, slow(10))
+    finally:
+        release.set()
+        other.join()
     assert no_children_left()
 
 
