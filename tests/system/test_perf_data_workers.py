@@ -93,7 +93,7 @@ def library_replaced(testprogs_build: Path, tmp_path_factory: pytest.TempPathFac
         program.wait_for_line(b"ready\n", time.monotonic() + 30)
         recorder = subprocess.Popen(
             ["perf", "record", "--call-graph", "dwarf", "-F", "1500", "-o", str(output),
-             "-p", str(program.pid), "--", "sleep", "2"],
+             "-p", str(program.pid), "--", "sleep", "3"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         )  # fmt: skip
         time.sleep(0.8)  # the early thread sampled alone first
