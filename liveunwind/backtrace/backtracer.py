@@ -35,16 +35,18 @@ class Backtracer:
         *,
         live_pid: int | None = None,
         shared: SharedFiles | None = None,
+        once: bool = False,
     ) -> None:
         """``live_pid`` is the pid of the live process whose address spaces these are
         (a session's), which ``options.python`` needs to match its threads by id;
-        ``shared`` holds what other targets of the run read of the files they share."""
+        ``shared`` holds what other targets of the run read of the files they share;
+        ``once``: only one backtrace is asked for (nothing is kept for a next one)."""
         self.options = options
         self.shared = shared
         self._modules: ModuleMap | None = None
         #: Owned here, for as long as this backtracer lives; see UnwindCache for its drops.
         #: Its plans and names by file are the run's, shared with the other targets.
-        self.cache = UnwindCache(None if shared is None else shared.facts)
+        self.cache = UnwindCache(None if shared is None else shared.facts, once=once)
         #: With ``options.python``: the interpreter found, kept with its code objects.
         self.python: PythonReader | None = None
         if options.python:

@@ -54,6 +54,7 @@ class Session:
         total_cap: int | None = None,
         stop_timeout: float | None = None,
         shared: SharedFiles | None = None,
+        once: bool = False,
         **keywords: Any,
     ) -> None:
         """``stack_cap`` bounds the copy of each thread's stack, ``total_cap`` all
@@ -62,7 +63,8 @@ class Session:
         ``options`` say how to walk and name the stacks; each may also be
         given as a keyword of its own (``Session(pid, python=True)``).  ``shared``:
         what other processes of the run read of the files this one maps
-        (``backtrace/shared.py``); each backtrace adds to it what it read."""
+        (``backtrace/shared.py``); each backtrace adds to it what it read.  ``once``: one
+        backtrace will be asked for, so its walks are not recorded for a next one."""
         self.pid = pid
         self.threads = list(threads) if threads else None
         self.snapshot = snapshot
@@ -70,7 +72,9 @@ class Session:
         self.total_cap = total_cap
         self.stop_timeout = stop_timeout
         self.shared = shared
-        self._backtracer = Backtracer(chosen(options, keywords), live_pid=pid, shared=shared)
+        self._backtracer = Backtracer(
+            chosen(options, keywords), live_pid=pid, shared=shared, once=once
+        )
         self._perf_map: PerfMapFile | None = None
         #: The last map of the running process found nothing to read before the stop.
         self._plain = False

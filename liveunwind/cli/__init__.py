@@ -738,6 +738,7 @@ def _one_process(arguments: SimpleNamespace, unwinders: tuple[str, ...], pid: in
         stack_cap=arguments.stack_cap,
         total_cap=arguments.total_stack_cap,
         stop_timeout=arguments.stop_timeout,
+        once=arguments.repeat <= 1,
     )
     folded = None
     if arguments.collapsed:

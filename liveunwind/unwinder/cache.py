@@ -153,6 +153,7 @@ class UnwindCache:
     __slots__ = (
         "_identity",
         "_keeps",
+        "_once",
         "entry",
         "_mappings",
         "_next_walks",
@@ -173,9 +174,12 @@ class UnwindCache:
         "walks",
     )
 
-    def __init__(self, files: FileFacts | None = None) -> None:
-        """``files``: the plans and names of files that other targets of the run share."""
+    def __init__(self, files: FileFacts | None = None, *, once: bool = False) -> None:
+        """``files``: the plans and names of files that other targets of the run share;
+        ``once``: the target is backtraced once (as with ``files.once``), so nothing of
+        its walks is kept for a next backtrace."""
         self.files = FileFacts() if files is None else files
+        self._once = once or self.files.once
         self.plans = self.files.plans
         self.shared = self.files.shared
         self.at: dict[int, tuple[Module | None, Plan | None]] = {}
@@ -233,10 +237,12 @@ class UnwindCache:
             self._uses.clear()
         self._mappings = mappings
         layouts = self.files.layouts
-        if first and layouts is not None:
-            # The one backtrace of this target: remembering serves only other processes.
+        if first and self._once:
+            # The one backtrace of this target: remembering serves only other processes
+            # of its program (a walk recorded for a next backtrace of a 9-thread process
+            # alone cost 3 of the 10 ms its cold walk took).
             offered = None
-            if modules.registry is None:
+            if layouts is not None and modules.registry is None:
                 offered = layouts.begin(mappings, self.suffixes)
             self.choice.remembering = offered is not None
             for key, found in (offered or {}).items():

@@ -132,6 +132,16 @@ def test_phases_in_the_order_stats_prints_them(
     assert backtrace.timings["total"] >= backtrace.timings["unwind"] + backtrace.timings["attach"]
 
 
+@pytest.mark.parametrize("program_args", [("threads-O2",), ("sighandler",), ("recurse", "300")])
+def test_a_session_of_one_backtrace_records_nothing_for_a_next(run_program, program_args) -> None:
+    """``once`` (a single ``liveunwind pid``): the same walk, and no walk or suffix recorded."""
+    program = run_program(*program_args)
+    kept = Session(program.pid)
+    alone = Session(program.pid, once=True)
+    assert _everything(alone.backtrace()) == _everything(kept.backtrace())
+    assert kept.cache.suffixes and not alone.cache.suffixes and not alone.cache._next_walks
+
+
 def test_a_perf_map_left_by_an_earlier_process_with_the_pid_is_not_read(run_program) -> None:
     """Pids are reused and perf maps outlive their processes: one last written before the
     process started is another's (no registry looked for), one written since is its own."""
