@@ -59,17 +59,33 @@ Entry = tuple[bool, str, int, int, int, int]
 def bundle_path() -> str | None:
     """This copy's bundle for this interpreter, or None where there can be none.
 
-    Named after the package's folder (``/`` written ``%``), so two installed
-    copies never share one.
+    Named after the package's folder, so two installed copies never share
+    one (:func:`_bundle_name`).
     """
     tag = sys.implementation.cache_tag
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     if tag is None or not os.path.isabs(cache):
         return None
-    name = f"code-{tag}-{PACKAGE_DIR.replace('%', '%25').replace('/', '%')}.bin"
+    name = _bundle_name(tag, PACKAGE_DIR)
     if len(name.encode()) > 255:
         return None
     return os.path.join(cache, "liveunwind", name)
+
+
+def _bundle_name(tag: str, folder: str) -> str:
+    """``code-<cache tag>-<folder>.bin``, the folder percent-encoded (``%`` and ``/`` only)."""
+    return f"code-{tag}-{folder.replace('%', '%25').replace('/', '%2F')}.bin"
+
+
+def _bundled_folder(name: str) -> str | None:
+    """The package folder a bundle's file name names, or None if it is not one's name."""
+    from urllib.parse import unquote  # only as a bundle is written
+
+    tag_and_folder = name.removeprefix("code-").removesuffix(".bin")
+    _, dash, escaped = tag_and_folder.partition("-%2F")
+    if not name.startswith("code-") or not name.endswith(".bin") or not dash:
+        return None
+    return unquote("%2F" + escaped)
 
 
 def _ours(status: os.stat_result) -> bool:
@@ -198,7 +214,7 @@ def write_if_wanted() -> None:
     path = bundle_path()
     if not (_wanted or stale) or path is None:
         return
-    import contextlib  # only here: most runs write nothing
+    import contextlib  # only as a bundle is written: most runs write nothing
 
     with contextlib.suppress(OSError, SyntaxError, ValueError, ImportError):
         write_bundle(path)
@@ -239,6 +255,38 @@ def write_bundle(path: str) -> None:
     except BaseException:
         os.unlink(temporary)
         raise
+    _remove_left_behind(folder)
+
+
+#: Entries of the cache folder looked at for bundles left behind, at most.
+MAX_FOLDER_ENTRIES = 1000
+#: A temporary file older than this (seconds) belongs to a writer that was killed.
+ABANDONED_AFTER = 3600
+
+
+def _remove_left_behind(folder: str) -> None:
+    """Removes the bundles of copies no longer installed, and abandoned temporary files.
+
+    A copy installed in a venv that is later deleted (bench/run.py makes one
+    a run) leaves its bundle here: 2 MB that nothing would read again.
+    """
+    import contextlib
+    import time  # both only as a bundle is written
+
+    with os.scandir(folder) as entries:
+        for count, entry in enumerate(entries):
+            if count >= MAX_FOLDER_ENTRIES:
+                break
+            if not entry.name.startswith("code-") or not entry.is_file(follow_symlinks=False):
+                continue
+            if entry.name.endswith(".tmp"):
+                gone = entry.stat(follow_symlinks=False).st_mtime < time.time() - ABANDONED_AFTER
+            else:
+                package = _bundled_folder(entry.name)
+                gone = package is not None and not os.path.isdir(package)
+            if gone:
+                with contextlib.suppress(FileNotFoundError):  # another run removed it first
+                    os.unlink(entry.path)
 
 
 def _modules() -> list[tuple[str, str]]:

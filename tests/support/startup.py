@@ -25,6 +25,7 @@ HEAVY = {
     "ptrace",  # python-ptrace: only the PEEKDATA fallback
     "re",  # only for demangling and --help
     "shutil",
+    "signal",  # its enums: the command takes _signal, the C module under it
     "tokenize",
     "typing",
 }

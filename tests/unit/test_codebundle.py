@@ -146,16 +146,38 @@ def test_the_folder_is_made_for_the_user_alone(package) -> None:
 def test_where_the_bundle_lives(monkeypatch) -> None:
     monkeypatch.setattr(codebundle, "PACKAGE_DIR", "/usr/lib/python3/dist-packages/liveunwind")
     monkeypatch.setenv("XDG_CACHE_HOME", "/var/cache/someone")
-    tag = sys.implementation.cache_tag
-    assert codebundle.bundle_path() == (
-        f"/var/cache/someone/liveunwind/code-{tag}-%usr%lib%python3%dist-packages%liveunwind.bin"
-    )
+    folder = "%2Fusr%2Flib%2Fpython3%2Fdist-packages%2Fliveunwind"
+    name = f"code-{sys.implementation.cache_tag}-{folder}.bin"
+    assert codebundle.bundle_path() == f"/var/cache/someone/liveunwind/{name}"
     monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")  # the XDG spec: ignored
     assert codebundle.bundle_path() is None
     monkeypatch.setenv("XDG_CACHE_HOME", "")
     monkeypatch.setenv("HOME", "/home/someone")
-    assert codebundle.bundle_path() == (
-        f"/home/someone/.cache/liveunwind/code-{tag}-%usr%lib%python3%dist-packages%liveunwind.bin"
+    assert codebundle.bundle_path() == f"/home/someone/.cache/liveunwind/{name}"
+
+
+@pytest.mark.parametrize(
+    "folder", ["/usr/lib/liveunwind", "/a%b/c%%d/liveunwind", "/x-y/%/liveunwind", "/a/%2F/b"]
+)
+def test_a_bundles_name_says_its_folder(folder) -> None:
+    name = codebundle._bundle_name("cpython-311", folder)
+    assert "/" not in name
+    assert codebundle._bundled_folder(name) == folder
+
+
+def test_bundles_of_copies_gone_and_abandoned_writes_are_removed(package, tmp_path) -> None:
+    copy, path = package
+    cache = os.path.dirname(path)
+    gone = os.path.join(cache, codebundle._bundle_name("cpython-311", str(tmp_path / "gone")))
+    here = os.path.join(cache, codebundle._bundle_name("cpython-312", str(copy)))
+    abandoned = os.path.join(cache, f"{os.path.basename(here)}.1.tmp")
+    writing = os.path.join(cache, f"{os.path.basename(here)}.2.tmp")
+    other = os.path.join(cache, "debuginfo.db")
+    for each in (gone, here, abandoned, writing, other):
+        with open(each, "wb"):
+            pass
+    os.utime(abandoned, (0, 0))
+    codebundle.write_bundle(path)
+    assert sorted(os.listdir(cache)) == sorted(
+        os.path.basename(each) for each in (path, here, writing, other)
     )
-    monkeypatch.setattr(codebundle, "PACKAGE_DIR", "/a%b/liveunwind")
-    assert codebundle.bundle_path().endswith(f"code-{tag}-%a%25b%liveunwind.bin")
