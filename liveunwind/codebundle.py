@@ -79,13 +79,22 @@ def _bundle_name(tag: str, folder: str) -> str:
 
 def _bundled_folder(name: str) -> str | None:
     """The package folder a bundle's file name names, or None if it is not one's name."""
-    from urllib.parse import unquote  # only as a bundle is written
-
     tag_and_folder = name.removeprefix("code-").removesuffix(".bin")
     _, dash, escaped = tag_and_folder.partition("-%2F")
     if not name.startswith("code-") or not name.endswith(".bin") or not dash:
         return None
-    return unquote("%2F" + escaped)
+    head, *rest = escaped.split("%")
+    folder = ["/", head]
+    for part in rest:
+        character = _ESCAPED.get(part[:2])
+        if character is None:
+            return None
+        folder += (character, part[2:])
+    return "".join(folder)
+
+
+#: What :func:`_bundle_name` writes for ``%`` and ``/``.
+_ESCAPED = {"25": "%", "2F": "/"}
 
 
 def _ours(status: os.stat_result) -> bool:

@@ -13,8 +13,11 @@ from tests.support.paths import ROOT
 HEAVY = {
     "argparse",  # our own parser: liveunwind/cli/parse.py
     "ast",
+    "collections",  # liveunwind/classes.py: namedtuple
     "dataclasses",
     "elftools",
+    "enum",  # liveunwind/classes.py: Enum
+    "functools",  # liveunwind/classes.py: cached_property, lru_cache
     "gettext",
     "inspect",
     "json",  # only --json

@@ -53,7 +53,7 @@ def test_a_live_backtrace_imports_no_core_reader(run_program) -> None:
 #: Prints the named tuples and enums the modules of a ``pid`` backtrace defined.
 _CLASS_PROBE = """
 import io, sys
-from enum import Enum
+from liveunwind.classes import Enum
 from liveunwind.cli import main
 out, sys.stdout = sys.stdout, io.StringIO()
 status = main(sys.argv[1:])
@@ -61,7 +61,9 @@ sys.stdout = out
 for name, module in list(sys.modules.items()):
     for value in vars(module).values() if name.startswith("liveunwind") else ():
         if isinstance(value, type) and value.__module__ == name:
-            if issubclass(value, Enum) or (issubclass(value, tuple) and hasattr(value, "_fields")):
+            if (issubclass(value, Enum) and value is not Enum) or (
+                issubclass(value, tuple) and hasattr(value, "_fields")
+            ):
                 print(f"{name}.{value.__qualname__}")
 raise SystemExit(status)
 """

@@ -163,6 +163,8 @@ def test_a_bundles_name_says_its_folder(folder) -> None:
     name = codebundle._bundle_name("cpython-311", folder)
     assert "/" not in name
     assert codebundle._bundled_folder(name) == folder
+    assert codebundle._bundled_folder(name.replace("%2F", "%2G", 2)) is None
+    assert codebundle._bundled_folder("debuginfo.db") is None
 
 
 def test_bundles_of_copies_gone_and_abandoned_writes_are_removed(package, tmp_path) -> None:
