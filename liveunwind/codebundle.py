@@ -239,27 +239,12 @@ def write_bundle(path: str) -> None:
     os.makedirs(folder, mode=0o700, exist_ok=True)
     if not _ours(os.stat(folder)):
         return
-    index: dict[str, Entry] = {}
-    blobs: list[bytes] = []
-    offset = 0
-    for name, relative in _modules():
-        source = os.path.join(PACKAGE_DIR, relative)
-        status = os.stat(source)  # before the code: a later change makes the entry stale
-        code = _bootstrap_external.SourceFileLoader(name, source).get_code(name)
-        blob = marshal.dumps(code)
-        is_package = relative.endswith("__init__.py")
-        index[name] = (is_package, relative, status.st_mtime_ns, status.st_size, offset, len(blob))
-        blobs.append(blob)
-        offset += len(blob)
-    index_bytes = marshal.dumps(index)
-    header = FORMAT + _bootstrap_external.MAGIC_NUMBER + len(index_bytes).to_bytes(4, "little")
+    # Made first: a folder it cannot be written to costs no compiling.
     temporary = f"{path}.{os.getpid()}.tmp"
     descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     try:
         with os.fdopen(descriptor, "wb") as stream:
-            stream.write(header + index_bytes)
-            for blob in blobs:
-                stream.write(blob)
+            stream.write(_bundle_bytes())
         os.replace(temporary, path)
     except BaseException:
         os.unlink(temporary)
@@ -296,6 +281,25 @@ def _remove_left_behind(folder: str) -> None:
             if gone:
                 with contextlib.suppress(FileNotFoundError):  # another run removed it first
                     os.unlink(entry.path)
+
+
+def _bundle_bytes() -> bytes:
+    """The header, the index and the code of every module, as a bundle holds them."""
+    index: dict[str, Entry] = {}
+    blobs: list[bytes] = []
+    offset = 0
+    for name, relative in _modules():
+        source = os.path.join(PACKAGE_DIR, relative)
+        status = os.stat(source)  # before the code: a later change makes the entry stale
+        code = _bootstrap_external.SourceFileLoader(name, source).get_code(name)
+        blob = marshal.dumps(code)
+        is_package = relative.endswith("__init__.py")
+        index[name] = (is_package, relative, status.st_mtime_ns, status.st_size, offset, len(blob))
+        blobs.append(blob)
+        offset += len(blob)
+    index_bytes = marshal.dumps(index)
+    header = FORMAT + _bootstrap_external.MAGIC_NUMBER + len(index_bytes).to_bytes(4, "little")
+    return b"".join([header, index_bytes, *blobs])
 
 
 def _modules() -> list[tuple[str, str]]:

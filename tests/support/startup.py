@@ -23,6 +23,7 @@ HEAVY = {
     "json",  # only --json
     "lief",  # only Mach-O
     "locale",
+    "operator",  # operator.py's body: the unwinder takes itemgetter from _operator
     "pathlib",
     "psutil",
     "ptrace",  # python-ptrace: only the PEEKDATA fallback
