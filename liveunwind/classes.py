@@ -4,7 +4,7 @@ Why: ``enum`` imports ``functools``, which imports ``collections``; the three
 cost a cold ``liveunwind pid`` 4.4 ms of CPU (31 alternating runs of
 ``python -c 'import ctypes, mmap, struct, bisect, errno, _signal, itertools'``,
 12.9 ms, against the same plus ``enum``, 17.3), an eighth of the whole
-command, which needs none of their machinery: five enums of string values,
+command, which needs none of their machinery: three enums of string values,
 eight named tuples, properties computed once and one bounded memo.  The
 modules of a live backtrace import these under the standard library's names
 and give the type checker the standard library's own (``if TYPE_CHECKING``),
