@@ -49,10 +49,14 @@ def namedtuple(
         raise TypeError("got more default values than field names")
     field_defaults = dict(zip(fields[len(fields) - len(defaults) :], defaults))
     count = len(fields)
+    required = count - len(defaults)
 
     def __new__(cls: type[tuple[Any, ...]], *values: Any, **named: Any) -> tuple[Any, ...]:
         if named or len(values) != count:
-            values = _complete(typename, fields, field_defaults, values, named)
+            if not named and required <= len(values) < count:  # the rest by default
+                values += defaults[len(values) - required :]
+            else:
+                values = _complete(typename, fields, field_defaults, values, named)
         return tuple.__new__(cls, values)
 
     def _make(cls: type[tuple[Any, ...]], iterable: Iterable[Any]) -> tuple[Any, ...]:
