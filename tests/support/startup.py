@@ -14,6 +14,7 @@ HEAVY = {
     "argparse",  # our own parser: liveunwind/cli/parse.py
     "ast",
     "collections",  # liveunwind/classes.py: namedtuple
+    "ctypes",  # targets/live/ffi.py: the few names of it syscalls.py uses
     "dataclasses",
     "elftools",
     "enum",  # liveunwind/classes.py: Enum
@@ -31,6 +32,7 @@ HEAVY = {
     "shutil",
     "signal",  # its enums: the command takes _signal, the C module under it
     "tokenize",
+    "types",  # cli/parse.py takes SimpleNamespace from sys.implementation
     "typing",
 }
 
