@@ -13,8 +13,11 @@ for), which another job's time slices do not inflate:
 - **all**: ``liveunwind pid --all`` against a shell loop of ``eu-stack -p``
   over the processes it backtraced (counted, with their threads).
 
-Run alone: ``python bench/coldstart.py LIVEUNWIND_COMMAND [PID]``; bench/run.py
-calls it on its targets with the copy it installed.
+Run alone: ``python bench/coldstart.py LIVEUNWIND_COMMAND [PID]`` (the many
+part when ``LIVEUNWIND_BENCH_TARGET`` names the built C target), or only the
+many part: ``python bench/coldstart.py --many LIVEUNWIND_COMMAND [COUNT]``,
+which builds bench/target.c itself; bench/run.py calls it on its targets with
+the copy it installed.
 """
 
 from __future__ import annotations
@@ -173,7 +176,20 @@ def format_rows(title: str, result: dict) -> str:
     return "\n".join(lines)
 
 
+def many_only(liveunwind: list[str], count: int) -> int:
+    """``--many``: the many-process measurement alone, on bench/target.c built here."""
+    with tempfile.TemporaryDirectory(prefix="liveunwind-many-build-") as work:
+        target = str(Path(work) / "target")
+        source = str(Path(__file__).with_name("target.c"))
+        subprocess.run(["gcc", "-O2", "-g", "-pthread", "-o", target, source], check=True)
+        print(format_rows("many processes", many(liveunwind, target, count)))
+    return 0
+
+
 def main() -> int:
+    if sys.argv[1] == "--many":
+        count = int(sys.argv[3]) if len(sys.argv) > 3 else MANY_COUNT
+        return many_only(shlex.split(sys.argv[2]), count)
     liveunwind = shlex.split(sys.argv[1])
     if len(sys.argv) > 2:
         print(format_rows("cold liveunwind pid", cold(liveunwind, int(sys.argv[2]))))

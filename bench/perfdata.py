@@ -5,7 +5,9 @@ them busy, a heartbeat thread waking every 100 µs) is recorded by ``perf
 record --call-graph dwarf -F 4000 --max-size 86M -p PID``: about 10,000
 samples, however busy the machine.  On that file, in
 turn, REPETITIONS times each: ``liveunwind perf FILE --collapsed-out``
-(every sample unwound, counted, written), ``perf script -i FILE`` (every
+(every sample unwound, counted, written; by default in one worker per idle
+CPU), the same with ``--workers 1`` (one process) and ``--workers 2``,
+``perf script -i FILE`` (every
 sample unwound with its callchain, printed to /dev/null; perf's default
 also looks up inlined calls in the DWARF) and ``perf script --no-inline``
 (a line per real frame, as liveunwind without ``--lines``).  Wall
@@ -99,6 +101,8 @@ def main() -> int:
         ours += ["--collapsed-out", str(work / "folded.txt")]
         commands = {
             "liveunwind perf": ours,
+            "liveunwind perf --workers 1": [*ours, "--workers", "1"],
+            "liveunwind perf --workers 2": [*ours, "--workers", "2"],
             "perf script": ["perf", "script", "-i", str(data)],
             "perf script --no-inline": ["perf", "script", "--no-inline", "-i", str(data)],
         }
@@ -140,7 +144,7 @@ def main() -> int:
         f"{results['load_average']['end']:.1f} at the end"
     )
     for tool, median in medians.items():
-        print(f"  {tool:24} wall {median['wall']:6.2f} s   CPU {median['cpu']:6.2f} s")
+        print(f"  {tool:28} wall {median['wall']:6.2f} s   CPU {median['cpu']:6.2f} s")
     print(
         f"  liveunwind / perf script: wall {results['wall_ratio']:.2f}x, CPU "
         f"{results['cpu_ratio']:.2f}x; / perf script --no-inline: wall "

@@ -4,7 +4,7 @@ Why: a cold ``liveunwind pid`` imports about 60 of liveunwind's modules, and
 for each the ordinary import machinery asks every ``sys.path`` entry's finder,
 lists or stats its folder, stats the source, opens, reads and checks its
 ``.pyc``: about 16 ms of a 34 ms run went to importing (docs/speed.md,
-"Fourth round", has what this file saves: about 2 ms of CPU a run).
+"The cold start again", has what this file saves: about 2 ms of CPU a run).
 
 The file is a cache of compiled code, as Python's ``.pyc`` files are, and is
 checked the same way: the interpreter's bytecode magic in its header, and for

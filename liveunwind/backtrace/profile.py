@@ -30,17 +30,24 @@ import math
 import os
 import time
 from collections import Counter
+from functools import partial
 
 from liveunwind.errors import LiveUnwindError
 from liveunwind.targets.live.procfs import state_word
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     from liveunwind.backtrace.session import Session
     from liveunwind.frames import Backtrace, Frame, ThreadBacktrace
+    from liveunwind.modules.module import Module
     from liveunwind.modules.modulemap import ModuleMap
+
+    #: One thread of a sample walked and named elsewhere (:meth:`Profile.add_counted`): its
+    #: tid, name, state, why its walk ended early (None: it did not), its stack as
+    #: :func:`stack_of` names it, and the sites of its frames (:func:`frame_sites`).
+    CountedThread = tuple[int, str, str, str | None, tuple[str, ...], list["FrameSite"]]
 
 #: Samples per second above this are refused: one sample of even a small
 #: process takes a few milliseconds, so the schedule could not be kept.
@@ -192,6 +199,43 @@ def _located(name: str, file: str | None, line: int | None) -> str:
     return f"{name} ({place}:{line})" if line else f"{name} ({place})"
 
 
+def frame_sites(
+    thread: ThreadBacktrace, module_of: Callable[[int], ModuleSite | None]
+) -> list[FrameSite]:
+    """The sites of the thread's frames, in the order of :func:`stack_of`'s names.
+
+    ``module_of(pc)``: the module a frame's pc is in, asked once per frame.
+    """
+    sites = []
+    for frame in reversed(thread.frames):
+        module = module_of(frame.pc)
+        function = frame_name(frame)
+        name = _located(function, frame.file, frame.line)
+        sites.append(FrameSite(name, frame.file, frame.line, frame.pc, module))
+        # As stack_of names them: Python frames, then inlined calls.
+        for python in reversed(frame.python):
+            name = _located(_clean(python.function), python.file, python.line)
+            site = FrameSite(name, python.file, python.line, frame.pc, module, python=True)
+            sites.append(site)
+        for place in reversed(frame.inlined):
+            name = _located(_clean(place.function or "??"), place.file, place.line)
+            sites.append(FrameSite(name, place.file, place.line, frame.pc, module))
+    return sites
+
+
+def describe(module: Module) -> ModuleSite:
+    """A module as pprof's mapping describes it: where, its lowest file offset, its build-id."""
+    lowest = min(module.mappings, key=lambda mapping: mapping.start, default=None)
+    build_id = module.build_id
+    return ModuleSite(
+        module.path,
+        module.start,
+        module.end,
+        lowest.offset if lowest is not None else 0,
+        build_id.hex() if build_id else "",
+    )
+
+
 class ThreadProfile:
     """The samples of one thread, or of every thread of one name.
 
@@ -319,46 +363,102 @@ class Profile:
         return sum(thread.incomplete for thread in self.threads.values())
 
     def add(
-        self, backtrace: Backtrace, modules: ModuleMap | None = None, *, some_threads: bool = False
+        self,
+        backtrace: Backtrace,
+        modules: ModuleMap | None = None,
+        *,
+        some_threads: bool = False,
+        stacks: list[tuple[str, ...]] | None = None,
     ) -> None:
         """Counts one sample's stacks; ``modules`` (its module map) describes new names' modules.
 
         ``some_threads``: the sample holds only some threads of the process (a
         perf sample holds the one on the CPU), so a thread is new the first
         time it is seen at all, not when the sample before did not hold it.
+        ``stacks``: each thread's :func:`stack_of`, made already (perf samples:
+        a thread whose frames were not named then has a stack counted before).
         """
+        last = self._begin(some_threads)
+        for index, walked in enumerate(backtrace.threads):
+            self._count(
+                last,
+                walked.tid,
+                walked.name,
+                walked.state,
+                None if walked.complete else walked.stop_reason.value,
+                stack_of(walked) if stacks is None else stacks[index],
+                partial(self._sites_of, walked, modules),
+            )
+        self._end(backtrace.problems, backtrace.timings.items())
+
+    def add_counted(
+        self,
+        threads: Iterable[CountedThread],
+        problems: Iterable[str],
+        timings: Iterable[tuple[str, float]],
+    ) -> None:
+        """Counts one sample walked and named elsewhere, as :meth:`add` with ``some_threads``.
+
+        Another process unwound it (``backtrace/workers.py``: ``liveunwind
+        perf``'s workers) and sent each thread as a :data:`CountedThread`:
+        the stack :func:`stack_of` made, and the sites of its frames, which
+        are taken only when the stack is new here.  Samples counted in the
+        order they were taken give the profile :meth:`add` gives.
+        """
+        last = self._begin(True)
+        for tid, name, state, stopped, stack, sites in threads:
+            self._count(last, tid, name, state, stopped, stack, partial(self._kept_sites, sites))
+        self._end(problems, timings)
+
+    def _begin(self, some_threads: bool) -> dict[int, ThreadProfile]:
+        """A sample begins: the threads of the one before (every one so far, ``some_threads``)."""
         self.samples += 1
         last = self._last
         if not some_threads:
             self._last = {}
-        for walked in backtrace.threads:
-            thread = self._entry(walked.tid, walked.name, last)
-            self._last[walked.tid] = thread
-            thread.samples += 1
-            if walked.tid == self.pid:
-                self.main_name = walked.name
-            stack = stack_of(walked)
-            if stack not in thread.stacks:
-                stack = self._keep(stack, walked, modules)
-            thread.stacks[stack] += 1
-            if walked.state == RUNNING:
-                thread.running += 1
-                thread.running_stacks[stack] += 1
-            if not walked.complete:
-                thread.incomplete += 1
-                self.incomplete_reasons[walked.stop_reason.value] += 1
-        self._problems.update(dict.fromkeys(backtrace.problems))
-        timings = self.timings
-        for phase, seconds in backtrace.timings.items():
-            totals = timings.get(phase)
-            if totals is None:
-                timings[phase] = [seconds, seconds]
+        return last
+
+    def _count(
+        self,
+        last: dict[int, ThreadProfile],
+        tid: int,
+        name: str,
+        state: str,
+        stopped: str | None,
+        stack: tuple[str, ...],
+        sites: Callable[[], list[FrameSite]],
+    ) -> None:
+        """Counts one thread's ``stack``; ``stopped``: why its walk ended early (None: it did
+        not); ``sites()``: its frames' sites, asked only when the stack is new."""
+        thread = self._entry(tid, name, last)
+        self._last[tid] = thread
+        thread.samples += 1
+        if tid == self.pid:
+            self.main_name = name
+        if stack not in thread.stacks:
+            stack = self._keep(stack, sites)
+        thread.stacks[stack] += 1
+        if state == RUNNING:
+            thread.running += 1
+            thread.running_stacks[stack] += 1
+        if stopped is not None:
+            thread.incomplete += 1
+            self.incomplete_reasons[stopped] += 1
+
+    def _end(self, problems: Iterable[str], timings: Iterable[tuple[str, float]]) -> None:
+        """A sample ends: the problems its walk met, the seconds of its phases."""
+        self._problems.update(dict.fromkeys(problems))
+        totals = self.timings
+        for phase, seconds in timings:
+            kept = totals.get(phase)
+            if kept is None:
+                totals[phase] = [seconds, seconds]
             else:
-                totals[0] += seconds
-                totals[1] = max(totals[1], seconds)
+                kept[0] += seconds
+                kept[1] = max(kept[1], seconds)
 
     def _keep(
-        self, stack: tuple[str, ...], walked: ThreadBacktrace, modules: ModuleMap | None
+        self, stack: tuple[str, ...], sites: Callable[[], list[FrameSite]]
     ) -> tuple[str, ...]:
         """A new stack as kept (its names shared), or OVERFLOW once a bound is reached."""
         names = self.sites
@@ -373,46 +473,38 @@ class Profile:
         self.distinct += 1
         self.frames_kept += len(stack)
         if new_names:
-            for site in self._sites_of(walked, modules):
+            for site in sites():
                 if site.name in new_names:
                     names.setdefault(site.name, site)
         return tuple(names[name].name for name in stack)
 
     def _sites_of(self, thread: ThreadBacktrace, modules: ModuleMap | None) -> list[FrameSite]:
-        """The sites of the thread's frames, in the order of :func:`stack_of`'s names."""
-        sites = []
-        for frame in reversed(thread.frames):
-            module = self._module_site(frame.pc, modules)
-            function = frame_name(frame)
-            name = _located(function, frame.file, frame.line)
-            sites.append(FrameSite(name, frame.file, frame.line, frame.pc, module))
-            # As stack_of names them: Python frames, then inlined calls.
-            for python in reversed(frame.python):
-                name = _located(_clean(python.function), python.file, python.line)
-                site = FrameSite(name, python.file, python.line, frame.pc, module, python=True)
-                sites.append(site)
-            for place in reversed(frame.inlined):
-                name = _located(_clean(place.function or "??"), place.file, place.line)
-                sites.append(FrameSite(name, place.file, place.line, frame.pc, module))
+        """The sites of the thread's frames, each module described once (at most MAX_MODULES)."""
+
+        def module_of(pc: int) -> ModuleSite | None:
+            module = modules.find(pc) if modules is not None else None
+            if module is None:
+                return None
+            return self._kept_module(module)
+
+        return frame_sites(thread, module_of)
+
+    def _kept_sites(self, sites: list[FrameSite]) -> list[FrameSite]:
+        """Sites described elsewhere (:meth:`add_counted`), their modules made this profile's."""
+        for site in sites:
+            module = site.module
+            if module is not None:
+                site.module = self._kept_module(module)
         return sites
 
-    def _module_site(self, pc: int, modules: ModuleMap | None) -> ModuleSite | None:
-        """The module ``pc`` is in, described once per module (at most MAX_MODULES)."""
-        module = modules.find(pc) if modules is not None else None
-        if module is None:
-            return None
+    def _kept_module(self, module: Module | ModuleSite) -> ModuleSite | None:
+        """The module at ``module``'s path and start as first described; None beyond
+        MAX_MODULES.  ``module``: a module of a module map, or one described elsewhere."""
         key = (module.path, module.start)
         site = self._modules.get(key)
         if site is None and len(self._modules) < MAX_MODULES:
-            lowest = min(module.mappings, key=lambda mapping: mapping.start, default=None)
-            build_id = module.build_id
-            site = self._modules[key] = ModuleSite(
-                module.path,
-                module.start,
-                module.end,
-                lowest.offset if lowest is not None else 0,
-                build_id.hex() if build_id else "",
-            )
+            site = module if isinstance(module, ModuleSite) else describe(module)
+            self._modules[key] = site
         return site
 
     def _entry(self, tid: int, name: str, last: dict[int, ThreadProfile]) -> ThreadProfile:

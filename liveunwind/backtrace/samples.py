@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from liveunwind.backtrace.backtracer import Backtracer
 from liveunwind.backtrace.phases import Phases
+from liveunwind.backtrace.profile import stack_of
 from liveunwind.backtrace.symbolizer import symbolize
 from liveunwind.errors import UsageError
 from liveunwind.formats import perfevents
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from liveunwind.backtrace.options import BacktraceOptions
     from liveunwind.formats.perfevents import EventAttr, Record, Sample
     from liveunwind.formats.unwind.perfmap import PerfMapView
+    from liveunwind.frames import ThreadBacktrace
     from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.modules.perfmapfile import PerfMapFile
     from liveunwind.targets.base import Mapping
@@ -40,6 +42,9 @@ if TYPE_CHECKING:
 
 #: Processes kept warm at once; the one sampled longest ago goes first.
 MAX_PROCESSES = 256
+#: Walks whose stacks of names are kept (``SampleUnwinder.stacks_only``), per module map;
+#: then they are forgotten and kept anew (each ~0.6 KB: its pcs and its names' tuple).
+MAX_KNOWN_STACKS = 10_000
 
 
 class _Warm:
@@ -65,6 +70,13 @@ class SampleUnwinder:
         # A sample has no interpreter memory to read Python frames from.
         self.options = options.replace(python=False, python_locals=False, python_tasks=False)
         self._warm: dict[SampledProcess, _Warm] = {}
+        #: Set by a caller that wants each walk's stacks of names (perf's workers): they
+        #: come with every backtrace, and a walk whose frames are at the pcs of one walked
+        #: before over the same module map takes its stacks without its frames being named
+        #: (naming them and making the names were a quarter of a warm sample's time).
+        self.stacks_only = False
+        self._known_stacks: dict[tuple[int, ...], tuple[str, ...]] = {}
+        self._known_over: ModuleMap | None = None
 
     def modules(self, process: SampledProcess, perf_map: PerfMapView | str = "") -> ModuleMap:
         """The module map of ``process``'s current mappings (made when they changed).
@@ -100,21 +112,26 @@ class SampleUnwinder:
         registers: dict[int, int],
         stack: bytes | memoryview,
         perf_map: PerfMapView | str = "",
-    ) -> tuple[Backtrace, ModuleMap]:
+    ) -> tuple[Backtrace, ModuleMap, list[tuple[str, ...]] | None]:
         """The backtrace of one sample (registers by DWARF number, the stack copy from sp).
 
         ``perf_map`` names JIT code when the process's module map is made anew.
 
         Returns it with the module map it was named from (which the
-        profile's writers describe modules with).  ``perf_map`` (a live
+        profile's writers describe modules with) and, with
+        :attr:`stacks_only`, each thread's stack of names
+        (:func:`~liveunwind.backtrace.profile.stack_of`; the frames are then
+        named only if no walk before had their pcs).  ``perf_map`` (a live
         process's, as read so far) names code no file does.
         """
         modules = self.modules(process, perf_map)
         warm = self._warm[process]
         if self.options.lines:  # source lines read ahead on a thread: the backtracer's way
             space = SampleSpace(process, tid, name, registers, stack)
-            return warm.backtracer.backtrace(space, {}, modules=modules), modules
-        return self._walk(warm, process, modules, tid, name, registers, stack), modules
+            backtrace = warm.backtracer.backtrace(space, {}, modules=modules)
+            stacks = [stack_of(each) for each in backtrace.threads] if self.stacks_only else None
+            return backtrace, modules, stacks
+        return self._walk(warm, process, modules, tid, name, registers, stack)
 
     def _walk(
         self,
@@ -125,7 +142,7 @@ class SampleUnwinder:
         name: str,
         registers: dict[int, int],
         stack: bytes | memoryview,
-    ) -> Backtrace:
+    ) -> tuple[Backtrace, ModuleMap, list[tuple[str, ...]] | None]:
         """What ``Backtracer.backtrace`` does for one thread, the stepper kept across samples.
 
         Made anew for every sample, the stepper and the backtrace around it
@@ -154,16 +171,60 @@ class SampleUnwinder:
                     cache=cache,
                 )
             traces = unwind_all(space, space.threads(), stepper)
-        if options.symbols:
-            with phases.timed("symbolize"):
-                symbolize(traces, modules, cache)
-        return Backtrace(
+        stacks = self._stacks_known(traces, modules) if self.stacks_only else None
+        if stacks is None:
+            if options.symbols:
+                with phases.timed("symbolize"):
+                    symbolize(traces, modules, cache)
+            if self.stacks_only:
+                stacks = self._stacks_made(traces)
+        backtrace = Backtrace(
             pid=process.pid,
             threads=traces,
             arch=process.arch.name,
             problems=modules.problems,
             timings=phases.seconds,
         )
+        return backtrace, modules, stacks
+
+    def _stacks_known(
+        self, traces: list[ThreadBacktrace], modules: ModuleMap
+    ) -> list[tuple[str, ...]] | None:
+        """The stacks of walks at these pcs over ``modules`` made before, else None.
+
+        A frame's name is its pc's in the module map (looked up at pc - 1 for a
+        return address: an exact pc is kept as its complement), so the same
+        pcs over the same map give the same names.
+        """
+        if modules is not self._known_over:
+            self._known_stacks.clear()
+            self._known_over = modules
+            return None
+        known = self._known_stacks
+        stacks = []
+        for trace in traces:
+            found = known.get(_pcs(trace))
+            if found is None:
+                return None
+            stacks.append(found)
+        return stacks
+
+    def _stacks_made(self, traces: list[ThreadBacktrace]) -> list[tuple[str, ...]]:
+        """The stacks of named walks, kept by their pcs for :meth:`_stacks_known`."""
+        known = self._known_stacks
+        if len(known) + len(traces) > MAX_KNOWN_STACKS:
+            known.clear()
+        stacks = []
+        for trace in traces:
+            stack = known[_pcs(trace)] = stack_of(trace)
+            stacks.append(stack)
+        return stacks
+
+
+def _pcs(trace: ThreadBacktrace) -> tuple[int, ...]:
+    """What a walk's names depend on over one module map: each frame's pc, an exact one
+    (looked up at itself, not at pc - 1) as its complement."""
+    return tuple([~frame.pc if frame.exact_pc else frame.pc for frame in trace.frames])
 
 
 #: Bytes of a perf map read on each time a process's module map is made anew.
@@ -182,14 +243,24 @@ ABI_64 = 2
 class Unwound:
     """One sample and its walk: what :meth:`SampleReplay.feed` gives for a sample record."""
 
-    __slots__ = ("backtrace", "modules", "name", "sample")
+    __slots__ = ("backtrace", "modules", "name", "sample", "stacks")
 
-    def __init__(self, sample: Sample, name: str, backtrace: Backtrace, modules: ModuleMap) -> None:
+    def __init__(
+        self,
+        sample: Sample,
+        name: str,
+        backtrace: Backtrace,
+        modules: ModuleMap,
+        stacks: list[tuple[str, ...]] | None = None,
+    ) -> None:
         self.sample = sample
         #: The thread's name as the COMM records left it ("" if none was seen).
         self.name = name
         self.backtrace = backtrace
         self.modules = modules
+        #: With ``SampleUnwinder.stacks_only``, each thread's stack of names (its frames
+        #: are then not named if a walk before had their pcs).
+        self.stacks = stacks
 
 
 class SampleReplay:
@@ -282,7 +353,7 @@ class SampleReplay:
         registers = self._perf.registers(self.attr.sample_regs_user, sample.registers)
         name = self.names.get(sample.tid, "")
         process = self.process(sample.pid)
-        backtrace, modules = self.unwinder.unwind(
+        backtrace, modules, stacks = self.unwinder.unwind(
             process,
             sample.tid,
             name,
@@ -290,7 +361,7 @@ class SampleReplay:
             sample.stack,
             self.perf_map or self._perf_map(process),
         )
-        return Unwound(sample, name, backtrace, modules)
+        return Unwound(sample, name, backtrace, modules, stacks)
 
     def _perf_map(self, process: SampledProcess) -> PerfMapView | str:
         """The process's perf map read on, when its module map is to be made anew; else ""."""

@@ -78,13 +78,14 @@ class _File:
 class SharedFiles:
     """Per file (device, inode, build-id): the facts modules of this run read of it."""
 
-    def __init__(self, *, by_path: bool = False) -> None:
-        """``by_path``: the targets are cores, whose files are known by path alone."""
+    def __init__(self, *, by_path: bool = False, once: bool = False) -> None:
+        """``by_path``: the targets are cores, whose files are known by path alone;
+        ``once``: each target is backtraced once (FileFacts says what that spares)."""
         self._by_path = by_path
         self._files: OrderedDict[tuple[str, int], _File] = OrderedDict()
         #: The plans and names the unwinder found in the files, by file key and
         #: link-time address: every target's cache of the run uses these tables.
-        self.facts = FileFacts()
+        self.facts = FileFacts(once=once)
         #: Modules handed facts instead of reading their files: what sharing saved.
         self.adopted = 0
 

@@ -58,6 +58,18 @@ def _count(text: str) -> int:
     return value
 
 
+#: ``perf --workers``: more than this many processes each replaying the whole file is refused.
+_MAX_WORKERS = 64
+
+
+def _workers(text: str) -> int:
+    """``perf --workers``: 1 (no workers: one process) up to _MAX_WORKERS."""
+    value = _count(text)
+    if not 1 <= value <= _MAX_WORKERS:
+        raise ValueError(f"must be from 1 to {_MAX_WORKERS}")
+    return value
+
+
 def _stack_bytes(text: str) -> int:
     """``--stack-cap``: a byte count; 0 is refused, not silently read as the default."""
     value = _count(text)
@@ -454,6 +466,14 @@ def commands() -> list[Command]:
                 "folders to look for the recording's files in, by name",
                 default="",
                 metavar="DIR[:DIR...]",
+            ),
+            Option(
+                "--workers",
+                "processes the samples are unwound in, each reading the whole file "
+                "(default: one per CPU this may run on that nothing else runs on now; 1: no "
+                "workers)",
+                convert=_workers,
+                metavar="N",
             ),
             *(option for option in profile.options.values() if option.name not in _PROFILE_ONLY),
         ],

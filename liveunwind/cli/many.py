@@ -47,7 +47,7 @@ def many_processes(
     from liveunwind.backtrace.shared import SharedFiles
     from liveunwind.cli.targets import process_name
 
-    shared = SharedFiles()
+    shared = SharedFiles(once=True)
     results: list[ProcessResult] = []
     folded: Counter[tuple[str, ...]] | None = None
     if arguments.collapsed:
@@ -55,6 +55,7 @@ def many_processes(
 
         folded = Counter()
     status = _COMPLETE
+    moved = 0  # threads given the walk of another process of their program, moved
     began = time.perf_counter()
     for index, pid in enumerate(pids):
         name = process_name(pid)
@@ -69,6 +70,7 @@ def many_processes(
                 shared=shared,
             )
             result = ProcessResult(pid, name, session.backtrace())
+            moved += session.cache.suffixed
         except (LiveUnwindError, OSError) as error:
             code = error.exit_code if isinstance(error, LiveUnwindError) else 2
             result = ProcessResult(pid, name, None, _one_line(error), code)
@@ -104,7 +106,8 @@ def many_processes(
         seconds = time.perf_counter() - began
         print(
             f"liveunwind: stats: {len(pids)} processes in {seconds * 1000:.1f} ms; "
-            f"{shared.adopted} modules taken from another process instead of read",
+            f"{shared.adopted} modules taken from another process instead of read; "
+            f"{moved} threads' walks moved from another process of their program",
             file=sys.stderr,
         )
     return status

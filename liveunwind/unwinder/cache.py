@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from liveunwind.modules.module import Module
     from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.targets.base import Mapping
+    from liveunwind.unwinder.layouts import Layouts
     from liveunwind.unwinder.remembered import RememberedWalk, SuffixRecord
 
 #: Most entries each table of the cache holds.  A pc costs about 430 bytes
@@ -65,11 +66,26 @@ class FileFacts:
     when modules move, and two different files never share an entry.  Each
     table is emptied when it holds :data:`MAX_ENTRIES` (some 43 MB in all,
     for every target sharing it).
+
+    ``once``: every target sharing these facts is backtraced once (``pid
+    --name``), so its walks are remembered only for other processes of its
+    layout (``layouts``, :class:`~liveunwind.unwinder.layouts.Layouts`): a
+    remembered walk serves the target's next backtrace, and a suffix (keyed
+    by absolute pc and sp) another thread's walk over the very same stack
+    words, which the threads of one process never share.  Recording them
+    cost 1.1 of the 2.5 ms a 9-thread, 30-frame process spent walking
+    (bench/coldstart.py's many-process run); frames are the same either way.
     """
 
-    __slots__ = ("names", "plans", "shared")
+    __slots__ = ("layouts", "names", "once", "plans", "shared")
 
-    def __init__(self) -> None:
+    def __init__(self, *, once: bool = False) -> None:
+        self.once = once
+        self.layouts: Layouts | None = None
+        if once:  # imported only then: a single backtrace's start does not pay for it
+            from liveunwind.unwinder.layouts import Layouts
+
+            self.layouts = Layouts()
         self.plans: dict[tuple[str, object, int], Plan | None] = {}
         self.shared: dict[tuple[object, ...], Plan] = {}
         self.names: dict[tuple[object, int], tuple[str, int] | None] = {}
@@ -136,6 +152,7 @@ class UnwindCache:
 
     __slots__ = (
         "_identity",
+        "_keeps",
         "entry",
         "_mappings",
         "_next_walks",
@@ -170,6 +187,8 @@ class UnwindCache:
         #: The frames of the suffixes' records, each counted once per entry.
         self._suffix_frames = 0
         self.choice = RememberingChoice()
+        #: Whether the walks and suffixes of this target's walks are kept (see :meth:`begin`).
+        self._keeps = True
         #: Kept suffixes whose last looks found other registers or words: how many times.
         self._suffix_misses: dict[tuple[int, int], int] = {}
         self._uses: dict[Plan, tuple[frozenset[int], frozenset[int]] | None] = {}
@@ -203,6 +222,7 @@ class UnwindCache:
         walks, self._next_walks = self._next_walks, {}
         self.choice.began()
         self.replayed = self.suffixed = 0
+        first = self._mappings is None
         if not moved and modules.registry is None and mappings == self._mappings:
             self.walks = walks
         else:
@@ -212,10 +232,24 @@ class UnwindCache:
             self._suffix_frames = 0
             self._uses.clear()
         self._mappings = mappings
+        layouts = self.files.layouts
+        if first and layouts is not None:
+            # The one backtrace of this target: remembering serves only other processes.
+            offered = None
+            if modules.registry is None:
+                offered = layouts.begin(mappings, self.suffixes)
+            self.choice.remembering = offered is not None
+            for key, found in (offered or {}).items():
+                self.remember_suffix(key, *found)
+            # A target given other walks keeps none of its own: no backtrace comes after
+            # its one.  (What it would keep also made a reference cycle through each
+            # record: 1,000 objects a process left to the collector.)
+            self._keeps = not offered
 
     def remember_walk(self, tid: int, walk: RememberedWalk, *, replayed: bool = False) -> None:
         """Keeps a thread's walk of this backtrace (``replayed``: given it again) for the next."""
-        self._next_walks[tid] = walk
+        if self._keeps:
+            self._next_walks[tid] = walk
         self.replayed += replayed
 
     def remember_suffix(self, key: tuple[int, int], record: SuffixRecord, index: int) -> None:
@@ -229,7 +263,9 @@ class UnwindCache:
         """
         suffixes = self.suffixes
         misses = self._suffix_misses
-        if key in suffixes and misses.get(key, 0) < SUFFIX_MISSES_BEFORE_REPLACED:
+        if not self._keeps or (
+            key in suffixes and misses.get(key, 0) < SUFFIX_MISSES_BEFORE_REPLACED
+        ):
             return
         misses.pop(key, None)
         replaced = suffixes.pop(key, None)

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from liveunwind.cli.targets import choose
-from liveunwind.frames import Frame
+from liveunwind.frames import Backtrace, Frame
 from liveunwind.targets.live import procfs
 from liveunwind.targets.live.ptrace import PtraceProcess
 from tests.support.assertions import assert_one_line_error
@@ -76,9 +76,11 @@ def test_by_exe_every_copy_with_gdbs_frames_and_modules_read_once(
     entries = document["processes"]
     assert [entry["pid"] for entry in entries] == sorted(program.pid for program in copies)
     assert {entry["name"] for entry in entries} == {program_copy.name}
-    # The program and libc of the second and third copies came from the first.
+    # The program and libc of the second and third copies came from the first, and
+    # threads of the third took the second's walks, moved (checked against gdb below).
     assert f"{COPIES} processes" in result.stderr
     assert _modules_taken(result.stderr) >= 2 * (COPIES - 1)
+    assert _walks_moved(result.stderr) >= 3
     for entry in entries:
         assert entry["error"] is None and entry["backtrace"]["pid"] == entry["pid"]
         assert_frames_are_gdbs(entry, gdb)
@@ -265,6 +267,13 @@ def _modules_taken(stderr: str) -> int:
     return int(found.group(1))
 
 
+def _walks_moved(stderr: str) -> int:
+    """The count ``--stats`` gives of threads' walks moved from another process."""
+    found = re.search(r"; (\d+) threads' walks moved from another process", stderr)
+    assert found, stderr
+    return int(found.group(1))
+
+
 def test_later_copies_decode_and_name_nothing_again(copies: list[RunningProgram]) -> None:
     """Plans and names are kept by file and link-time address for the whole run.
 
@@ -288,6 +297,48 @@ def test_later_copies_decode_and_name_nothing_again(copies: list[RunningProgram]
             [_frame(f) for f in t.frames] for t in alone.threads
         ]
     assert_running_untraced([program.pid for program in copies])
+
+
+def test_the_third_copy_takes_the_second_ones_walks_moved_and_its_own_frames(
+    copies: list[RunningProgram],
+) -> None:
+    """The copies map their files and stacks elsewhere (ASLR) but are parked alike.
+
+    The first copy of a layout is walked, the second records its walks, and
+    the third is offered them with every address moved by its mapping's
+    distance (unwinder/layouts.py): threads parked as the second's were take
+    them, and every thread's frames are those of a backtrace of that copy
+    alone, to the CFA and the stop's detail.
+    """
+    from liveunwind.backtrace.session import Session
+    from liveunwind.backtrace.shared import SharedFiles
+
+    shared = SharedFiles(once=True)
+    moved = []
+    for program in copies:
+        session = Session(program.pid, shared=shared)
+        together = session.backtrace()
+        moved.append(session.cache.suffixed)
+        alone = Session(program.pid).backtrace()
+        assert _walks(together) == _walks(alone)
+    assert moved[:2] == [0, 0]
+    assert moved[2] >= 3, moved
+    assert_running_untraced([program.pid for program in copies])
+
+
+def _walks(backtrace: Backtrace) -> list[tuple[object, ...]]:
+    return [
+        (
+            thread.tid,
+            thread.stop_reason,
+            thread.stop_detail,
+            [
+                (*_frame(f), f.cfa, f.module_offset, f.exact_pc, f.signal_frame)
+                for f in thread.frames
+            ],
+        )
+        for thread in backtrace.threads
+    ]
 
 
 def _frame(frame: Frame) -> tuple[object, ...]:

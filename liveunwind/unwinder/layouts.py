@@ -1,0 +1,321 @@
+"""One process's walks, moved onto another process of the same program mapped elsewhere.
+
+``liveunwind pid --name`` backtraces many copies of one program, most of
+them parked in the same places: their threads differ only in where address
+space layout randomization put each mapping.  A walk of an earlier copy's
+thread, with every address it holds moved by the distance between the two
+processes' mappings, is offered to a later copy as a remembered suffix
+(:class:`~liveunwind.unwinder.remembered.SuffixRecord`) at its first frame
+from which it read nothing but words of its stack copy (the frame before,
+a pc seen first, had its code read for a signal trampoline): a thread of
+the later copy whose walk comes to that frame takes the rest only if its
+loop state, the registers the rest used and every stack word the rest read
+are exactly the moved ones, and walks on itself otherwise.
+
+Why the moved walk is the walk the later process would make: the walk is a
+function of the registers, the words it read and the layout (which mapping
+holds an address, which file it maps and where).  Two layouts are taken as
+the same (:func:`layout_key`) when their mappings pair up in address order
+with the same size, permissions and file offset, and every mapping of a file
+with code maps the same file (device, inode, path); then each address moves
+by its own mapping's distance, a multiple of the page size, which keeps the
+order of any two mapped addresses, their differences inside one mapping, and
+their alignment up to a page.  A value in no mapping stays as it is, and a
+walk holding one that the later process maps is not moved (a walk may ask
+whether a value is code).  Only walks that a table's rules made frame by
+frame (no guess, no signal frame, no registered code) and that ended at the
+end of the stack are moved: their steps add offsets to registers, read
+words and at most mask an address to an alignment below a page, all of
+which moving keeps.  The main thread's stack is placed
+below a random offset inside its mapping, so its walk never matches and is
+walked; threads' stacks are mappings of their own, and match.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from operator import add
+
+from liveunwind.frames import Method, StopReason
+from liveunwind.unwinder.remembered import SuffixRecord
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from liveunwind.targets.base import Mapping
+
+#: The methods of the frames of a walk that may be moved: the thread's own registers,
+#: and the rules of unwind tables read from files.
+_MOVABLE_METHODS = frozenset((Method.CONTEXT, Method.CFI, Method.SFRAME))
+#: The one stop detail naming an address (the stepper's, at the program's entry function).
+_ENTRY_DETAIL = "the program's entry function, at "
+
+
+#: The loop state of a moved record's later frames: equal to no state a walk is in.
+_NOWHERE: tuple[object, ...] = ("a moved walk is offered at one frame only",)
+
+
+class _Unmovable(Exception):
+    """A value of the walk lies in no mapping of the first process but in one of the other."""
+
+
+def layout_key(mappings: Sequence[Mapping]) -> tuple[object, ...]:
+    """What two processes' mappings must share for a walk of one to be moved onto the other.
+
+    Per mapping, in address order: its size, permissions and file offset, and
+    what it maps: the file (device, inode, path) where some mapping of the
+    file has code, else only whether it is a file, or its name (``[stack]``,
+    ``[vdso]``, an anonymous mapping's).  A data file (a program's own
+    ``mmap`` of a file it opened by a name of its own) may differ.
+    """
+    code = {(m.device, m.inode, m.path) for m in mappings if m.executable and m.is_file}
+    key: list[object] = []
+    for m in mappings:
+        if m.is_file:
+            file = (m.device, m.inode, m.path)
+            what: object = file if file in code else "file"
+        else:
+            what = m.path
+        key.append((m.end - m.start, m.perms, m.offset, what))
+    return tuple(key)
+
+
+class _Template:
+    """A whole walk recorded in one process, made ready to be moved onto others.
+
+    The frames' pcs, sps and CFAs, the addresses of the words the walk read
+    and their values, flat, each with the index of the recording process's
+    mapping holding it (-1: none): moving them is then one addition each
+    (9 threads' walks, 30 frames each, in some 0.1 ms where looking up each
+    address's mapping took 1.2).
+    """
+
+    __slots__ = ("at", "flat", "live", "places", "record", "unmapped")
+
+    def __init__(self, record: SuffixRecord, starts: list[int], ends: list[int]) -> None:
+        self.record = record
+        #: The frame the walk is offered at: its first from which it read only words.
+        self.at = record.pure_from
+        #: The registers the rest used there and their values (made now: what the record
+        #: makes them of holds the recording process's cache, with its stack copies).
+        self.live = record.live[self.at]
+        facts = record.facts
+        self.flat = [
+            *(fact[0] for fact in facts),
+            *(fact[1] for fact in facts),
+            *(0 if fact[3] is None else fact[3] for fact in facts),
+            *record.addresses,
+            *record.values,
+        ]
+        places = []
+        for value in self.flat:
+            at = bisect_right(starts, value) - 1
+            places.append(at if at >= 0 and value < ends[at] else -1)
+        self.places = places
+        #: The values in no mapping: each must be in none of the other process's either.
+        self.unmapped = sorted({v for v, at in zip(self.flat, places) if at < 0})
+
+    @staticmethod
+    def of(record: SuffixRecord, starts: list[int], ends: list[int]) -> _Template | None:
+        """The template of ``record``, or None if its walk may not be moved (module docstring)."""
+        if record.reason is not StopReason.END_OF_STACK or record.pure_from >= len(record.facts):
+            return None
+        if record.detail and not record.detail.startswith(_ENTRY_DETAIL):
+            return None
+        if any(fact[4] or fact[2] not in _MOVABLE_METHODS for fact in record.facts):
+            return None
+        return _Template(record, starts, ends)
+
+
+class Mover:
+    """Moves addresses of a process laid out as ``before`` onto one laid out as ``after``.
+
+    The two have the same :func:`layout_key`: the mappings pair up in order.
+    """
+
+    __slots__ = ("_after_ends", "_after_starts", "_distances", "_ends", "_starts")
+
+    def __init__(self, before: Sequence[Mapping], after: Sequence[Mapping]) -> None:
+        self._starts = [m.start for m in before]
+        self._ends = [m.end for m in before]
+        #: By mapping, and 0 last: for the place -1 (a value in no mapping).
+        self._distances = [b.start - a.start for a, b in zip(before, after, strict=True)] + [0]
+        self._after_starts = [m.start for m in after]
+        self._after_ends = [m.end for m in after]
+
+    def move(self, value: int) -> int:
+        """``value`` moved with the mapping holding it; one in no mapping stays (or raises
+        :class:`_Unmovable` if the other process maps it)."""
+        at = bisect_right(self._starts, value) - 1
+        if at >= 0 and value < self._ends[at]:
+            return value + self._distances[at]
+        if self._mapped_after(value):
+            raise _Unmovable
+        return value
+
+    def _mapped_after(self, value: int) -> bool:
+        at = bisect_right(self._after_starts, value) - 1
+        return at >= 0 and value < self._after_ends[at]
+
+    def moved_record(self, template: _Template) -> tuple[SuffixRecord, int] | None:
+        """The template's walk with every address it holds moved, and the frame it is offered
+        at; None if it may not be moved.
+
+        Only that frame's loop state and used registers are moved: the stepper
+        looks at no other frame of the record, whose states are one no walk is
+        in (``_NOWHERE``).
+        """
+        if any(self._mapped_after(value) for value in template.unmapped):
+            return None
+        record, at = template.record, template.at
+        distances = self._distances
+        flat = list(map(add, template.flat, map(distances.__getitem__, template.places)))
+        count, words = len(record.facts), len(record.addresses)
+        pcs, sps, cfas = flat[:count], flat[count : 2 * count], flat[2 * count : 3 * count]
+        facts = tuple(
+            (pc, sp, method, None if old_cfa is None else cfa, signal, exact, path, offset)
+            for pc, sp, cfa, (_, _, method, old_cfa, signal, exact, path, offset) in zip(
+                pcs, sps, cfas, record.facts
+            )
+        )
+        detail = record.detail
+        try:
+            if detail:
+                entry = self.move(int(detail[len(_ENTRY_DETAIL) :], 16))
+                detail = f"{_ENTRY_DETAIL}{entry:#x}"
+            state = tuple(map(self._moved_part, record.states[at]))
+            live = self._moved_live(*template.live)
+        except (_Unmovable, ValueError):
+            return None
+        states: list[tuple[object, ...]] = [_NOWHERE] * count
+        lives: list[tuple[tuple[int, ...] | None, object]] = [(None, None)] * count
+        states[at], lives[at] = state, live
+        moved = SuffixRecord(
+            facts,
+            states,
+            lives,
+            list(record.marks),
+            flat[3 * count : 3 * count + words],
+            flat[3 * count + words :],
+            at,
+            record.reason,
+            detail,
+        )
+        return moved, at
+
+    def _moved_part(self, part: object) -> object:
+        """One part of a walk's loop state moved: an address (the previous CFA) or a
+        range (the stack walked on); flags and methods stay."""
+        if isinstance(part, bool) or not isinstance(part, (int, tuple)):
+            return part
+        if isinstance(part, int):
+            return self.move(part)
+        start, end = part
+        moved = self.move(start)
+        return (moved, moved + end - start)
+
+    def _moved_live(
+        self, used: tuple[int, ...] | None, wanted: object
+    ) -> tuple[tuple[int, ...] | None, object]:
+        """The registers the rest of a walk used and their values (all of them, a dict, where
+        ``used`` is None), the values moved."""
+        move = self.move
+        if isinstance(wanted, dict):
+            return used, {number: move(value) for number, value in wanted.items()}
+        assert isinstance(wanted, tuple)
+        return used, tuple(None if value is None else move(value) for value in wanted)
+
+
+#: Most layouts a run keeps, and most walks kept over all of them (the layout seen
+#: longest ago goes first).  A recorded walk of one of bench/target.c's 30-frame threads
+#: keeps some 12 KB (measured with tracemalloc: 8 walks, 100 KB), so 50 MB at most.
+MAX_LAYOUTS = 64
+MAX_LAYOUT_WALKS = 4096
+
+#: Walks by the pc and sp of a frame: the record, and the frame's index in it (a cache's
+#: ``suffixes``).
+Walks = dict[tuple[int, int], tuple[SuffixRecord, int]]
+
+
+class _Layout:
+    """A layout seen in the run: how often, and the walks one process of it recorded."""
+
+    __slots__ = ("mappings", "seen", "templates", "walks")
+
+    def __init__(self) -> None:
+        self.seen = 1
+        self.mappings: Sequence[Mapping] = ()
+        #: The recording process's walks (its cache's own, filled while it is walked).
+        self.walks: Walks = {}
+        #: The recorded walks made ready to move, once the recording process is walked.
+        self.templates: list[_Template] | None = None
+
+    def ready(self) -> list[_Template]:
+        """The templates of the recorded walks, made the first time they are asked for."""
+        if self.templates is None:
+            starts = [m.start for m in self.mappings]
+            ends = [m.end for m in self.mappings]
+            # Each record is kept at every frame from its first pure one: taken once.
+            records = {id(record): record for record, _ in self.walks.values()}
+            found = (_Template.of(record, starts, ends) for record in records.values())
+            self.templates = [template for template in found if template is not None]
+            self.walks = {}  # what the templates need is theirs now
+        return self.templates
+
+
+class Layouts:
+    """The layouts of a run's processes, and the walks one process of each leaves the others.
+
+    The first process of a layout is only walked: most layouts of ``--all``
+    are one process's, and recording a walk costs half again as much as
+    walking it.  The second records its walks; each later one is offered
+    them, moved (:class:`Mover`).
+    """
+
+    __slots__ = ("_layouts", "_recording")
+
+    def __init__(self) -> None:
+        self._layouts: dict[tuple[object, ...], _Layout] = {}
+        #: The layout whose walks the process before this one recorded.
+        self._recording: _Layout | None = None
+
+    def begin(self, mappings: Sequence[Mapping], recorded: Walks) -> Walks | None:
+        """A process laid out as ``mappings`` begins its one backtrace: the walks of another
+        process moved onto it (empty: it is to record its own in ``recorded``), or None:
+        it is only walked."""
+        if self._recording is not None:
+            # Its process is walked: its templates are made, and its cache let go.
+            self._recording.ready()
+            self._recording = None
+        key = layout_key(mappings)
+        layouts = self._layouts
+        layout = layouts.pop(key, None)
+        if layout is None:
+            layout = _Layout()
+        else:
+            layout.seen += 1
+        layouts[key] = layout  # the newest last
+        self._bound()
+        if layout.seen == 1:
+            return None
+        if layout.seen == 2:
+            layout.mappings, layout.walks = mappings, recorded
+            self._recording = layout
+            return {}
+        mover = Mover(layout.mappings, mappings)
+        moved: Walks = {}
+        for template in layout.ready():
+            found = mover.moved_record(template)
+            if found is not None:
+                record, at = found
+                moved[record.facts[at][:2]] = found
+        return moved or None
+
+    def _bound(self) -> None:
+        layouts = self._layouts
+        while len(layouts) > MAX_LAYOUTS or (
+            len(layouts) > 1
+            and sum(len(layout.templates or ()) for layout in layouts.values()) > MAX_LAYOUT_WALKS
+        ):
+            del layouts[next(iter(layouts))]
