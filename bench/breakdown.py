@@ -5,7 +5,9 @@ Each layer is a fresh process, run several times, median reported (from
 
 1. the interpreter doing nothing (``python -c pass``);
 2. plus the standard-library modules the hot path needs;
-3. plus liveunwind's hot-path modules (everything a plain backtrace imports);
+3. plus liveunwind's hot-path modules (everything a plain backtrace imports),
+   from the code bundle as the command takes them (liveunwind/codebundle.py;
+   written by the command's first run, which breakdown() makes first);
 4. the whole command, whose ``--stats`` phases give the work itself.
 
 The differences between layers are the cost of each.  bench/run.py runs it
@@ -21,7 +23,9 @@ from pathlib import Path
 
 REPETITIONS = 21
 #: What a plain live backtrace imports from the standard library (see tests/system/test_startup.py).
-STDLIB = "import bisect, collections, ctypes, enum, errno, functools, mmap, os, signal, struct"
+STDLIB = "import _operator, _signal, bisect, ctypes, errno, itertools, mmap, os, struct"
+#: The command's start: liveunwind's modules from the code bundle where there is one.
+BUNDLE = "from liveunwind.codebundle import install; install()"
 #: liveunwind's modules on that path, in the order the command loads them.
 HOT_MODULES = (
     "liveunwind.cli",
@@ -64,9 +68,10 @@ def median_phases(command: list[str]) -> dict[str, float]:
 
 def breakdown(liveunwind: list[str], pid: int) -> dict:
     python = str(Path(liveunwind[0]).with_name("python"))
+    subprocess.run([*liveunwind, "pid", str(pid)], capture_output=True, cwd="/")  # the bundle
     start = median_wall([python, "-c", "pass"])
     stdlib = median_wall([python, "-c", STDLIB])
-    ours = median_wall([python, "-c", f"{STDLIB}; import {', '.join(HOT_MODULES)}"])
+    ours = median_wall([python, "-c", f"{STDLIB}; {BUNDLE}; import {', '.join(HOT_MODULES)}"])
     whole = median_wall([*liveunwind, "pid", str(pid)])
     return {
         "interpreter_ms": start * 1e3,

@@ -7,8 +7,13 @@ class cost more start-up time than a whole cold backtrace of a small program.
 
 from __future__ import annotations
 
-from collections import namedtuple
-from enum import Enum
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections import namedtuple
+    from enum import Enum
+else:
+    # the standard library's, cheaper to import (liveunwind/classes.py says why)
+    from liveunwind.classes import Enum, namedtuple
 
 
 class Method(Enum):

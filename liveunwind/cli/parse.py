@@ -12,13 +12,17 @@ whose one line names the argument.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+import sys
 
 from liveunwind.errors import UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
+    from types import SimpleNamespace
+else:
+    # The class types.py names so: a plain backtrace imports nothing else of types.py.
+    SimpleNamespace = type(sys.implementation)
 
 _HELP_WIDTH = 79
 _HELP_COLUMN = 26

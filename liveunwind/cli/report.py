@@ -208,8 +208,7 @@ def _frame_text(frame: Frame, width: int, symbols: bool, modules: dict[str, str]
             # No symbol: give the address addr2line and objdump want instead.
             module += f"+{frame.module_offset:#x}"
         text += f"  ({module})"
-    # _value_, not value: the enum's value property is a Python function call.
-    text += f"  [{frame.method._value_}]"
+    text += f"  [{frame.method.value}]"
     lines.append(text if frame.file is None else text + _source(frame))
     if frame.python:
         blank = f"  {' ' * (width + 1)}  {' ' * 18}  "

@@ -15,7 +15,6 @@ of a file than it decodes.
 from __future__ import annotations
 
 import struct
-from functools import cached_property
 
 from liveunwind.arch import arch_by_elf_machine
 from liveunwind.errors import FormatError, UsageError
@@ -24,6 +23,11 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import mmap
     from collections.abc import Callable, Iterator
+    from functools import cached_property
+else:
+    # the standard library's, cheaper to import (liveunwind/classes.py says why)
+    from liveunwind.classes import cached_property
+
 
 ELF_MAGIC = b"\x7fELF"
 PT_LOAD = 1

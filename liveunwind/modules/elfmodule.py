@@ -8,7 +8,6 @@ time a pc lands in the module and kept on it; see
 from __future__ import annotations
 
 import os
-from functools import cached_property
 
 from liveunwind.errors import FormatError, LiveUnwindError
 from liveunwind.formats.elf import ElfImage
@@ -20,12 +19,17 @@ from liveunwind.targets.files import map_elf
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from functools import cached_property
 
     from liveunwind.formats.dwarf.info import DebugInfo
     from liveunwind.modules.debuginfo import DebugFile
     from liveunwind.modules.lines import ModuleLines
     from liveunwind.modules.module import SymbolLookup
     from liveunwind.targets.base import AddressSpace, Mapping
+else:
+    # the standard library's, cheaper to import (liveunwind/classes.py says why)
+    from liveunwind.classes import cached_property
+
 
 #: Largest in-memory image (the vDSO) read from target memory.
 _MAX_MEMORY_IMAGE = 64 << 20

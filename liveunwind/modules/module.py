@@ -9,10 +9,10 @@ symbolizer ask any module the same questions without probing for attributes.
 from __future__ import annotations
 
 import os
-from functools import cached_property
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from functools import cached_property
     from typing import Protocol
 
     from liveunwind.modules.lines import ModuleLines
@@ -24,6 +24,9 @@ if TYPE_CHECKING:
         """A module's function symbols, searched by link-time address."""
 
         def lookup(self, address: int) -> SymbolMatch | None: ...
+else:
+    # the standard library's, cheaper to import (liveunwind/classes.py says why)
+    from liveunwind.classes import cached_property
 
 
 class RegistryRoots:

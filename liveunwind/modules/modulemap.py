@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from functools import cached_property
 
 from liveunwind.errors import FormatError
 from liveunwind.modules.debuginfo import DEFAULT_DEBUG_DIRS
@@ -22,11 +21,15 @@ from liveunwind.modules.module import Module
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
+    from functools import cached_property
 
     from liveunwind.formats.unwind.perfmap import PerfMapView
     from liveunwind.modules.jit import DynamicRegistry
     from liveunwind.modules.macho import MachOModule
     from liveunwind.targets.base import AddressSpace, CoreImage, Mapping
+else:
+    # the standard library's, cheaper to import (liveunwind/classes.py says why)
+    from liveunwind.classes import cached_property
 
 
 class ModuleMap:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import bisect
 import struct
 import sys
-from functools import lru_cache
 from itertools import accumulate, compress
 
 from liveunwind.errors import FormatError
@@ -21,8 +20,13 @@ from liveunwind.formats.elf import SHT_SYMTAB, ElfImage, c_string
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
+    from functools import lru_cache
 
     from liveunwind.formats.dwarf.info import DebugInfo
+else:
+    # the standard library's, cheaper to import (liveunwind/classes.py says why)
+    from liveunwind.classes import lru_cache
+
 
 _STT_FUNC = 2
 _STT_GNU_IFUNC = 10

@@ -9,15 +9,19 @@ exactly as it was found after it.
 from __future__ import annotations
 
 import struct
-from collections import namedtuple
 
 from liveunwind.errors import MemoryReadError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections import namedtuple
+
     from liveunwind.arch import Arch
     from liveunwind.formats.elf import ElfImage
     from liveunwind.targets.files import RegularFile
+else:
+    # the standard library's, cheaper to import (liveunwind/classes.py says why)
+    from liveunwind.classes import namedtuple
 
 
 class Mapping(

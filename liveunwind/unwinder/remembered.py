@@ -12,13 +12,12 @@ holds them, and says when they go (ARCHITECTURE.md, Caches).
 
 from __future__ import annotations
 
-from operator import itemgetter
-
 from liveunwind.unwinder.plan import Plan
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from operator import itemgetter
     from typing import Any
 
     from liveunwind.frames import Method, StopReason
@@ -26,6 +25,10 @@ if TYPE_CHECKING:
     #: What a frame of a remembered walk was: pc, sp, method, cfa, signal frame,
     #: exact pc, module path, module offset.
     FrameFacts = tuple[int, int, Method, int | None, bool, bool, str | None, int | None]
+else:
+    # operator.py's own itemgetter, from the C module under it: operator.py's body, which
+    # replaces its Python functions with these, costs a cold start 0.3-0.5 ms
+    from _operator import itemgetter
 
 
 #: Times a kept suffix may miss before a new walk's suffix at its pc and sp replaces it.

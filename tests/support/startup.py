@@ -13,19 +13,26 @@ from tests.support.paths import ROOT
 HEAVY = {
     "argparse",  # our own parser: liveunwind/cli/parse.py
     "ast",
+    "collections",  # liveunwind/classes.py: namedtuple
+    "ctypes",  # targets/live/ffi.py: the few names of it syscalls.py uses
     "dataclasses",
     "elftools",
+    "enum",  # liveunwind/classes.py: Enum
+    "functools",  # liveunwind/classes.py: cached_property, lru_cache
     "gettext",
     "inspect",
     "json",  # only --json
     "lief",  # only Mach-O
     "locale",
+    "operator",  # operator.py's body: the unwinder takes itemgetter from _operator
     "pathlib",
     "psutil",
     "ptrace",  # python-ptrace: only the PEEKDATA fallback
     "re",  # only for demangling and --help
     "shutil",
+    "signal",  # its enums: the command takes _signal, the C module under it
     "tokenize",
+    "types",  # cli/parse.py takes SimpleNamespace from sys.implementation
     "typing",
 }
 

@@ -10,6 +10,7 @@ them, are in tests/support/startup.py (the JIT tests check the same).
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -52,7 +53,7 @@ def test_a_live_backtrace_imports_no_core_reader(run_program) -> None:
 #: Prints the named tuples and enums the modules of a ``pid`` backtrace defined.
 _CLASS_PROBE = """
 import io, sys
-from enum import Enum
+from liveunwind.classes import Enum
 from liveunwind.cli import main
 out, sys.stdout = sys.stdout, io.StringIO()
 status = main(sys.argv[1:])
@@ -60,7 +61,9 @@ sys.stdout = out
 for name, module in list(sys.modules.items()):
     for value in vars(module).values() if name.startswith("liveunwind") else ():
         if isinstance(value, type) and value.__module__ == name:
-            if issubclass(value, Enum) or (issubclass(value, tuple) and hasattr(value, "_fields")):
+            if (issubclass(value, Enum) and value is not Enum) or (
+                issubclass(value, tuple) and hasattr(value, "_fields")
+            ):
                 print(f"{name}.{value.__qualname__}")
 raise SystemExit(status)
 """
@@ -125,3 +128,64 @@ def test_the_installed_script_imports_no_re(run_program) -> None:
     imported = {line.rpartition("|")[2].strip() for line in result.stderr.splitlines()}
     assert "liveunwind.unwinder.stepper" in imported
     assert "re" not in imported
+
+
+#: The command's start (bin/liveunwind's), then which loader served each of liveunwind's modules.
+_BUNDLE_PROBE = """
+import sys
+from liveunwind.codebundle import install
+install()
+from liveunwind.cli import main
+status = main(sys.argv[1:])
+for name, module in sorted(sys.modules.items()):
+    if name.startswith("liveunwind"):
+        print(name, type(module.__spec__.loader).__name__, file=sys.stderr)
+raise SystemExit(status)
+"""
+
+
+def test_the_command_serves_its_modules_from_the_code_bundle(run_program, tmp_path) -> None:
+    """The first run writes the bundle (liveunwind/codebundle.py) as it ends; the next one
+    imports every module of ours but the two before the finder from it, and prints the
+    same backtrace; a changed source is imported from the source, and the bundle rewritten."""
+    pid = run_program("threads-O2").pid
+    site = tmp_path / "site"  # a copy whose sources the test may change
+    shutil.copytree(
+        ROOT / "liveunwind", site / "liveunwind", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    command = shutil.copy(ROOT / "bin" / "liveunwind", tmp_path / "liveunwind")
+    cache = tmp_path / "cache"
+    env = dict(os.environ, PYTHONPATH=str(site), XDG_CACHE_HOME=str(cache))
+
+    def run(*command: str) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [sys.executable, "-S", *command, "pid", str(pid)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd="/",
+            env=env,
+        )
+        assert result.returncode == 0, result.stderr
+        assert "main" in result.stdout  # a real backtrace
+        return result
+
+    def loaders() -> tuple[str, dict[str, str]]:
+        result = run("-c", _BUNDLE_PROBE)
+        return result.stdout, dict(line.split() for line in result.stderr.splitlines())
+
+    first = run(command)
+    (bundle,) = (cache / "liveunwind").iterdir()
+    output, served = loaders()
+    assert output == first.stdout
+    assert served.pop("liveunwind") == served.pop("liveunwind.codebundle") == "SourceFileLoader"
+    assert "liveunwind.unwinder.stepper" in served
+    assert set(served.values()) == {"BundleFinder"}, served
+
+    written = bundle.stat().st_mtime_ns
+    with open(site / "liveunwind" / "frames.py", "a") as source:
+        source.write("# changed\n")
+    assert loaders()[1]["liveunwind.frames"] == "SourceFileLoader"
+    run(command)  # stale: written again as it ends
+    assert bundle.stat().st_mtime_ns != written
+    assert loaders()[1]["liveunwind.frames"] == "BundleFinder"

@@ -14,9 +14,12 @@ decoding can end at the same address: x86_64 instructions have no fixed start.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
 
 from liveunwind.arch.base import WORD_MASK, CallSite
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 #: Longest call without prefixes: FF, ModRM, SIB, disp32.
 LONGEST_CALL = 7

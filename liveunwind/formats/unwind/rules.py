@@ -11,16 +11,18 @@ speed in the stepper's plan cache.
 
 from __future__ import annotations
 
-from collections import namedtuple
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections import namedtuple
     from collections.abc import Callable
     from typing import ClassVar
 
     #: Renders a register number, and a DWARF expression, for diagnostics.
     RegisterNamer = Callable[[int], str]
     ExpressionNamer = Callable[[bytes], str]
+else:
+    # the standard library's, cheaper to import (liveunwind/classes.py says why)
+    from liveunwind.classes import namedtuple
 
 
 def _opaque(expression: bytes) -> str:

@@ -9,7 +9,6 @@ fallback (see :mod:`liveunwind.targets.live.ptrace`).
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import itertools
 import mmap
@@ -18,7 +17,11 @@ import struct
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import ctypes
     from collections.abc import Iterable
+else:
+    # ctypes's names made from _ctypes: the ctypes package costs 2.5 ms of a cold start
+    from liveunwind.targets.live import ffi as ctypes
 
 PTRACE_DETACH = 17
 PTRACE_GETREGSET = 0x4204

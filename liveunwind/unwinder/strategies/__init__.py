@@ -24,13 +24,16 @@ user can choose; ``tests/unit/test_sources.py`` checks they have this shape.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from liveunwind.arch.base import ReadMemory
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from liveunwind.arch import Arch
+else:
+    # the same class as collections.abc's, from the module os loaded: not collections (0.8 ms)
+    from _collections_abc import Callable
 
 __all__ = [
     "CodeReader",

@@ -1,0 +1,185 @@
+"""The code bundle (liveunwind/codebundle.py): written whole, served only while it is right.
+
+Each test writes a bundle of a copy of this checkout's package into its own
+folder and reads it back in this process; tests/system/test_startup.py runs
+the command with one, against a real process.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+import pytest
+
+from liveunwind import codebundle
+from tests.support.paths import ROOT
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    """A copy of this checkout's package and its bundle's bytes, written once (0.4 s)."""
+    copy = tmp_path_factory.mktemp("site") / "liveunwind"
+    shutil.copytree(ROOT / "liveunwind", copy, ignore=shutil.ignore_patterns("__pycache__"))
+    path = tmp_path_factory.mktemp("cache") / "bundle.bin"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(codebundle, "PACKAGE_DIR", str(copy))
+        codebundle.write_bundle(str(path))
+    return copy, path.read_bytes()
+
+
+@pytest.fixture
+def package(written, tmp_path, monkeypatch):
+    """The test's own copy of the package (sources' times kept) and of its bundle, written."""
+    copy = tmp_path / "site" / "liveunwind"
+    shutil.copytree(written[0], copy)  # copy2: the same sizes and modification times
+    monkeypatch.setattr(codebundle, "PACKAGE_DIR", str(copy))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = codebundle.bundle_path()
+    assert path is not None
+    os.makedirs(os.path.dirname(path), mode=0o700)
+    with open(path, "wb") as stream:
+        stream.write(written[1])
+    return copy, path
+
+
+def _opened(path: str) -> codebundle.BundleFinder:
+    finder = codebundle._open(path)
+    assert finder is not None
+    return finder
+
+
+def test_every_module_is_served_with_the_code_python_compiles(package) -> None:
+    copy, path = package
+    finder = _opened(path)
+    modules = dict(codebundle._modules())
+    assert "liveunwind.unwinder.stepper" in modules
+    assert "liveunwind.cli" in modules and "liveunwind" not in modules
+    for name, relative in modules.items():
+        spec = finder.find_spec(name)
+        assert spec is not None, name
+        assert spec.origin == str(copy / relative)
+        assert spec.loader is finder
+        if relative.endswith("__init__.py"):
+            assert spec.submodule_search_locations == [str((copy / relative).parent)]
+        source = (copy / relative).read_bytes()
+        expected = compile(source, str(copy / relative), "exec", dont_inherit=True)
+        assert finder._code(name, spec.origin) == expected  # code objects compare by content
+    assert finder.find_spec("json") is None
+    assert not finder.stale
+
+
+def test_a_changed_source_is_imported_the_ordinary_way(package) -> None:
+    copy, path = package
+    with open(copy / "frames.py", "a") as stream:
+        stream.write("# changed\n")
+    finder = _opened(path)
+    assert finder.find_spec("liveunwind.frames") is None
+    assert finder.stale
+    assert finder.find_spec("liveunwind.errors") is not None
+
+
+def test_a_source_touched_but_the_same_size_is_stale_too(package) -> None:
+    copy, path = package
+    status = os.stat(copy / "errors.py")
+    os.utime(copy / "errors.py", ns=(status.st_atime_ns, status.st_mtime_ns + 1))
+    finder = _opened(path)
+    assert finder.find_spec("liveunwind.errors") is None
+    assert finder.stale
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda data: data[:10],  # short header
+        lambda data: b"x" + data[1:],  # another format
+        lambda data: data[:24] + b"\0\0\0\0" + data[28:],  # another interpreter's magic
+        lambda data: data[: codebundle.HEADER_SIZE + 100],  # the index cut short
+        lambda data: data[: codebundle.HEADER_SIZE - 4] + b"\xff\xff\xff\x7f" + data[-100:],
+    ],
+)
+def test_a_damaged_bundle_is_not_used(package, damage) -> None:
+    _, path = package
+    with open(path, "rb") as stream:
+        data = stream.read()
+    with open(path, "wb") as stream:
+        stream.write(damage(data))
+    assert codebundle._open(path) is None
+
+
+def test_code_cut_short_is_read_from_the_source(package) -> None:
+    copy, path = package
+    size = os.path.getsize(path)
+    os.truncate(path, size - 10)  # the last module's code
+    finder = _opened(path)
+    name, relative = max(codebundle._modules(), key=lambda item: finder._index[item[0]][4])
+    spec = finder.find_spec(name)
+    assert spec is not None
+    code = finder._code(name, spec.origin)
+    assert code.co_filename == str(copy / relative)
+    assert finder.stale
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give files away")
+@pytest.mark.parametrize("whose", ["file", "folder"])
+def test_a_bundle_others_may_write_or_own_is_not_used(package, whose) -> None:
+    _, path = package
+    target = path if whose == "file" else os.path.dirname(path)
+    mode = os.stat(target).st_mode & 0o777
+    os.chmod(target, mode | 0o002)
+    assert codebundle._open(path) is None
+    os.chmod(target, mode)
+    assert codebundle._open(path) is not None
+    os.chown(target, 1, -1)
+    assert codebundle._open(path) is None
+
+
+def test_the_folder_is_made_for_the_user_alone(package) -> None:
+    _, path = package
+    shutil.rmtree(os.path.dirname(path))
+    codebundle.write_bundle(path)
+    assert os.stat(os.path.dirname(path)).st_mode & 0o777 == 0o700
+    assert [entry.name for entry in os.scandir(os.path.dirname(path))] == [os.path.basename(path)]
+
+
+def test_where_the_bundle_lives(monkeypatch) -> None:
+    monkeypatch.setattr(codebundle, "PACKAGE_DIR", "/usr/lib/python3/dist-packages/liveunwind")
+    monkeypatch.setenv("XDG_CACHE_HOME", "/var/cache/someone")
+    folder = "%2Fusr%2Flib%2Fpython3%2Fdist-packages%2Fliveunwind"
+    name = f"code-{sys.implementation.cache_tag}-{folder}.bin"
+    assert codebundle.bundle_path() == f"/var/cache/someone/liveunwind/{name}"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")  # the XDG spec: ignored
+    assert codebundle.bundle_path() is None
+    monkeypatch.setenv("XDG_CACHE_HOME", "")
+    monkeypatch.setenv("HOME", "/home/someone")
+    assert codebundle.bundle_path() == f"/home/someone/.cache/liveunwind/{name}"
+
+
+@pytest.mark.parametrize(
+    "folder", ["/usr/lib/liveunwind", "/a%b/c%%d/liveunwind", "/x-y/%/liveunwind", "/a/%2F/b"]
+)
+def test_a_bundles_name_says_its_folder(folder) -> None:
+    name = codebundle._bundle_name("cpython-311", folder)
+    assert "/" not in name
+    assert codebundle._bundled_folder(name) == folder
+    assert codebundle._bundled_folder(name.replace("%2F", "%2G", 2)) is None
+    assert codebundle._bundled_folder("debuginfo.db") is None
+
+
+def test_bundles_of_copies_gone_and_abandoned_writes_are_removed(package, tmp_path) -> None:
+    copy, path = package
+    cache = os.path.dirname(path)
+    gone = os.path.join(cache, codebundle._bundle_name("cpython-311", str(tmp_path / "gone")))
+    here = os.path.join(cache, codebundle._bundle_name("cpython-312", str(copy)))
+    abandoned = os.path.join(cache, f"{os.path.basename(here)}.1.tmp")
+    writing = os.path.join(cache, f"{os.path.basename(here)}.2.tmp")
+    other = os.path.join(cache, "debuginfo.db")
+    for each in (gone, here, abandoned, writing, other):
+        with open(each, "wb"):
+            pass
+    os.utime(abandoned, (0, 0))
+    codebundle.write_bundle(path)
+    assert sorted(os.listdir(cache)) == sorted(
+        os.path.basename(each) for each in (path, here, writing, other)
+    )
