@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.modules.perfmapfile import PerfMapFile
     from liveunwind.targets.base import AddressSpace
-    from liveunwind.targets.live.ptrace import PtraceProcess
+    from liveunwind.targets.live.procfs import TaskStatFiles
+    from liveunwind.targets.live.ptrace import PtraceProcess, Tracer
     from liveunwind.unwinder.cache import UnwindCache
 
 
@@ -76,8 +77,26 @@ class Session:
             chosen(options, keywords), live_pid=pid, shared=shared, once=once
         )
         self._perf_map: PerfMapFile | None = None
+        #: The thread that makes the ptrace calls of every backtrace, made at the first;
+        #: a stop that could not detach every thread ends it, and the next makes another.
+        self._tracer: Tracer | None = None
+        #: The threads' ``stat`` files, read before every stop.
+        self._task_stats: TaskStatFiles | None = None
         #: The last map of the running process found nothing to read before the stop.
         self._plain = False
+
+    def close(self) -> None:
+        """Ends the session's tracer thread (idle: between backtraces nothing is traced)
+        and closes the threads' ``stat`` files it kept open."""
+        if self._tracer is not None:
+            self._tracer.retire()
+            self._tracer = None
+        if self._task_stats is not None:
+            self._task_stats.close()
+            self._task_stats = None
+
+    def __del__(self) -> None:
+        self.close()
 
     @property
     def cache(self) -> UnwindCache:
@@ -95,13 +114,24 @@ class Session:
         The process is running again (or still stopped, if it was) before
         this returns, whatever happens.
         """
-        from liveunwind.targets.live.ptrace import DEFAULT_STOP_TIMEOUT, PtraceProcess
+        from liveunwind.targets.live.procfs import TaskStatFiles
+        from liveunwind.targets.live.ptrace import DEFAULT_STOP_TIMEOUT, PtraceProcess, Tracer
         from liveunwind.targets.live.snapshot import DEFAULT_STACK_CAP, DEFAULT_TOTAL_CAP, Snapshot
 
         stop_timeout = DEFAULT_STOP_TIMEOUT if self.stop_timeout is None else self.stop_timeout
         phases = Phases()
         with phases.timed("prepare"):
-            process = PtraceProcess(self.pid, thread_ids=self.threads, stop_timeout=stop_timeout)
+            if self._tracer is None or not self._tracer.running:
+                self._tracer = Tracer()
+            if self._task_stats is None:
+                self._task_stats = TaskStatFiles(self.pid)
+            process = PtraceProcess(
+                self.pid,
+                thread_ids=self.threads,
+                stop_timeout=stop_timeout,
+                tracer=self._tracer,
+                task_stats=self._task_stats,
+            )
             perf_map = self._read_perf_map(PERF_MAP_AHEAD)
             modules = None
             running = None

@@ -112,11 +112,65 @@ def state_word(letter: str) -> str:
 
 def read_stat(path: str) -> TaskStat:
     """Parses a ``stat`` file; the name may contain spaces and parentheses."""
-    raw = read_kernel_file(path, 4096).decode("utf-8", "replace")
+    return _parse_stat(read_kernel_file(path, _STAT_SIZE))
+
+
+#: Most bytes of a ``stat`` file read (it is about 300).
+_STAT_SIZE = 4096
+
+
+def _parse_stat(data: bytes) -> TaskStat:
+    raw = data.decode("utf-8", "replace")
     head, _, tail = raw.rpartition(")")
     name = head.partition("(")[2]
     fields = tail.split()
     return TaskStat(name=name, state=fields[0], flags=int(fields[6]))
+
+
+class TaskStatFiles:
+    """The ``stat`` files of one process's threads, kept open for the next stop to read again.
+
+    Opening, reading to the end and closing a thread's ``stat`` cost 15 µs,
+    one ``pread`` of the open file 2 µs (9 threads, 2 cores): a profile reads
+    every thread's before every sample.  An open file stays its thread's: once
+    the thread is gone it reads ESRCH, and the tid, if reused, is opened anew.
+    At most :data:`MAX_KEPT` files are kept open; more threads are read by path.
+    """
+
+    #: Files kept open at most (a process may have tens of thousands of threads).
+    MAX_KEPT = 4096
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._files: dict[int, int] = {}
+
+    def read(self, tid: int) -> TaskStat:
+        """The thread's ``stat`` now; OSError once it is gone."""
+        fd = self._files.get(tid)
+        if fd is not None:
+            try:
+                return _parse_stat(os.pread(fd, _STAT_SIZE, 0))
+            except OSError:  # the thread ended; its tid may be another's by now
+                self._close(tid)
+        path = f"/proc/{self.pid}/task/{tid}/stat"
+        if len(self._files) >= self.MAX_KEPT:
+            return read_stat(path)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        self._files[tid] = fd
+        return _parse_stat(os.pread(fd, _STAT_SIZE, 0))
+
+    def keep_only(self, tids: list[int]) -> None:
+        """Closes the files of threads no longer listed."""
+        for tid in self._files.keys() - set(tids):
+            self._close(tid)
+
+    def close(self) -> None:
+        """Closes every file kept open."""
+        for tid in list(self._files):
+            self._close(tid)
+
+    def _close(self, tid: int) -> None:
+        os.close(self._files.pop(tid))
 
 
 def process_stat(pid: int) -> TaskStat:

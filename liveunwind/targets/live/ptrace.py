@@ -20,9 +20,11 @@ or the rest of the target hostage:
   ``vfork()``, a thread in an uninterruptible wait) is reported as not
   stopped, with its kernel state and wait channel, and the others go on;
 - every ptrace call is made from a thread of liveunwind's own
-  (:class:`_Tracer`) that ends when the target is let go: the kernel then
-  detaches whatever that thread still traces, which is the only way to let
-  go of a thread that never stopped (PTRACE_DETACH needs a stopped tracee);
+  (:class:`Tracer`) that ends when the target is let go with a thread
+  it could not detach: the kernel then detaches whatever that thread still
+  traces, which is the only way to let go of a thread that never stopped
+  (PTRACE_DETACH needs a stopped tracee).  One that let go of every thread
+  may be lent to the next stop (``tracer=``: a profile's samples);
 - a thread that exits while being attached is simply gone, and "already
   traced" names the tracer of the thread that has one;
 - the files the process maps are opened inside its own root, as regular
@@ -105,8 +107,17 @@ class PtraceProcess(AddressSpace):
         *,
         thread_ids: list[int] | None = None,
         stop_timeout: float = DEFAULT_STOP_TIMEOUT,
+        tracer: Tracer | None = None,
+        task_stats: procfs.TaskStatFiles | None = None,
     ) -> None:
+        """``tracer``: the thread to make the ptrace calls from, if it is still running
+        (else one of this stop's own); it is ended if a thread could not be detached.
+        ``task_stats``: the threads' ``stat`` files, kept open from one stop to the next
+        (else this stop opens its own)."""
         self.pid = pid
+        self._lent_tracer = tracer
+        self._lent_task_stats = task_stats
+        self._task_stats = task_stats or procfs.TaskStatFiles(pid)
         self.arch: Arch = host_arch()
         self.stop_timeout = stop_timeout
         self._wanted = set(thread_ids) if thread_ids else None
@@ -124,7 +135,7 @@ class PtraceProcess(AddressSpace):
         self._vm_readv_works = True
         self._held_signals: list[int] = []
         self._previous_handlers: dict[int, Handler] = {}
-        self._tracer: _Tracer | None = None
+        self._tracer: Tracer | None = None
         #: perf_counter() when the first thread was interrupted, and when the last was let go.
         self.stopped_at: float | None = None
         self.resumed_at: float | None = None
@@ -137,12 +148,14 @@ class PtraceProcess(AddressSpace):
         self._pages = {}
         self._hold_signals()
         try:
-            self._tracer = _Tracer()
+            lent = self._lent_tracer
+            self._tracer = lent if lent is not None and lent.running else Tracer()
             self._tracer.call(self._attach_all)
         except BaseException:
             try:
                 self._let_go()
             finally:
+                self._close_own_files()
                 self._release_signals()
             raise
         return self
@@ -155,7 +168,12 @@ class PtraceProcess(AddressSpace):
                 if self._memory_fd >= 0:
                     os.close(self._memory_fd)
                 self._memory_fd = None
+            self._close_own_files()
             self._release_signals()
+
+    def _close_own_files(self) -> None:
+        if self._task_stats is not self._lent_task_stats:
+            self._task_stats.close()
 
     @property
     def stopped(self) -> bool:
@@ -268,7 +286,10 @@ class PtraceProcess(AddressSpace):
         for _ in range(_MAX_ATTACH_ROUNDS):
             if seen:
                 self.check_still_held()
-            fresh = [tid for tid in self._candidate_tids() if tid not in seen]
+            candidates = self._candidate_tids()
+            if not seen:
+                self._task_stats.keep_only(candidates)
+            fresh = [tid for tid in candidates if tid not in seen]
             if not fresh:
                 return
             seen.update(fresh)  # a thread that is gone or a zombie is not looked at again
@@ -278,11 +299,15 @@ class PtraceProcess(AddressSpace):
             # Seizing does not stop a thread: every thread is seized first, and the
             # freeze begins with the first interrupt (200 threads: 1.3 ms less of it).
             seized = [tid for tid in alive if self._seize(tid)]
-            for tid in seized:
-                self._interrupt(tid)
-            deadline = time.perf_counter() + self.stop_timeout
-            for tid in seized:
-                self._wait_for_stop(tid, deadline)
+            # The threads that were asleep are stopped (and waited for) before those
+            # that ran: a sleeper needs a CPU to reach its stop (120 µs for the first of
+            # 9 on 2 busy cores), which a running thread then does not wait through.
+            for group in self._sleeping_then_running(seized):
+                for tid in group:
+                    self._interrupt(tid)
+                deadline = time.perf_counter() + self.stop_timeout
+                for tid in group:
+                    self._wait_for_stop(tid, deadline)
         raise AttachError(f"process {self.pid} keeps creating threads; could not stop them all")
 
     def _candidate_tids(self) -> list[int]:
@@ -300,10 +325,22 @@ class PtraceProcess(AddressSpace):
             )
         return sorted(self._wanted)
 
+    def _was_running(self, tid: int) -> bool:
+        """Whether the thread was on a CPU (or waiting for one) when last looked at."""
+        before = self._before_stop.get(tid)
+        return before is not None and before.state == "R"
+
+    def _sleeping_then_running(self, tids: list[int]) -> tuple[list[int], list[int]]:
+        """The threads that were not running, and those that were, each in the given order."""
+        running = [tid for tid in tids if self._was_running(tid)]
+        if not running:
+            return tids, []
+        return [tid for tid in tids if not self._was_running(tid)], running
+
     def _read_before_stop(self, tid: int) -> bool:
         """Notes a thread's name and state; False if it is gone or a zombie."""
         try:
-            stat = procfs.read_stat(f"/proc/{self.pid}/task/{tid}/stat")
+            stat = self._task_stats.read(tid)
         except OSError:
             return False
         if stat.state in ("Z", "X"):
@@ -493,14 +530,22 @@ class PtraceProcess(AddressSpace):
     # -- letting go -----------------------------------------------------------
 
     def _let_go(self) -> None:
-        """Detaches every stopped thread, then ends the tracer thread, which lets go of the rest."""
+        """Detaches every stopped thread, then ends the tracer thread, which lets go of the rest.
+
+        A lent tracer that detached every thread it seized runs on, for the
+        next stop: starting and ending a thread per sample cost 0.15 ms of
+        its 1.7 ms of CPU (9 threads, 2 cores).
+        """
         tracer, self._tracer = self._tracer, None
         if tracer is None:
             return
+        detached = False
         try:
             tracer.call(self._detach_all)
+            detached = not self._left_to_kernel
         finally:
-            tracer.finish()
+            if not detached or tracer is not self._lent_tracer:
+                tracer.finish()
             self._attached = set()
             if self.resumed_at is None:
                 self.resumed_at = time.perf_counter()
@@ -508,7 +553,15 @@ class PtraceProcess(AddressSpace):
             self._wait_until_let_go(tracer.tid)
 
     def _detach_all(self) -> None:
-        for tid in sorted(self._attached):
+        """Lets go of the sleepers first and the threads that ran last.
+
+        Letting go of a thread that runs at once hands it the CPU of the
+        thread letting go (the scheduler favours the woken): measured on 2
+        cores, the PTRACE_DETACH of the busy thread of 9 took 2.3 ms on average,
+        and every thread let go after it stayed stopped that much longer.
+        """
+        sleeping, running = self._sleeping_then_running(sorted(self._attached))
+        for tid in sleeping + running:
             thread = self._stopped.get(tid)
             late = None if thread is not None else self._late_stop(tid)
             if thread is None and late is None:
@@ -629,7 +682,7 @@ class PtraceProcess(AddressSpace):
         return b"".join(words)
 
 
-class _Tracer:
+class Tracer:
     """The thread that makes a PtraceProcess's ptrace calls, one call at a time.
 
     The kernel ties a tracee to the tracer *thread*, and detaches every
@@ -668,6 +721,11 @@ class _Tracer:
             raise value
         return value  # type: ignore[return-value]
 
+    @property
+    def running(self) -> bool:
+        """Whether the thread still takes calls (it has not been ended)."""
+        return self._running
+
     def finish(self) -> None:
         """Ends the tracer thread: the kernel detaches whatever it still traces."""
         if self._running:
@@ -675,6 +733,17 @@ class _Tracer:
             self._job = None
             self._wake.release()
             self._done.acquire()
+
+    def retire(self) -> None:
+        """Ends an idle tracer thread (it traces nothing) without waiting for it to end.
+
+        Safe where waiting is not: while the interpreter shuts down, a thread
+        cannot run again to say it ended.
+        """
+        if self._running:
+            self._running = False
+            self._job = None
+            self._wake.release()
 
     def _serve(self) -> None:
         self.tid = _thread.get_native_id()
