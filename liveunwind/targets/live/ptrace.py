@@ -143,6 +143,23 @@ class PtraceProcess(AddressSpace):
     # -- context management -------------------------------------------------
 
     def __enter__(self) -> PtraceProcess:
+        self._stop(self._attach_all)
+        return self
+
+    def hold(self, work: Callable[[], Result]) -> Result:
+        """Stops every thread, returns ``work()`` run on the tracer thread, lets them go.
+
+        What ``with`` around a call of ``work`` does, in one hand-over to the
+        tracer thread instead of two, and both of those inside the freeze (each
+        wakes the other thread and passes the GIL: 10 µs, more on a busy machine).
+        Every thread is let go before this returns or raises.
+        """
+        result = self._stop(lambda: self._held_for(work))  # if it raises, all are let go
+        self.__exit__()
+        return result
+
+    def _stop(self, job: Callable[[], Result]) -> Result:
+        """Runs ``job`` (which stops every thread) on the tracer thread; lets go if it fails."""
         self._check_traceable()
         self._mappings = None
         self._pages = {}
@@ -150,7 +167,7 @@ class PtraceProcess(AddressSpace):
         try:
             lent = self._lent_tracer
             self._tracer = lent if lent is not None and lent.running else Tracer()
-            self._tracer.call(self._attach_all)
+            return self._tracer.call(job)
         except BaseException:
             try:
                 self._let_go()
@@ -158,7 +175,14 @@ class PtraceProcess(AddressSpace):
                 self._close_own_files()
                 self._release_signals()
             raise
-        return self
+
+    def _held_for(self, work: Callable[[], Result]) -> Result:
+        """On the tracer thread: stops every thread, runs ``work``, lets every thread go."""
+        try:
+            self._attach_all()
+            return work()
+        finally:
+            self._detach_all()
 
     def __exit__(self, *exc_info: object) -> None:
         try:
@@ -541,7 +565,8 @@ class PtraceProcess(AddressSpace):
             return
         detached = False
         try:
-            tracer.call(self._detach_all)
+            if self._attached:  # else let go already, by hold()
+                tracer.call(self._detach_all)
             detached = not self._left_to_kernel
         finally:
             if not detached or tracer is not self._lent_tracer:
@@ -708,9 +733,15 @@ class Tracer:
         _thread.start_new_thread(self._serve, ())
 
     def call(self, function: Callable[..., Result], *args: object) -> Result:
-        """Runs ``function(*args)`` on the tracer thread; its exception is raised here."""
+        """Runs ``function(*args)`` on the tracer thread; its exception is raised here.
+
+        Called on the tracer thread itself (by work ``PtraceProcess.hold`` runs
+        there), it runs the function at once.
+        """
         if not self._running:
             raise AttachError("the tracer thread has ended")
+        if _thread.get_native_id() == self.tid:
+            return function(*args)
         self._job = (function, args)
         self._wake.release()
         self._done.acquire()
