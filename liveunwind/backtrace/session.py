@@ -229,8 +229,9 @@ class Session:
             from liveunwind.modules.perfmapfile import PerfMapFile
             from liveunwind.targets.live.procfs import perf_map_path, started_at
 
+            pid = self.pid  # not self: the session is let go (and its tracer ended) unused
             self._perf_map = PerfMapFile(
-                f"/proc/{self.pid}/root", perf_map_path(self.pid), lambda: started_at(self.pid)
+                f"/proc/{pid}/root", perf_map_path(pid), lambda: started_at(pid)
             )
         return self._perf_map.update(limit, settle=settle)
 

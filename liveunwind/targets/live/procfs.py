@@ -134,11 +134,15 @@ class TaskStatFiles:
     one ``pread`` of the open file 2 µs (9 threads, 2 cores): a profile reads
     every thread's before every sample.  An open file stays its thread's: once
     the thread is gone it reads ESRCH, and the tid, if reused, is opened anew.
-    At most :data:`MAX_KEPT` files are kept open; more threads are read by path.
+    The files kept open by all of liveunwind's sessions together are at most a
+    quarter of its file limit (and at most :data:`MOST_KEPT`); other threads'
+    are read by path.
     """
 
-    #: Files kept open at most (a process may have tens of thousands of threads).
-    MAX_KEPT = 4096
+    #: Files kept open at most, over every instance.
+    MOST_KEPT = 1024
+    #: Files kept open now, over every instance.
+    kept = 0
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
@@ -153,10 +157,11 @@ class TaskStatFiles:
             except OSError:  # the thread ended; its tid may be another's by now
                 self._close(tid)
         path = f"/proc/{self.pid}/task/{tid}/stat"
-        if len(self._files) >= self.MAX_KEPT:
+        if TaskStatFiles.kept >= _most_kept():
             return read_stat(path)
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         self._files[tid] = fd
+        TaskStatFiles.kept += 1
         return _parse_stat(os.pread(fd, _STAT_SIZE, 0))
 
     def keep_only(self, tids: list[int]) -> None:
@@ -171,6 +176,17 @@ class TaskStatFiles:
 
     def _close(self, tid: int) -> None:
         os.close(self._files.pop(tid))
+        TaskStatFiles.kept -= 1
+
+
+def _most_kept() -> int:
+    """How many ``stat`` files may be kept open: a quarter of the open-file limit, at most 1024."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return TaskStatFiles.MOST_KEPT
+    return min(TaskStatFiles.MOST_KEPT, soft // 4)
 
 
 def process_stat(pid: int) -> TaskStat:

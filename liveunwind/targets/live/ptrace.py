@@ -164,7 +164,11 @@ class PtraceProcess(AddressSpace):
 
     def _stop(self, job: Callable[[], Result]) -> Result:
         """Runs ``job`` (which stops every thread) on the tracer thread; lets go if it fails."""
-        self._check_traceable()
+        try:
+            self._check_traceable()
+        except BaseException:
+            self._close_own_files()
+            raise
         self._mappings = None
         self._pages = {}
         self._hold_signals()
@@ -290,7 +294,12 @@ class PtraceProcess(AddressSpace):
     def _check_traceable(self) -> None:
         if self.pid == os.getpid():
             raise NotTraceableError("liveunwind cannot attach to itself; use local_backtrace()")
-        stat = procfs.process_stat(self.pid)
+        try:
+            # The main thread's stat says what /proc/PID/stat would (state, flags), from
+            # the file kept open for the stop (saves an open and a close per sample).
+            stat = self._task_stats.read(self.pid)
+        except (FileNotFoundError, ProcessLookupError):
+            raise NoSuchProcessError(f"no process with pid {self.pid}") from None
         if stat.is_kernel_thread:
             raise NotTraceableError(
                 f"process {self.pid} ({stat.name}) is a kernel thread: it has no user-space stack"
@@ -792,19 +801,22 @@ class Tracer:
             self._job = None
             self._wake.release()
 
+    def _run(self, function: Callable[..., object], args: tuple[object, ...]) -> None:
+        try:
+            self._outcome = (True, function(*args))
+        except BaseException as error:  # handed to the caller's thread
+            self._outcome = (False, error)
+
     def _serve(self) -> None:
         self.tid = _thread.get_native_id()
         syscalls.set_timer_slack(round(_TIMER_SLACK * 1e9))
         while True:
             self._wake.acquire()
-            job = self._job
+            job, self._job = self._job, None
             if job is None:
                 break
-            function, args = job
-            try:
-                self._outcome = (True, function(*args))
-            except BaseException as error:  # handed to the caller's thread
-                self._outcome = (False, error)
+            self._run(*job)
+            del job  # an idle tracer keeps nothing of the last job (a session, its files)
             self._done.release()
         self._done.release()
 
