@@ -423,3 +423,43 @@ def test_a_thread_that_never_stops_ends_the_lent_tracer(testprogs_build: Path) -
             wait_until(lambda: not _own_threads() - before, 5, "the tracer thread to end")
             assert_untraced(program.pid)
         session.close()
+
+
+def _own_files() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_thread_stat_files_are_kept_open_for_live_threads_only(run_program) -> None:
+    """Each thread's stat is read again from the file kept open (what the path gives); the
+    file of a thread that ended is closed when read, and of one no longer listed on request."""
+    import threading
+
+    program = run_program("threads-O2")
+    tids = procfs.list_tids(program.pid)
+    files = procfs.TaskStatFiles(program.pid)
+    before, kept = _own_files(), procfs.TaskStatFiles.kept
+    for _ in range(2):
+        read = [files.read(tid) for tid in tids]
+        by_path = [procfs.read_stat(f"/proc/{program.pid}/task/{tid}/stat") for tid in tids]
+        assert [(s.name, s.state) for s in read] == [(s.name, s.state) for s in by_path]
+        assert _own_files() == before + len(tids)
+    files.keep_only(tids[:1])
+    assert _own_files() == before + 1 and procfs.TaskStatFiles.kept == kept + 1
+    files.close()
+    assert _own_files() == before and procfs.TaskStatFiles.kept == kept
+
+    ours = procfs.TaskStatFiles(os.getpid())
+    release = threading.Event()
+    worker = threading.Thread(target=release.wait, daemon=True)
+    worker.start()
+    try:
+        assert worker.native_id is not None
+        assert ours.read(worker.native_id).state == "S"  # parked in release.wait()
+        assert _own_files() == before + 1
+    finally:
+        release.set()
+        worker.join()
+    wait_until(lambda: not os.path.exists(f"/proc/self/task/{worker.native_id}"), 5, "its end")
+    with pytest.raises(OSError):
+        ours.read(worker.native_id)
+    assert _own_files() == before and procfs.TaskStatFiles.kept == kept
