@@ -364,9 +364,11 @@ class PtraceProcess(AddressSpace):
         return sorted(self._wanted)
 
     def _was_running(self, tid: int) -> bool:
-        """Whether the thread was on a CPU (or waiting for one) when last looked at."""
+        """Whether the thread was on a CPU (or waiting for one) when last looked at, or ran
+        since the stop before (a busy Python thread is often asleep on the GIL when looked at,
+        its heartbeat thread running)."""
         before = self._before_stop.get(tid)
-        return before is not None and before.state == "R"
+        return before is not None and (before.state == "R" or before.ran)
 
     def _sleeping_then_running(self, tids: list[int]) -> tuple[list[int], list[int]]:
         """The threads that were not running, and those that were, each in the given order."""
