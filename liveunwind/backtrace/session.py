@@ -8,6 +8,8 @@ its perf map too: read on from where the last backtrace stopped reading.
 
 from __future__ import annotations
 
+from time import perf_counter
+
 from liveunwind.backtrace.backtracer import Backtracer
 from liveunwind.backtrace.options import chosen
 from liveunwind.backtrace.phases import Phases
@@ -27,7 +29,9 @@ if TYPE_CHECKING:
     from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.modules.perfmapfile import PerfMapFile
     from liveunwind.targets.base import AddressSpace
-    from liveunwind.targets.live.ptrace import PtraceProcess
+    from liveunwind.targets.live.procfs import TaskStatFiles
+    from liveunwind.targets.live.ptrace import PtraceProcess, Tracer
+    from liveunwind.targets.live.snapshot import Snapshot
     from liveunwind.unwinder.cache import UnwindCache
 
 
@@ -76,8 +80,26 @@ class Session:
             chosen(options, keywords), live_pid=pid, shared=shared, once=once
         )
         self._perf_map: PerfMapFile | None = None
+        #: The thread that makes the ptrace calls of every backtrace, made at the first;
+        #: a stop that could not detach every thread ends it, and the next makes another.
+        self._tracer: Tracer | None = None
+        #: The threads' ``stat`` files, read before every stop.
+        self._task_stats: TaskStatFiles | None = None
         #: The last map of the running process found nothing to read before the stop.
         self._plain = False
+
+    def close(self) -> None:
+        """Ends the session's tracer thread (idle: between backtraces nothing is traced)
+        and closes the threads' ``stat`` files it kept open."""
+        if self._tracer is not None:
+            self._tracer.retire()
+            self._tracer = None
+        if self._task_stats is not None:
+            self._task_stats.close()
+            self._task_stats = None
+
+    def __del__(self) -> None:
+        self.close()
 
     @property
     def cache(self) -> UnwindCache:
@@ -95,15 +117,24 @@ class Session:
         The process is running again (or still stopped, if it was) before
         this returns, whatever happens.
         """
-        from liveunwind.targets.live.ptrace import DEFAULT_STOP_TIMEOUT, PtraceProcess
-        from liveunwind.targets.live.snapshot import DEFAULT_STACK_CAP, DEFAULT_TOTAL_CAP, Snapshot
+        from liveunwind.targets.live.procfs import TaskStatFiles
+        from liveunwind.targets.live.ptrace import DEFAULT_STOP_TIMEOUT, PtraceProcess, Tracer
 
         stop_timeout = DEFAULT_STOP_TIMEOUT if self.stop_timeout is None else self.stop_timeout
         phases = Phases()
         with phases.timed("prepare"):
-            process = PtraceProcess(self.pid, thread_ids=self.threads, stop_timeout=stop_timeout)
+            if self._tracer is None or not self._tracer.running:
+                self._tracer = Tracer()
+            if self._task_stats is None:
+                self._task_stats = TaskStatFiles(self.pid)
+            process = PtraceProcess(
+                self.pid,
+                thread_ids=self.threads,
+                stop_timeout=stop_timeout,
+                tracer=self._tracer,
+                task_stats=self._task_stats,
+            )
             perf_map = self._read_perf_map(PERF_MAP_AHEAD)
-            modules = None
             running = None
             if self.snapshot and not self._nothing_ahead(process, perf_map):
                 running = self._map_running(process, perf_map)
@@ -113,47 +144,80 @@ class Session:
             if running is not None:
                 self._plain = not jit_possible and python is None and go is None
         attaching = phases.timed("attach")
-        with process:
-            stopped = attaching.stop()
-            if self.snapshot:
-                with phases.timed("copy"):
-                    snapshot = Snapshot.capture(
-                        process,
-                        stack_cap=self.stack_cap or DEFAULT_STACK_CAP,
-                        total_cap=self.total_cap or DEFAULT_TOTAL_CAP,
-                    )
-                if jit_possible:
-                    with phases.timed("registry"):
-                        perf_map = self._read_perf_map(PERF_MAP_IN_STOP, settle=False)
-                        modules = self._copy_registry(snapshot, perf_map)
-                if python is not None:
-                    with phases.timed("python_copy"):
-                        python.capture(snapshot)
-                if go is not None:
-                    from liveunwind.unwinder import goswitch
+        if self.snapshot:
+            #: When the threads were all stopped, and when the copying ended.
+            moments: list[float] = []
 
-                    with phases.timed("go_copy"):
-                        goswitch.capture(snapshot, go)
-            else:
+            def copy() -> tuple[Snapshot, ModuleMap | None, PerfMapView | str]:
+                """Run on the tracer thread while every thread is stopped."""
+                moments.append(attaching.stop())
+                try:
+                    return self._copy(process, phases, perf_map, jit_possible, python, go)
+                finally:
+                    moments.append(perf_counter())
+
+            snapshot, modules, perf_map = process.hold(copy)
+            resumed = process.resumed_at or perf_counter()
+            phases.add("detach", resumed - moments[-1])
+            phases.add("freeze", resumed - (process.stopped_at or moments[0]))
+            backtrace = self._backtracer.backtrace(
+                snapshot, phases.seconds, perf_map=perf_map, modules=modules
+            )
+            if snapshot.problems:  # what the caps cut; a new list: the modules own theirs
+                backtrace.problems = [*snapshot.problems, *backtrace.problems]
+        else:
+            with process:
+                stopped = attaching.stop()
                 backtrace = self._backtracer.backtrace(
                     process,
                     phases.seconds,
                     should_stop=lambda: process.interrupted,
                     perf_map=perf_map,
                 )
-            detaching = phases.timed("detach")
-        resumed = detaching.stop(at=process.resumed_at)
-        phases.add("freeze", resumed - (process.stopped_at or stopped))
-        if self.snapshot:
-            backtrace = self._backtracer.backtrace(
-                snapshot, phases.seconds, perf_map=perf_map, modules=modules
-            )
-            if snapshot.problems:  # what the caps cut; a new list: the modules own theirs
-                backtrace.problems = [*snapshot.problems, *backtrace.problems]
+                detaching = phases.timed("detach")
+            resumed = detaching.stop(at=process.resumed_at)
+            phases.add("freeze", resumed - (process.stopped_at or stopped))
         if self.shared is not None:
             self.shared.keep(self._backtracer.modules)
         phases.total()
         return backtrace
+
+    def _copy(
+        self,
+        process: PtraceProcess,
+        phases: Phases,
+        perf_map: PerfMapView | str,
+        jit_possible: bool,
+        python: PythonReader | None,
+        go: Module | None,
+    ) -> tuple[Snapshot, ModuleMap | None, PerfMapView | str]:
+        """While every thread is stopped: the snapshot, and the map and perf map read in it.
+
+        Copies the registers and stacks, and what the walk needs of the JIT
+        registry, Python's interpreter and Go's scheduler where found before the stop.
+        """
+        from liveunwind.targets.live.snapshot import DEFAULT_STACK_CAP, DEFAULT_TOTAL_CAP, Snapshot
+
+        modules = None
+        with phases.timed("copy"):
+            snapshot = Snapshot.capture(
+                process,
+                stack_cap=self.stack_cap or DEFAULT_STACK_CAP,
+                total_cap=self.total_cap or DEFAULT_TOTAL_CAP,
+            )
+        if jit_possible:
+            with phases.timed("registry"):
+                perf_map = self._read_perf_map(PERF_MAP_IN_STOP, settle=False)
+                modules = self._copy_registry(snapshot, perf_map)
+        if python is not None:
+            with phases.timed("python_copy"):
+                python.capture(snapshot)
+        if go is not None:
+            from liveunwind.unwinder import goswitch
+
+            with phases.timed("go_copy"):
+                goswitch.capture(snapshot, go)
+        return snapshot, modules, perf_map
 
     def _read_perf_map(self, limit: int, *, settle: bool = True) -> PerfMapView | str:
         """The process's perf map as known now: read on (at most ``limit`` more bytes).
@@ -165,8 +229,9 @@ class Session:
             from liveunwind.modules.perfmapfile import PerfMapFile
             from liveunwind.targets.live.procfs import perf_map_path, started_at
 
+            pid = self.pid  # not self: the session is let go (and its tracer ended) unused
             self._perf_map = PerfMapFile(
-                f"/proc/{self.pid}/root", perf_map_path(self.pid), lambda: started_at(self.pid)
+                f"/proc/{pid}/root", perf_map_path(pid), lambda: started_at(pid)
             )
         return self._perf_map.update(limit, settle=settle)
 

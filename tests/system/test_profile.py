@@ -564,3 +564,61 @@ def test_the_burning_thread_keeps_85_percent_of_its_speed_at_100_hz(profiled: Pr
         if clock >= 0.85 or (busy and free >= 0.85):
             return
     pytest.fail(f"the burner kept only {tries} of its speed")
+
+
+def test_the_running_thread_is_stopped_last_and_let_go_last(
+    profiled: Profiled, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The burner, on a CPU, is interrupted once every sleeper is in its stop (registers
+    read) and let go after them: the sleepers' way to their stops is not in its stop."""
+    from liveunwind.targets.live import syscalls
+
+    calls: list[tuple[int, int]] = []
+    ptrace = syscalls.ptrace
+
+    def recorded(request: int, tid: int, address: int = 0, data: int = 0) -> int:
+        calls.append((request, tid))
+        return ptrace(request, tid, address, data)
+
+    monkeypatch.setattr(syscalls, "ptrace", recorded)
+    burner, sleepers = profiled.tids["burner"], [profiled.pid, profiled.tids["sleeper"]]
+    session = Session(profiled.pid)
+    for _ in range(5):
+        calls.clear()
+        backtrace = session.backtrace()
+        if {t.tid: t.state for t in backtrace.threads}[burner] != "running":
+            continue  # waiting for a CPU counts as running; anything else was not seen
+        interrupted = calls.index((syscalls.PTRACE_INTERRUPT, burner))
+        let_go = calls.index((syscalls.PTRACE_DETACH, burner))
+        for tid in sleepers:
+            assert calls.index((syscalls.PTRACE_GETREGSET, tid)) < interrupted, calls
+            assert calls.index((syscalls.PTRACE_DETACH, tid)) < let_go, calls
+        return
+    pytest.fail("the burner was never seen running")
+
+
+def test_liveunwind_killed_while_sampling_leaves_the_target_running_untraced(
+    profiled: Profiled,
+) -> None:
+    """SIGKILL at instants spread over the first second of sampling at 200 Hz (the tracer
+    thread lives from sample to sample): the kernel lets go of every thread, each time."""
+    from tests.support.interrupts import assert_let_go
+
+    for delay in (0.35, 0.5, 0.65, 0.8, 0.95, 1.1):
+        runner = subprocess.Popen(
+            [sys.executable, "-m", "liveunwind", "profile", str(profiled.pid), "--rate", "200"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd=ROOT,
+        )
+        time.sleep(delay)
+        runner.kill()
+        runner.wait()
+        assert_let_go(profiled.pid)
+        _wait_for_work(profiled)
+
+
+def _wait_for_work(profiled: Profiled) -> None:
+    """Waits until the burner did more work than it had done so far."""
+    before = profiled.chunks()
+    wait_until(lambda: profiled.chunks() > before, 10, "the burner to work on")

@@ -18,8 +18,10 @@ from liveunwind.modules.modulemap import ModuleMap
 from liveunwind.targets.live import procfs
 from liveunwind.targets.live.ptrace import PtraceProcess
 from liveunwind.targets.live.snapshot import Snapshot
+from tests.support.hostile import assert_untraced, states
 from tests.support.paths import ROOT, TESTPROGS
 from tests.support.programs import start_command
+from tests.support.waits import wait_until
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -384,3 +386,80 @@ def test_a_remembered_suffix_is_taken_only_where_every_register_and_word_it_used
 
     ours = _sleeper_walks(warm, program.pid, deep_word)
     assert len(ours.frames) < len(frames)
+
+
+def _own_threads() -> set[int]:
+    return {int(entry) for entry in os.listdir("/proc/self/task")}
+
+
+def test_a_session_lends_one_tracer_thread_to_all_its_backtraces(run_program) -> None:
+    """One thread of ours makes the ptrace calls of every backtrace (no thread started and
+    ended per sample); between backtraces the target is traced by nobody, and closing the
+    session ends the thread."""
+    program = run_program("threads-O2")
+    before = _own_threads()
+    session = Session(program.pid)
+    tracers: set[int] = set()
+    for _ in range(4):
+        assert session.backtrace().complete
+        tracers |= _own_threads() - before
+        assert_untraced(program.pid)
+    assert len(tracers) == 1
+    session.close()
+    wait_until(lambda: not _own_threads() & tracers, 5, "the tracer thread to end")
+
+
+def test_a_thread_that_never_stops_ends_the_lent_tracer(testprogs_build: Path) -> None:
+    """A main thread inside vfork() cannot be detached: the tracer thread ends (the kernel
+    then lets go of it), and the next backtrace stops the process with a new one."""
+    with start_command([str(testprogs_build / "vforker"), "30"]) as program:
+        wait_until(lambda: states(program.pid).get(program.pid, ("",))[0] == "D", 10, "vfork")
+        before = _own_threads()
+        session = Session(program.pid, stop_timeout=0.1)
+        for _ in range(2):
+            backtrace = session.backtrace()
+            (main,) = [thread for thread in backtrace.threads if thread.tid == program.pid]
+            assert not main.complete and "not stopped" in main.stop_detail
+            wait_until(lambda: not _own_threads() - before, 5, "the tracer thread to end")
+            assert_untraced(program.pid)
+        session.close()
+
+
+def _own_files() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_thread_stat_files_are_kept_open_for_live_threads_only(run_program) -> None:
+    """Each thread's stat is read again from the file kept open (what the path gives); the
+    file of a thread that ended is closed when read, and of one no longer listed on request."""
+    import threading
+
+    program = run_program("threads-O2")
+    tids = procfs.list_tids(program.pid)
+    files = procfs.TaskStatFiles(program.pid)
+    before, kept = _own_files(), procfs.TaskStatFiles.kept
+    for _ in range(2):
+        read = [files.read(tid) for tid in tids]
+        by_path = [procfs.read_stat(f"/proc/{program.pid}/task/{tid}/stat") for tid in tids]
+        assert [(s.name, s.state) for s in read] == [(s.name, s.state) for s in by_path]
+        assert _own_files() == before + len(tids)
+    files.keep_only(tids[:1])
+    assert _own_files() == before + 1 and procfs.TaskStatFiles.kept == kept + 1
+    files.close()
+    assert _own_files() == before and procfs.TaskStatFiles.kept == kept
+
+    ours = procfs.TaskStatFiles(os.getpid())
+    release = threading.Event()
+    worker = threading.Thread(target=release.wait, daemon=True)
+    worker.start()
+    try:
+        assert worker.native_id is not None
+        assert ours.read(worker.native_id).state == "S"  # parked in release.wait()
+        assert _own_files() == before + 1
+    finally:
+        release.set()
+        worker.join()
+    wait_until(lambda: not os.path.exists(f"/proc/self/task/{worker.native_id}"), 5, "its end")
+    with pytest.raises(OSError):
+        ours.read(worker.native_id)
+    assert _own_files() == before and procfs.TaskStatFiles.kept == kept

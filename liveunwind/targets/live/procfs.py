@@ -82,12 +82,16 @@ class TaskStat:
     A plain class, not a named tuple: that costs 70–170 µs of every cold start.
     """
 
-    __slots__ = ("flags", "name", "state")
+    __slots__ = ("cpu_ticks", "flags", "name", "ran", "state")
 
-    def __init__(self, name: str, state: str, flags: int) -> None:
+    def __init__(self, name: str, state: str, flags: int, cpu_ticks: int = 0) -> None:
         self.name = name
         self.state = state
         self.flags = flags
+        #: Clock ticks the thread ran (user and system time).
+        self.cpu_ticks = cpu_ticks
+        #: Whether it ran since the same file was read before (TaskStatFiles); False if unknown.
+        self.ran = False
 
     @property
     def is_kernel_thread(self) -> bool:
@@ -112,11 +116,91 @@ def state_word(letter: str) -> str:
 
 def read_stat(path: str) -> TaskStat:
     """Parses a ``stat`` file; the name may contain spaces and parentheses."""
-    raw = read_kernel_file(path, 4096).decode("utf-8", "replace")
+    return _parse_stat(read_kernel_file(path, _STAT_SIZE))
+
+
+#: Most bytes of a ``stat`` file read (it is about 300).
+_STAT_SIZE = 4096
+
+
+def _parse_stat(data: bytes) -> TaskStat:
+    raw = data.decode("utf-8", "replace")
     head, _, tail = raw.rpartition(")")
     name = head.partition("(")[2]
     fields = tail.split()
-    return TaskStat(name=name, state=fields[0], flags=int(fields[6]))
+    cpu_ticks = int(fields[11]) + int(fields[12]) if len(fields) > 12 else 0
+    return TaskStat(name=name, state=fields[0], flags=int(fields[6]), cpu_ticks=cpu_ticks)
+
+
+class TaskStatFiles:
+    """The ``stat`` files of one process's threads, kept open for the next stop to read again.
+
+    Opening, reading to the end and closing a thread's ``stat`` cost 15 µs,
+    one ``pread`` of the open file 2 µs (9 threads, 2 cores): a profile reads
+    every thread's before every sample.  An open file stays its thread's: once
+    the thread is gone it reads ESRCH, and the tid, if reused, is opened anew.
+    The files kept open by all of liveunwind's sessions together are at most a
+    quarter of its file limit (and at most :data:`MOST_KEPT`); other threads'
+    are read by path.
+    """
+
+    #: Files kept open at most, over every instance.
+    MOST_KEPT = 1024
+    #: Files kept open now, over every instance.
+    kept = 0
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._files: dict[int, int] = {}
+        #: The CPU ticks of each thread kept open, at its last read.
+        self._ticks: dict[int, int] = {}
+
+    def read(self, tid: int) -> TaskStat:
+        """The thread's ``stat`` now (``ran``: it ran since the last read); OSError once gone."""
+        fd = self._files.get(tid)
+        if fd is not None:
+            try:
+                stat = _parse_stat(os.pread(fd, _STAT_SIZE, 0))
+            except OSError:  # the thread ended; its tid may be another's by now
+                self._close(tid)
+            else:
+                stat.ran = stat.cpu_ticks > self._ticks[tid]
+                self._ticks[tid] = stat.cpu_ticks
+                return stat
+        path = f"/proc/{self.pid}/task/{tid}/stat"
+        if TaskStatFiles.kept >= _most_kept():
+            return read_stat(path)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        self._files[tid] = fd
+        TaskStatFiles.kept += 1
+        stat = _parse_stat(os.pread(fd, _STAT_SIZE, 0))
+        self._ticks[tid] = stat.cpu_ticks
+        return stat
+
+    def keep_only(self, tids: list[int]) -> None:
+        """Closes the files of threads no longer listed."""
+        for tid in self._files.keys() - set(tids):
+            self._close(tid)
+
+    def close(self) -> None:
+        """Closes every file kept open."""
+        for tid in list(self._files):
+            self._close(tid)
+
+    def _close(self, tid: int) -> None:
+        os.close(self._files.pop(tid))
+        self._ticks.pop(tid, None)
+        TaskStatFiles.kept -= 1
+
+
+def _most_kept() -> int:
+    """How many ``stat`` files may be kept open: a quarter of the open-file limit, at most 1024."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return TaskStatFiles.MOST_KEPT
+    return min(TaskStatFiles.MOST_KEPT, soft // 4)
 
 
 def process_stat(pid: int) -> TaskStat:
