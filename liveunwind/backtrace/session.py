@@ -76,6 +76,7 @@ class Session:
         self.total_cap = total_cap
         self.stop_timeout = stop_timeout
         self.shared = shared
+        self._once = once
         self._backtracer = Backtracer(
             chosen(options, keywords), live_pid=pid, shared=shared, once=once
         )
@@ -90,7 +91,13 @@ class Session:
 
     def close(self) -> None:
         """Ends the session's tracer thread (idle: between backtraces nothing is traced)
-        and closes the threads' ``stat`` files it kept open."""
+        and closes the threads' ``stat`` files it kept open.
+
+        A session of one backtrace (``once``) closes itself as the backtrace
+        ends, in the command's own flow: left to ``__del__``, the closing ran
+        wherever the session was freed, and a Ctrl-C landing in it was
+        printed as an ignored exception and lost.
+        """
         if self._tracer is not None:
             self._tracer.retire()
             self._tracer = None
@@ -117,6 +124,13 @@ class Session:
         The process is running again (or still stopped, if it was) before
         this returns, whatever happens.
         """
+        try:
+            return self._backtrace()
+        finally:
+            if self._once:
+                self.close()
+
+    def _backtrace(self) -> Backtrace:
         from liveunwind.targets.live.procfs import TaskStatFiles
         from liveunwind.targets.live.ptrace import DEFAULT_STOP_TIMEOUT, PtraceProcess, Tracer
 

@@ -68,6 +68,7 @@ def many_processes(
                 total_cap=arguments.total_stack_cap,
                 stop_timeout=arguments.stop_timeout,
                 shared=shared,
+                once=True,
             )
             result = ProcessResult(pid, name, session.backtrace())
             moved += session.cache.suffixed

@@ -136,12 +136,15 @@ def test_phases_in_the_order_stats_prints_them(
 
 @pytest.mark.parametrize("program_args", [("threads-O2",), ("sighandler",), ("recurse", "300")])
 def test_a_session_of_one_backtrace_records_nothing_for_a_next(run_program, program_args) -> None:
-    """``once`` (a single ``liveunwind pid``): the same walk, and no walk or suffix recorded."""
+    """``once`` (a single ``liveunwind pid``): the same walk, no walk or suffix recorded, and
+    the session closed as its backtrace ends (its tracer thread ended, its files closed)."""
     program = run_program(*program_args)
     kept = Session(program.pid)
     alone = Session(program.pid, once=True)
     assert _everything(alone.backtrace()) == _everything(kept.backtrace())
     assert kept.cache.suffixes and not alone.cache.suffixes and not alone.cache._next_walks
+    assert alone._tracer is None and alone._task_stats is None
+    assert kept._tracer is not None and kept._tracer.running
 
 
 def test_a_perf_map_left_by_an_earlier_process_with_the_pid_is_not_read(run_program) -> None:
@@ -454,6 +457,8 @@ def test_thread_stat_files_are_kept_open_for_live_threads_only(run_program) -> N
     worker.start()
     try:
         assert worker.native_id is not None
+        path = f"/proc/self/task/{worker.native_id}/stat"
+        wait_until(lambda: procfs.read_stat(path).state == "S", 5, "the worker to park")
         assert ours.read(worker.native_id).state == "S"  # parked in release.wait()
         assert _own_files() == before + 1
     finally:
