@@ -126,6 +126,7 @@ class Backtracer:
                 read_ahead_at_pcs(threads, modules, space.arch.pc, spare)
         with phases.timed("unwind"):
             traces = unwind_all(space, threads, stepper)
+            stepper.close()
         lookup_order = None
         if options.lines:
             with phases.timed("lines"):

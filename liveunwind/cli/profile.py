@@ -17,6 +17,7 @@ up to date on stderr when stderr is a terminal.
 
 from __future__ import annotations
 
+import gc
 import signal
 import sys
 import time
@@ -51,6 +52,14 @@ HOTTEST = 10
 SHOWN_FRAMES = 8
 #: Seconds between two redraws of the progress line.
 PROGRESS_EVERY = 0.2
+#: The cyclic garbage collector's first threshold while the wall clock is sampled
+#: (Python's is 700).  A sample makes about a thousand objects (a frame and its
+#: list of notes per frame, none in a cycle) and drops them at the next, and 700
+#: set the collector off every second sample to scan what the sample still held,
+#: and now and then every object kept: 56 ms of the 0.7 s of CPU of 500 samples
+#: of bench/target.c's 9 threads, 14 ms with this.  Cyclic garbage is still
+#: collected, once this many more objects are alive than at the last collection.
+SAMPLING_GC_THRESHOLD = 10_000
 
 
 def parse_rate(text: str) -> float:
@@ -147,14 +156,19 @@ def _sample(
     from liveunwind.backtrace.session import Session
 
     session = Session(arguments.pid, threads=arguments.threads, options=options)
-    return record(
-        session,
-        rate=arguments.rate,
-        duration=arguments.duration,
-        per_thread=arguments.per_thread,
-        should_stop=should_stop,
-        on_sample=on_sample,
-    )
+    thresholds = gc.get_threshold()
+    gc.set_threshold(SAMPLING_GC_THRESHOLD, *thresholds[1:])
+    try:
+        return record(
+            session,
+            rate=arguments.rate,
+            duration=arguments.duration,
+            per_thread=arguments.per_thread,
+            should_stop=should_stop,
+            on_sample=on_sample,
+        )
+    finally:
+        gc.set_threshold(*thresholds)
 
 
 def open_outputs(arguments: SimpleNamespace) -> dict[str, AtomicFile]:

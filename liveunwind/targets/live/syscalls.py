@@ -85,9 +85,18 @@ def set_timer_slack(nanoseconds: int) -> None:
     _libc.prctl(PR_SET_TIMERSLACK, ctypes.c_ulong(nanoseconds), 0, 0, 0)
 
 
+#: ``c_char * size`` for each size of register set asked: ctypes keeps an array type only
+#: while something else holds it, and a new one is a class, a reference cycle left to the
+#: garbage collector (one every few samples of a profile).
+_REGSET_BUFFERS: dict[int, type[ctypes.Array[ctypes.c_char]]] = {}
+
+
 def get_regset(tid: int, size: int) -> bytes:
     """The NT_PRSTATUS register set of a ptrace-stopped thread (at most ``size`` bytes)."""
-    buffer = ctypes.create_string_buffer(size)
+    kind = _REGSET_BUFFERS.get(size)
+    if kind is None:
+        kind = _REGSET_BUFFERS[size] = ctypes.c_char * size
+    buffer = kind()
     vector = _IoVec(ctypes.addressof(buffer), size)
     ptrace(PTRACE_GETREGSET, tid, NT_PRSTATUS, ctypes.addressof(vector))
     return buffer.raw[: vector.length]
@@ -239,8 +248,17 @@ def copy_remote(
     while start < len(ranges):
         batch = ranges[start : start + IOV_MAX]
         buffers = [bytearray(size) if size < MAP_AT else mmap.mmap(-1, size) for _, size in batch]
-        anchors = [(ctypes.c_char * len(buffer)).from_buffer(buffer) for buffer in buffers]
-        local = _iovecs([(ctypes.addressof(anchor), len(anchor)) for anchor in anchors])
+        # A char at each buffer's start holds it in place (as PlannedRead's): an array type
+        # per length (``c_char * size``) was a new class per new length, a reference cycle
+        # left to the collector, two a sample of bench/target.c's 9 threads.
+        # An empty buffer has no char to hold (the kernel reads nothing into it).
+        anchors = [ctypes.c_char.from_buffer(buffer) if buffer else None for buffer in buffers]
+        local = _iovecs(
+            [
+                (ctypes.addressof(anchor) if anchor is not None else 0, len(buffer))
+                for anchor, buffer in zip(anchors, buffers)
+            ]
+        )
         done = _readv(pid, local, _iovecs(batch), len(batch))
         del anchors  # the buffers may be resized or closed from here on
         sizes = [size for _, size in batch]
