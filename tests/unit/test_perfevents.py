@@ -163,6 +163,38 @@ def test_a_huge_callchain_count_is_a_format_error() -> None:
         perfevents.decode(attr, raw)
 
 
+def _decoded_by(decoder, attr: perfevents.EventAttr, raw: bytes) -> object:  # type: ignore[no-untyped-def]
+    """Every field of the sample ``decoder`` makes of ``raw`` (a record), or its error's text."""
+    misc = struct.unpack_from("<H", raw, 4)[0]
+    try:
+        sample = decoder(attr, misc, memoryview(raw)[8:])
+    except FormatError as error:
+        return str(error)
+    return [bytes(sample.stack), *(getattr(sample, name) for name in perfevents.Sample.__slots__)]
+
+
+def test_the_fast_sample_decoder_is_the_field_by_field_one_on_every_cut_and_change() -> None:
+    """The one-struct prefix (perfevents._SamplePrefix) gives what the field-by-field decoder
+    gives, and the same error, for perf's sample cut at every length and with each of its
+    words before the stack copy's end set to a large and a small value."""
+    attr, raw = _attr(), bytes(_first_sample())
+    assert attr._prefix is not None  # --call-graph dwarf's layout has one
+    fast, by_field = perfevents._decode_sample, perfevents._decode_sample_by_field
+    assert _decoded_by(fast, attr, raw) == _decoded_by(by_field, attr, raw)
+    errors = set()
+    for cut in range(8, len(raw)):
+        found = _decoded_by(fast, attr, raw[:cut])
+        assert found == _decoded_by(by_field, attr, raw[:cut]), cut
+        errors.add(found if isinstance(found, str) else "")
+    assert len(errors) > 4  # cuts in several fields, each its own message
+    for at in range(8, len(raw) - 7, 8):
+        for value in (1 << 40, 3):
+            changed = bytearray(raw)
+            struct.pack_into("<Q", changed, at, value)
+            found = _decoded_by(fast, attr, bytes(changed))
+            assert found == _decoded_by(by_field, attr, bytes(changed)), (at, value)
+
+
 def test_a_short_mmap2_is_a_format_error() -> None:
     attr = perfevents.EventAttr(0)
     raw = struct.pack("<IHH", perfevents.RECORD_MMAP2, 0, 8 + 40) + bytes(40)
