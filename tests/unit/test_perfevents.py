@@ -267,6 +267,35 @@ def test_a_corrupt_record_ends_the_records_saying_where(tmp_path: Path) -> None:
         ]
 
 
+def _records_read_by(path: Path, chunk: int, monkeypatch: pytest.MonkeyPatch) -> tuple:  # type: ignore[type-arg]
+    """Each record's type, time, pid and stack copy, and the problems, read ``chunk`` bytes at
+    a time."""
+    monkeypatch.setattr("liveunwind.targets.sample.perfdata.CHUNK", chunk)
+    with PerfDataFile(str(path)) as recording:
+        records = [
+            (type(r).__name__, getattr(r, "time", None), getattr(r, "pid", None))
+            + ((bytes(r.stack), r.registers) if isinstance(r, perfevents.Sample) else ())
+            for r in recording.records()
+        ]
+        return records, recording.problems, recording.skipped
+
+
+@pytest.mark.parametrize("cut", [None, FIRST_SAMPLE_AT + 3 * FIRST_SAMPLE_SIZE + 100])
+def test_records_are_the_same_in_chunks_of_any_size(
+    cut: int | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record begun at a chunk's end is read again with the next chunk: whether chunks end
+    inside headers, samples, or are smaller than a record, the records and problems are those
+    of one read of the whole file (a file cut inside a record too)."""
+    path = tmp_path / "profiled.data"
+    path.write_bytes(DATA.read_bytes()[:cut])
+    whole = _records_read_by(path, 1 << 30, monkeypatch)
+    assert len(whole[0]) > (10 if cut else 100)
+    assert bool(whole[1]) == bool(cut)
+    for chunk in (7, 100, 1000, FIRST_SAMPLE_SIZE, 4096, 10_000):
+        assert _records_read_by(path, chunk, monkeypatch) == whole, chunk
+
+
 def test_a_file_that_is_not_one_is_a_perf_data_error(tmp_path: Path) -> None:
     with pytest.raises(PerfDataError, match=r"not a perf\.data file"):
         PerfDataFile(str(Path(__file__)))
