@@ -485,13 +485,16 @@ def _own_vdso(recording: PerfDataFile, arch: Arch, build_id: bytes | None) -> by
     It is when its build-id is the one the recording names; where the
     recording names none (``perf record -z`` writes no build-ids), when the
     recording was made on this host under the kernel release running now.
+    Read through /proc/self/mem (as ``targets/files.py`` says, not a file to
+    open through it): ``LocalProcess`` read it the same, but importing it took
+    4 ms of CPU (of the 0.08 s before the workers start).
     """
     import os
 
     from liveunwind.arch import host_arch
     from liveunwind.errors import FormatError
     from liveunwind.formats.elf import ElfImage
-    from liveunwind.targets.local.process import LocalProcess
+    from liveunwind.targets.live.procfs import read_maps
 
     if arch is not host_arch():
         return None
@@ -499,13 +502,32 @@ def _own_vdso(recording: PerfDataFile, arch: Arch, build_id: bytes | None) -> by
         here = os.uname()
         if (recording.hostname, recording.osrelease) != (here.nodename, here.release):
             return None
-    own = LocalProcess([])
-    for mapping in own.mappings():
+    for mapping in read_maps("self"):
         if mapping.path == "[vdso]":
             try:
-                data = own.read(mapping.start, mapping.end - mapping.start)
+                data = _read_own_memory(mapping.start, mapping.end - mapping.start)
                 ours = ElfImage(data, origin="[vdso]").build_id
-            except (LiveUnwindError, FormatError):
+            except (OSError, LiveUnwindError, FormatError):
                 return None
             return data if build_id is None or ours == build_id else None
     return None
+
+
+#: The largest vDSO read (the kernel's are two to four pages).
+MAX_VDSO = 1 << 20
+
+
+def _read_own_memory(address: int, size: int) -> bytes:
+    """``size`` bytes of this process at ``address`` (at most MAX_VDSO); OSError if unreadable."""
+    import os
+
+    if not 0 < size <= MAX_VDSO:
+        raise OSError(f"a vDSO of {size} bytes")
+    fd = os.open("/proc/self/mem", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.pread(fd, size, address)
+    finally:
+        os.close(fd)
+    if len(data) != size:
+        raise OSError(f"{len(data)} of the vDSO's {size} bytes read")
+    return data

@@ -386,3 +386,24 @@ def test_a_sample_space_reads_the_copy_and_unchanging_file_bytes_only() -> None:
     with pytest.raises(MemoryReadError, match="not in the sample"):
         process.read(code.start + 0x100, 64)
     assert len(problems) == 1 and "differs from 0000" in problems[0]
+
+
+def test_the_recordings_vdso_is_this_processes_own(attached: Path) -> None:
+    """A recording made here names the vDSO this process has: it is read, byte for byte the
+    one the kernel's auxiliary vector points this process at (AT_SYSINFO_EHDR), its build-id
+    the recording's; a recording naming another build-id gets none."""
+    import ctypes
+
+    from liveunwind.arch import host_arch
+    from liveunwind.cli.perf import _own_vdso
+    from liveunwind.formats.elf import ElfImage
+
+    with PerfDataFile(str(attached)) as recording:
+        named = {entry.path: entry.build_id for entry in recording.build_ids}["[vdso]"]
+        found = _own_vdso(recording, host_arch(), named)
+        assert _own_vdso(recording, host_arch(), bytes(20)) is None
+    assert found is not None and ElfImage(found, origin="[vdso]").build_id == named
+    libc = ctypes.CDLL(None)
+    libc.getauxval.restype = ctypes.c_ulong
+    at_sysinfo_ehdr = 33
+    assert ctypes.string_at(libc.getauxval(at_sysinfo_ehdr), len(found)) == found

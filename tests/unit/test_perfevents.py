@@ -163,6 +163,38 @@ def test_a_huge_callchain_count_is_a_format_error() -> None:
         perfevents.decode(attr, raw)
 
 
+def _decoded_by(decoder, attr: perfevents.EventAttr, raw: bytes) -> object:  # type: ignore[no-untyped-def]
+    """Every field of the sample ``decoder`` makes of ``raw`` (a record), or its error's text."""
+    misc = struct.unpack_from("<H", raw, 4)[0]
+    try:
+        sample = decoder(attr, misc, memoryview(raw)[8:])
+    except FormatError as error:
+        return str(error)
+    return [bytes(sample.stack), *(getattr(sample, name) for name in perfevents.Sample.__slots__)]
+
+
+def test_the_fast_sample_decoder_is_the_field_by_field_one_on_every_cut_and_change() -> None:
+    """The one-struct prefix (perfevents._SamplePrefix) gives what the field-by-field decoder
+    gives, and the same error, for perf's sample cut at every length and with each of its
+    words before the stack copy's end set to a large and a small value."""
+    attr, raw = _attr(), bytes(_first_sample())
+    assert attr._prefix is not None  # --call-graph dwarf's layout has one
+    fast, by_field = perfevents._decode_sample, perfevents._decode_sample_by_field
+    assert _decoded_by(fast, attr, raw) == _decoded_by(by_field, attr, raw)
+    errors = set()
+    for cut in range(8, len(raw)):
+        found = _decoded_by(fast, attr, raw[:cut])
+        assert found == _decoded_by(by_field, attr, raw[:cut]), cut
+        errors.add(found if isinstance(found, str) else "")
+    assert len(errors) > 4  # cuts in several fields, each its own message
+    for at in range(8, len(raw) - 7, 8):
+        for value in (1 << 40, 3):
+            changed = bytearray(raw)
+            struct.pack_into("<Q", changed, at, value)
+            found = _decoded_by(fast, attr, bytes(changed))
+            assert found == _decoded_by(by_field, attr, bytes(changed)), (at, value)
+
+
 def test_a_short_mmap2_is_a_format_error() -> None:
     attr = perfevents.EventAttr(0)
     raw = struct.pack("<IHH", perfevents.RECORD_MMAP2, 0, 8 + 40) + bytes(40)
@@ -233,6 +265,35 @@ def test_a_corrupt_record_ends_the_records_saying_where(tmp_path: Path) -> None:
             "(perf record says it is 2 bytes); "
             "the records after it are not read"
         ]
+
+
+def _records_read_by(path: Path, chunk: int, monkeypatch: pytest.MonkeyPatch) -> tuple:  # type: ignore[type-arg]
+    """Each record's type, time, pid and stack copy, and the problems, read ``chunk`` bytes at
+    a time."""
+    monkeypatch.setattr("liveunwind.targets.sample.perfdata.CHUNK", chunk)
+    with PerfDataFile(str(path)) as recording:
+        records = [
+            (type(r).__name__, getattr(r, "time", None), getattr(r, "pid", None))
+            + ((bytes(r.stack), r.registers) if isinstance(r, perfevents.Sample) else ())
+            for r in recording.records()
+        ]
+        return records, recording.problems, recording.skipped
+
+
+@pytest.mark.parametrize("cut", [None, FIRST_SAMPLE_AT + 3 * FIRST_SAMPLE_SIZE + 100])
+def test_records_are_the_same_in_chunks_of_any_size(
+    cut: int | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record begun at a chunk's end is read again with the next chunk: whether chunks end
+    inside headers, samples, or are smaller than a record, the records and problems are those
+    of one read of the whole file (a file cut inside a record too)."""
+    path = tmp_path / "profiled.data"
+    path.write_bytes(DATA.read_bytes()[:cut])
+    whole = _records_read_by(path, 1 << 30, monkeypatch)
+    assert len(whole[0]) > (10 if cut else 100)
+    assert bool(whole[1]) == bool(cut)
+    for chunk in (7, 100, 1000, FIRST_SAMPLE_SIZE, 4096, 10_000):
+        assert _records_read_by(path, chunk, monkeypatch) == whole, chunk
 
 
 def test_a_file_that_is_not_one_is_a_perf_data_error(tmp_path: Path) -> None:

@@ -168,12 +168,17 @@ class PerfDataFile:
             if at + HEADER.size > len(buffer) or at + _size_at(buffer, at) > len(buffer):
                 if position >= end:
                     break
-                chunk = self._file.pread(min(CHUNK, end - position), position)
-                if not chunk:
+                # The record begun is read again with the chunk after it: joining it to
+                # that chunk copied every chunk once more (the 90 MB of 10,700 samples of
+                # bench/perfdata.py: records() took 0.091 s of CPU, now 0.064 with the
+                # one-struct sample decoding).
+                left = len(buffer) - at
+                chunk = self._file.pread(min(left + CHUNK, end - position + left), position - left)
+                if len(chunk) <= left:
                     self.problems.append(f"{self.path}: cut short at offset {position:#x}")
                     return
-                position += len(chunk)
-                buffer = buffer[at:] + chunk
+                position += len(chunk) - left
+                buffer = chunk
                 at = 0
                 continue
             kind = int.from_bytes(buffer[at : at + 4], "little")
