@@ -7,9 +7,13 @@ the command with one, against a real process.
 
 from __future__ import annotations
 
+import ast
+import dis
+import inspect
 import os
 import shutil
 import sys
+from types import CodeType
 
 import pytest
 
@@ -50,7 +54,7 @@ def _opened(path: str) -> codebundle.BundleFinder:
     return finder
 
 
-def test_every_module_is_served_with_the_code_python_compiles(package) -> None:
+def test_every_module_is_served_with_the_code_python_compiles_but_its_docstrings(package) -> None:
     copy, path = package
     finder = _opened(path)
     modules = dict(codebundle._modules())
@@ -65,9 +69,60 @@ def test_every_module_is_served_with_the_code_python_compiles(package) -> None:
             assert spec.submodule_search_locations == [str((copy / relative).parent)]
         source = (copy / relative).read_bytes()
         expected = compile(source, str(copy / relative), "exec", dont_inherit=True)
-        assert finder._code(name, spec.origin) == expected  # code objects compare by content
+        served = finder._code(name, spec.origin)
+        # The same functions, line for line; only the docstrings are gone.
+        assert _functions(served) == _functions(expected), name
+        docstrings = _docstrings(source)
+        assert not _strings(served) & docstrings, name
+        assert _strings(served) == _strings(expected) - docstrings, name
     assert finder.find_spec("json") is None
     assert not finder.stale
+
+
+def _all_code(code: CodeType) -> list[CodeType]:
+    """``code`` and every code object nested in it (functions, classes, comprehensions)."""
+    nested = [constant for constant in code.co_consts if isinstance(constant, CodeType)]
+    return [code, *(inner for constant in nested for inner in _all_code(constant))]
+
+
+def _functions(code: CodeType) -> list[tuple[str, list[tuple[str, object, int | None]]]]:
+    """Each function's name and instructions, with the lines they start (none is a docstring)."""
+    return [
+        (inner.co_qualname, _instructions(inner))
+        for inner in _all_code(code)
+        if _is_function(inner)
+    ]
+
+
+def _is_function(code: CodeType) -> bool:
+    return bool(code.co_flags & inspect.CO_NEWLOCALS)
+
+
+def _instructions(code: CodeType) -> list[tuple[str, object, int | None]]:
+    """Operations, their arguments' values (nested code by name) and the lines they start."""
+    return [
+        (
+            instruction.opname,
+            instruction.argval.co_qualname
+            if isinstance(instruction.argval, CodeType)
+            else instruction.argval,
+            instruction.starts_line,
+        )
+        for instruction in dis.get_instructions(code)
+    ]
+
+
+def _strings(code: CodeType) -> set[str]:
+    """Every string constant of ``code`` and the code nested in it."""
+    return {c for inner in _all_code(code) for c in inner.co_consts if isinstance(c, str)}
+
+
+def _docstrings(source: bytes) -> set[str]:
+    """The docstrings of a module's source: its own, its classes' and functions'."""
+    kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    nodes = [node for node in ast.walk(ast.parse(source)) if isinstance(node, kinds)]
+    found = (ast.get_docstring(node, clean=False) for node in nodes)
+    return {text for text in found if text is not None}
 
 
 def test_a_changed_source_is_imported_the_ordinary_way(package) -> None:
