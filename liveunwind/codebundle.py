@@ -114,7 +114,10 @@ class BundleFinder:
     (a source changed since it was written): the command writes it again.
     """
 
-    def __init__(self, descriptor: int, index: dict[str, Entry], code_start: int) -> None:
+    def __init__(
+        self, path: str, descriptor: int, index: dict[str, Entry], code_start: int
+    ) -> None:
+        self.path = path
         self._descriptor = descriptor
         self._index = index
         self._code_start = code_start
@@ -140,6 +143,9 @@ class BundleFinder:
         if is_package:
             spec.submodule_search_locations = [os.path.dirname(origin)]
         spec.has_location = True  # __file__ is the source's path, as an ordinary import's
+        # __cached__, the compiled code's file: said here, the import system would work out
+        # the .pyc's path (cache_from_source) for every module, 0.3 ms a cold run.
+        spec.cached = self.path
         return spec
 
     def create_module(self, spec: ModuleSpec) -> None:
@@ -206,7 +212,7 @@ def _open(path: str) -> BundleFinder | None:
                 data = os.pread(descriptor, index_size, HEADER_SIZE)
                 index = marshal.loads(data) if len(data) == index_size else None
                 if isinstance(index, dict):
-                    return BundleFinder(descriptor, index, HEADER_SIZE + index_size)
+                    return BundleFinder(path, descriptor, index, HEADER_SIZE + index_size)
     except (OSError, EOFError, ValueError, TypeError):
         pass
     os.close(descriptor)

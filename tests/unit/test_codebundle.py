@@ -65,6 +65,7 @@ def test_every_module_is_served_with_the_code_python_compiles_but_its_docstrings
         assert spec is not None, name
         assert spec.origin == str(copy / relative)
         assert spec.loader is finder
+        assert spec.cached == path  # the compiled code's file, as a .pyc's path would be
         if relative.endswith("__init__.py"):
             assert spec.submodule_search_locations == [str((copy / relative).parent)]
         source = (copy / relative).read_bytes()
