@@ -7,13 +7,13 @@ lists or stats its folder, stats the source, opens, reads and checks its
 "The cold start again", has what this file saves: about 2 ms of CPU a run).
 
 The file is a cache of compiled code, as Python's ``.pyc`` files are (but
-without docstrings, which the command never reads: see
-:func:`_compiled_without_docstrings`), and is checked the same way: the
-interpreter's bytecode magic in its header, and for each module the size and
-modification time (in ns) its source had when the file was written, compared
-with the source's now before the module is served; a module that differs is
-imported the ordinary way, and the file is written again as the command ends.
-It lives in the user's cache directory (``$XDG_CACHE_HOME/liveunwind``, else
+without docstrings and functions' annotations, which the command never reads:
+see :func:`_compiled_lean`), and is checked the same way: the interpreter's
+bytecode magic in its header, and for each module the size and modification
+time (in ns) its source had when the file was written, compared with the
+source's now before the module is served; a module that differs is imported
+the ordinary way, and the file is written again as the command ends. It lives
+in the user's cache directory (``$XDG_CACHE_HOME/liveunwind``, else
 ``~/.cache/liveunwind``), one file per installed copy and interpreter, not
 beside the ``.pyc`` files: installs and containers commonly set
 ``PYTHONDONTWRITEBYTECODE``, under which Python writes none there. Code run as
@@ -34,6 +34,7 @@ from stat import S_ISREG as stat_is_regular
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import ast
     from collections.abc import Sequence
     from importlib.machinery import ModuleSpec
     from types import CodeType, ModuleType
@@ -298,7 +299,7 @@ def _bundle_bytes() -> bytes:
     for name, relative in _modules():
         source = os.path.join(PACKAGE_DIR, relative)
         status = os.stat(source)  # before the code: a later change makes the entry stale
-        blob = marshal.dumps(_compiled_without_docstrings(source))
+        blob = marshal.dumps(_compiled_lean(source))
         is_package = relative.endswith("__init__.py")
         index[name] = (is_package, relative, status.st_mtime_ns, status.st_size, offset, len(blob))
         blobs.append(blob)
@@ -308,15 +309,18 @@ def _bundle_bytes() -> bytes:
     return b"".join([header, index_bytes, *blobs])
 
 
-def _compiled_without_docstrings(source: str) -> CodeType:
-    """The module's code as Python compiles it, but for its docstrings (as ``-OO`` drops them).
+def _compiled_lean(source: str) -> CodeType:
+    """The module's code as Python compiles it, but for docstrings and functions' annotations.
 
-    Unmarshalling the code is the bulk of a cold import from the bundle; the
-    docstrings are a fifth of its bytes (the 40 modules a cold ``liveunwind
-    pid`` of CPython loads: 642 kB of code, 515 kB without them; importing them
-    took 0.4-0.6 ms less CPU, docs/speed.md), and nothing the command runs
-    reads one.  Asserts stay, unlike under ``-OO``.  Parsing every source
-    costs the run that writes the bundle about 0.5 s of CPU, once per install.
+    Unmarshalling the code is the bulk of a cold import from the bundle, and
+    nothing the command runs reads a docstring (``-OO`` drops them too) or a
+    function's annotations (no ``typing.get_type_hints``, no
+    ``singledispatch``; dataclasses read their class's annotations, which
+    stay).  The 40 modules a cold ``liveunwind pid`` of CPython loads: 642 kB
+    of code, 515 kB without docstrings, 480 kB without annotations too
+    (docs/speed.md has what the imports saved).  Asserts stay, unlike under
+    ``-OO``.  Parsing every source costs the run that writes the bundle about
+    0.5 s of CPU, once per install.
     """
     import ast  # only as a bundle is written
 
@@ -328,8 +332,18 @@ def _compiled_without_docstrings(source: str) -> CodeType:
             del node.body[0]
             if not node.body and not isinstance(node, ast.Module):
                 node.body.append(ast.Pass(lineno=node.lineno, col_offset=node.col_offset))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            node.returns = None
+            for argument in _arguments(node.args):
+                argument.annotation = None
     code: CodeType = compile(tree, source, "exec", dont_inherit=True)
     return code
+
+
+def _arguments(arguments: ast.arguments) -> list[ast.arg]:
+    """Every parameter of a function: positional, ``*args``, keyword-only, ``**kwargs``."""
+    found = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+    return found + [extra for extra in (arguments.vararg, arguments.kwarg) if extra is not None]
 
 
 def _modules() -> list[tuple[str, str]]:
