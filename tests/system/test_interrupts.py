@@ -198,4 +198,3 @@ def test_profile_signalled_at_random_instants(target: RunningProgram, tmp_path: 
         assert_let_go(target.pid)
     assert endings["finished"], endings  # signals while sampling
     check_endings(endings, PROFILE_RUNS)
-
