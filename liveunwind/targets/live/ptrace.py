@@ -438,9 +438,7 @@ class PtraceProcess(AddressSpace):
                     os.sched_yield()
                 else:
                     if self._exited(tid):
-                        raise NoSuchProcessError(
-                            f"process {self.pid} exited while it was being stopped"
-                        )
+                        raise self._lost()  # or another thread's execve killed it: which
                     time.sleep(min(pause, deadline - now))
                     pause = min(pause * 2, _LONGEST_POLL)
                 continue
@@ -480,8 +478,12 @@ class PtraceProcess(AddressSpace):
         process is looked at for up to :data:`_SETTLE` before saying which.
         """
         deadline = time.perf_counter() + _SETTLE
+        dead_looks = 0
         while True:
-            if self._all_exited():
+            # Two looks in a row: in the middle of an execve the old threads are gone and
+            # the new program's is not yet under the pid, for an instant.
+            dead_looks = dead_looks + 1 if self._all_exited() else 0
+            if dead_looks == 2:
                 return NoSuchProcessError(f"process {self.pid} exited while it was being stopped")
             if _task_state(self.pid, self.pid) not in ("Z", "X", ""):
                 return NoSuchProcessError(
