@@ -123,11 +123,15 @@ def read_stat(path: str) -> TaskStat:
 _STAT_SIZE = 4096
 
 
+def _stat_fields(data: bytes) -> tuple[str, list[str]]:
+    """A ``stat`` file's name and its fields after it (the state first): the name may hold
+    spaces and parentheses, so the fields begin after its last ``)``."""
+    head, _, tail = data.decode("utf-8", "replace").rpartition(")")
+    return head.partition("(")[2], tail.split()
+
+
 def _parse_stat(data: bytes) -> TaskStat:
-    raw = data.decode("utf-8", "replace")
-    head, _, tail = raw.rpartition(")")
-    name = head.partition("(")[2]
-    fields = tail.split()
+    name, fields = _stat_fields(data)
     cpu_ticks = int(fields[11]) + int(fields[12]) if len(fields) > 12 else 0
     return TaskStat(name=name, state=fields[0], flags=int(fields[6]), cpu_ticks=cpu_ticks)
 
@@ -220,8 +224,7 @@ def started_at(pid: int) -> float | None:
     (exact to the microsecond, where /proc/stat's ``btime`` is whole seconds).
     """
     try:
-        raw = read_kernel_file(f"/proc/{pid}/stat", 4096).decode("utf-8", "replace")
-        ticks = int(raw.rpartition(")")[2].split()[19])
+        ticks = int(_stat_fields(read_kernel_file(f"/proc/{pid}/stat", _STAT_SIZE))[1][19])
     except (OSError, ValueError, IndexError):
         return None
     booted = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
