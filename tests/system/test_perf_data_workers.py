@@ -60,6 +60,17 @@ def record(program: Path, output: Path) -> Path:
     return output
 
 
+@pytest.fixture(autouse=True)
+def single_threaded() -> None:
+    """Each test starts with this process running no thread but its own: workers are never
+    forked beside another thread, and an earlier test's live sessions may leave their tracer
+    threads ending (a session freed in a cycle ends its tracer when collected)."""
+    import gc
+
+    gc.collect()
+    wait_until(lambda: len(os.listdir("/proc/self/task")) == 1, 10, "earlier tests' threads")
+
+
 @pytest.fixture(scope="module")
 def recording(testprogs_build: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("perfworkers")
