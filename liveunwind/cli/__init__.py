@@ -530,10 +530,13 @@ def run() -> None:
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, _raise_interrupted)
         status = main()
+        # Inside the try: a signal between main()'s return and the switch is caught below.
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, _exit_at_once)
     except KeyboardInterrupt as interrupt:  # it came while main() was saying something else
         status = getattr(interrupt, "exit_code", EXIT_INTERRUPTED)
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, _exit_at_once)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, _exit_at_once)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
