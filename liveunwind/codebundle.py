@@ -65,13 +65,24 @@ def bundle_path() -> str | None:
     one (:func:`_bundle_name`).
     """
     tag = sys.implementation.cache_tag
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    if tag is None or not os.path.isabs(cache):
+    folder = cache_folder()
+    if tag is None or folder is None:
         return None
     name = _bundle_name(tag, PACKAGE_DIR)
     if len(name.encode()) > 255:
         return None
-    return os.path.join(cache, "liveunwind", name)
+    return os.path.join(folder, name)
+
+
+def cache_folder() -> str | None:
+    """``$XDG_CACHE_HOME/liveunwind`` (else ``~/.cache/liveunwind``); None for a relative one.
+
+    The command's own files live there: this bundle, and the symbol indexes
+    of modules/symbolindex.py.  What is read from it is used only if
+    :func:`owned_by_us` holds for the file and the folder.
+    """
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "liveunwind") if os.path.isabs(cache) else None
 
 
 def _bundle_name(tag: str, folder: str) -> str:
@@ -99,7 +110,7 @@ def _bundled_folder(name: str) -> str | None:
 _ESCAPED = {"25": "%", "2F": "/"}
 
 
-def _ours(status: os.stat_result) -> bool:
+def owned_by_us(status: os.stat_result) -> bool:
     """Whether a file or folder belongs to whoever runs this, and only they may write to it."""
     return status.st_uid == os.geteuid() and not status.st_mode & 0o022
 
@@ -203,8 +214,8 @@ def _open(path: str) -> BundleFinder | None:
         magic = _bootstrap_external.MAGIC_NUMBER
         if (
             stat_is_regular(status.st_mode)
-            and _ours(status)
-            and _ours(os.stat(os.path.dirname(path)))
+            and owned_by_us(status)
+            and owned_by_us(os.stat(os.path.dirname(path)))
             and len(header) == HEADER_SIZE
             and header[: len(FORMAT) + 4] == FORMAT + magic
         ):
@@ -245,7 +256,7 @@ def write_bundle(path: str) -> None:
     """
     folder = os.path.dirname(path)
     os.makedirs(folder, mode=0o700, exist_ok=True)
-    if not _ours(os.stat(folder)):
+    if not owned_by_us(os.stat(folder)):
         return
     # Made first: a folder it cannot be written to costs no compiling.
     temporary = f"{path}.{os.getpid()}.tmp"

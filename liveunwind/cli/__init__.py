@@ -524,8 +524,12 @@ def run() -> None:
     quarter of the whole run, and nothing needs it: the target is already
     let go and every file was only read.  So the output is flushed and the
     process ends at once (having written liveunwind's code bundle if the
-    start found none usable: liveunwind/codebundle.py).
+    start found none usable: liveunwind/codebundle.py, and the symbol
+    indexes of the tables it had to build: modules/symbolindex.py).
     """
+    from liveunwind.modules import symbolindex
+
+    symbolindex.enable()
     try:
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, _raise_interrupted)
@@ -549,6 +553,7 @@ def run() -> None:
     bundle = sys.modules.get("liveunwind.codebundle")
     if bundle is not None:  # the command's start looked for it: write it if it was not usable
         bundle.write_if_wanted()
+    symbolindex.write_pending()
     os._exit(status)
 
 

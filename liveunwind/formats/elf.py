@@ -131,6 +131,10 @@ class LazyBytes:
         """Why the file is no longer what was first read of it, or None if it still is."""
         raise NotImplementedError
 
+    def identity(self) -> tuple[int, int, int, int] | None:
+        """The file as opened: (device, inode, size, mtime ns); None when that is not known."""
+        return None
+
 
 class ElfImage:
     """Headers and sections of one ELF64 image held in ``data``: bytes, or a file's LazyBytes."""
@@ -263,21 +267,28 @@ class ElfImage:
         section = self.sections.get(name)
         return None if section is None else self.contents(section)
 
-    def symbol_tables(self) -> Iterator[tuple[Section, memoryview, memoryview]]:
-        """Each symbol table with its string table: ``.symtab`` first, then ``.dynsym``.
+    def symbol_table_headers(self) -> Iterator[tuple[Section, Section]]:
+        """Each symbol table's header with its string table's: ``.symtab`` first, then ``.dynsym``.
 
-        A table without contents (stripped, SHT_NOBITS) or whose string-table
-        link is out of range is left out.
+        Read from the section headers alone.  A table whose string-table link
+        is out of range is left out.
         """
         headers = self.section_headers
         for kind in (SHT_SYMTAB, SHT_DYNSYM):
             for section in headers:
-                if section.type != kind or section.link >= len(headers):
-                    continue
-                symbols = self.contents(section)
-                strings = self.contents(headers[section.link])
-                if symbols is not None and strings is not None:
-                    yield section, symbols, strings
+                if section.type == kind and section.link < len(headers):
+                    yield section, headers[section.link]
+
+    def symbol_tables(self) -> Iterator[tuple[Section, memoryview, memoryview]]:
+        """Each symbol table with its string table, as :meth:`symbol_table_headers` orders them.
+
+        A table without contents (stripped, SHT_NOBITS) is left out.
+        """
+        for section, string_section in self.symbol_table_headers():
+            symbols = self.contents(section)
+            strings = self.contents(string_section)
+            if symbols is not None and strings is not None:
+                yield section, symbols, strings
 
     def symbols(self) -> Iterator[ElfSymbol]:
         """Every named symbol of ``.symtab`` then ``.dynsym``, of any type, names decoded.

@@ -274,7 +274,8 @@ class MachOSymbolTable:
                 end = min(end, ordered[i + 1][0])
             self._ends.append(max(end, address))
 
-    def lookup(self, address: int) -> SymbolMatch | None:
+    def lookup(self, address: int, *, checked: bool = False) -> SymbolMatch | None:
+        """The function holding ``address`` (always read from the file: ``checked`` holds)."""
         index = bisect.bisect_right(self._addresses, address) - 1
         if index < 0 or address >= self._ends[index]:
             return None

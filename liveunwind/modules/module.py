@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     class SymbolLookup(Protocol):
         """A module's function symbols, searched by link-time address."""
 
-        def lookup(self, address: int) -> SymbolMatch | None: ...
+        def lookup(self, address: int, *, checked: bool = False) -> SymbolMatch | None:
+            """The function holding ``address``; ``checked``: a walk decides by the answer."""
 else:
     # the standard library's, cheaper to import (liveunwind/classes.py says why)
     from liveunwind.classes import cached_property
@@ -116,10 +117,14 @@ class Module:
         """Function symbols by link-time address, or None when there are none to read."""
         raise NotImplementedError
 
-    def symbolize(self, pc: int) -> SymbolMatch | None:
-        """The function holding the absolute address ``pc``, if the module's symbols say."""
+    def symbolize(self, pc: int, *, checked: bool = False) -> SymbolMatch | None:
+        """The function holding the absolute address ``pc``, if the module's symbols say.
+
+        ``checked``: a walk decides by the answer (where a function starts and
+        ends), so it must come from the module's files, not only a cache of them.
+        """
         table = self.symbols
-        return None if table is None else table.lookup(pc - self.load_bias)
+        return None if table is None else table.lookup(pc - self.load_bias, checked=checked)
 
     @property
     def unwind_sources(self) -> dict[str, list[UnwindSource]]:

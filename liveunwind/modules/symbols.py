@@ -16,6 +16,7 @@ from itertools import accumulate, compress
 
 from liveunwind.errors import FormatError
 from liveunwind.formats.elf import SHT_SYMTAB, ElfImage, c_string
+from liveunwind.modules import symbolindex
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -33,6 +34,9 @@ _STT_GNU_IFUNC = 10
 _STB_GLOBAL = 1
 _STB_WEAK = 2
 _SYMBOL_SIZE = 24
+#: A symbol's location (see _SymbolSection): its image's place above this bit, its offset below.
+_PLACE_SHIFT = 56
+_OFFSET_MASK = (1 << _PLACE_SHIFT) - 1
 #: The host's byte order as ElfImage spells it: symbols in it can be read by casts.
 _NATIVE_ORDER = "<" if sys.byteorder == "little" else ">"
 #: Byte translations: nonzero → 0xFF (a mask), and for each class c: c → 1, others → 0.
@@ -71,20 +75,25 @@ class _SymbolSection:
     """One ``.symtab`` or ``.dynsym`` as columns indexed by symbol number.
 
     ``classes`` holds a byte per symbol: 0 for anything but a function defined
-    in a section, else 1 + the rank of its binding.
+    in a section, else 1 + the rank of its binding.  ``location`` says where
+    its first symbol is: the image's place among the table's images in the
+    top byte, its file offset below (what an index keeps of each function,
+    to check it against the file: :meth:`SymbolTable.lookup`).
     """
 
-    __slots__ = ("classes", "names", "sizes", "strings", "symtab", "values")
+    __slots__ = ("classes", "location", "names", "sizes", "strings", "symtab", "values")
 
     def __init__(
         self,
         columns: tuple[bytes, Sequence[int], Sequence[int], Sequence[int]],
         strings: memoryview,
         symtab: bool,
+        location: int,
     ) -> None:
         self.classes, self.values, self.sizes, self.names = columns
         self.strings = strings
         self.symtab = symtab
+        self.location = location
 
 
 class SymbolTable:
@@ -96,10 +105,35 @@ class SymbolTable:
     and a ``.symtab`` symbol two ranks over a ``.dynsym`` one of the same
     binding (``.symtab`` has local functions too); of equal ranks, the first
     seen.
+
+    In the command, a table the last run built is read from its index
+    instead (modules/symbolindex.py); an answer a walk decides by
+    (``checked``) is then first confirmed against the file's own symbol.
     """
 
     def __init__(self, *images: ElfImage) -> None:
-        self._sections = [section for image in images for section in _symbol_sections(image)]
+        self._images = images
+        #: Size and name of each address's symbol, by its index, once asked for.
+        self._found: dict[int, tuple[int, str]] = {}
+        #: What the command's last run kept of this table (modules/symbolindex.py), if usable.
+        self._stored = symbolindex.load(images)
+        #: The indexes of the stored functions confirmed against their files.
+        self._confirmed: set[int] = set()
+        self._addresses: Sequence[int]
+        if self._stored is not None:
+            self._addresses = self._stored.addresses
+        else:
+            self._build()
+
+    def _build(self) -> None:
+        """The table from the images' symbol sections (offered to be kept as an index)."""
+        self._stored = None
+        self._found.clear()
+        self._sections = [
+            section
+            for place, image in enumerate(self._images)
+            for section in _symbol_sections(image, place)
+        ]
         #: Symbols are numbered across sections: the first number of each section.
         self._bases = list(accumulate((len(s.classes) for s in self._sections), initial=0))
         #: The number of the symbol that stands for each address.
@@ -108,7 +142,8 @@ class SymbolTable:
             self._numbers.update(group)
         self._numbers.pop(0, None)  # no loaded function is at 0 (an object file's first is)
         self._addresses = sorted(self._numbers)
-        self._found: dict[int, tuple[int, str]] = {}
+        if len(self._addresses) >= symbolindex.MIN_SYMBOLS:
+            symbolindex.offer(self._images, self._functions)
 
     def _ranked_groups(self) -> list[Iterator[tuple[int, int]]]:
         """(address, symbol number) pairs of the function symbols, worst-ranked group first.
@@ -135,11 +170,19 @@ class SymbolTable:
         keyed.sort(key=lambda item: item[:2])
         return [group for _, _, group in keyed]
 
-    def lookup(self, address: int) -> SymbolMatch | None:
-        """The function whose range holds ``address`` (a sized symbol, or the nearest unsized)."""
+    def lookup(self, address: int, *, checked: bool = False) -> SymbolMatch | None:
+        """The function whose range holds ``address`` (a sized symbol, or the nearest unsized).
+
+        ``checked``: the answer decides a walk (where a function starts and
+        ends), so one from an index is confirmed against the file first; an
+        index the file contradicts is dropped, and the table built anew.
+        """
         index = bisect.bisect_right(self._addresses, address) - 1
         if index < 0:
             return None
+        if checked and self._stored is not None and not self._confirm(index):
+            self._build()
+            return self.lookup(address)
         start = self._addresses[index]
         size, name = self._symbol(index)
         if size and address >= start + size:
@@ -149,7 +192,9 @@ class SymbolTable:
     def _symbol(self, index: int) -> tuple[int, str]:
         """Size and name of the ``index``-th address's symbol, its name decoded once."""
         found = self._found.get(index)
-        if found is None:
+        if found is None and self._stored is not None:
+            found = self._found[index] = (self._stored.sizes[index], self._stored.name(index))
+        elif found is None:
             number = self._numbers[self._addresses[index]]
             which = bisect.bisect_right(self._bases, number) - 1
             section = self._sections[which]
@@ -157,6 +202,52 @@ class SymbolTable:
             name = c_string(section.strings, section.names[symbol], missing="?")
             found = self._found[index] = (section.sizes[symbol], name)
         return found
+
+    def _functions(self) -> Iterator[tuple[int, int, int, str]]:
+        """Every function as (address, size, location, name), in address order: an index's rows."""
+        for index, address in enumerate(self._addresses):
+            number = self._numbers[address]
+            which = bisect.bisect_right(self._bases, number) - 1
+            location = self._sections[which].location + (number - self._bases[which]) * _SYMBOL_SIZE
+            size, name = self._symbol(index)
+            yield address, size, location, name
+
+    def _confirm(self, index: int) -> bool:
+        """Whether the file's own symbol at the stored location is the stored function."""
+        if index in self._confirmed:
+            return True
+        stored = self._stored
+        assert stored is not None
+        location = stored.locations[index]
+        place, offset = location >> _PLACE_SHIFT, location & _OFFSET_MASK
+        try:
+            image = self._images[place]
+            section = next(
+                section
+                for section, strings in image.symbol_table_headers()
+                if section.offset <= offset <= section.offset + section.size - _SYMBOL_SIZE
+                and (offset - section.offset) % _SYMBOL_SIZE == 0
+            )
+            record = image.slice(offset, _SYMBOL_SIZE)
+            name_at, info, _other, shndx, value, size = struct.unpack_from(
+                image.byte_order + "IBBHQQ", record
+            )
+            strings = image.section_headers[section.link]
+            name = "?"
+            if name_at < strings.size:
+                text = image.slice(strings.offset + name_at, min(4096, strings.size - name_at))
+                name = c_string(text, 0, missing="?")
+        except (FormatError, IndexError, StopIteration):
+            return False
+        confirmed = (
+            value == stored.addresses[index]
+            and size == stored.sizes[index]
+            and bool(shndx and _FUNCTION_CLASS[info])
+            and name == stored.name(index)
+        )
+        if confirmed:
+            self._confirmed.add(index)
+        return confirmed
 
     def __len__(self) -> int:
         return len(self._addresses)
@@ -184,13 +275,13 @@ class DwarfFunctions:
         self._elf = elf
         self._found: dict[int, SymbolMatch | None] = {}
 
-    def lookup(self, address: int) -> SymbolMatch | None:
-        """The DWARF function holding ``address``, else the ELF symbol's."""
-        if address in self._found:
+    def lookup(self, address: int, *, checked: bool = False) -> SymbolMatch | None:
+        """The DWARF function holding ``address``, else the ELF symbol's (``checked`` as asked)."""
+        if address in self._found and not checked:
             return self._found[address]
         match = self._dwarf(address)
         if match is None and self._elf is not None:
-            match = self._elf.lookup(address)
+            match = self._elf.lookup(address, checked=checked)
         if len(self._found) >= _MAX_DWARF_ANSWERS:
             self._found.clear()
         self._found[address] = match
@@ -221,8 +312,11 @@ def _of_class(
     return compress(pairs, classes.translate(_ONLY[kind]))
 
 
-def _symbol_sections(image: ElfImage) -> Iterator[_SymbolSection]:
-    """The image's symbol tables with their string tables (stripped ones have none)."""
+def _symbol_sections(image: ElfImage, place: int) -> Iterator[_SymbolSection]:
+    """The image's symbol tables with their string tables (stripped ones have none).
+
+    ``place`` is the image's among the table's images.
+    """
     for section, symbols, strings in image.symbol_tables():
         if len(symbols) < _SYMBOL_SIZE:
             continue
@@ -231,7 +325,8 @@ def _symbol_sections(image: ElfImage) -> Iterator[_SymbolSection]:
             columns = _cast_columns(symbols)
         else:
             columns = _unpacked_columns(symbols, image.byte_order)
-        yield _SymbolSection(columns, strings, section.type == SHT_SYMTAB)
+        location = place << _PLACE_SHIFT | section.offset
+        yield _SymbolSection(columns, strings, section.type == SHT_SYMTAB, location)
 
 
 def _cast_columns(

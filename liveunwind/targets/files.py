@@ -331,6 +331,10 @@ class FileContents(LazyBytes):
             self.why = "was written to since it was opened (its size or mtime changed)"
         return self.why
 
+    def identity(self) -> tuple[int, int, int, int]:
+        status = self._file.status
+        return status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns
+
     def close(self) -> None:
         """Closes the file: what was read stays readable, the rest can no longer be."""
         self._file.close()

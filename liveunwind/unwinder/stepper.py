@@ -667,7 +667,7 @@ class Stepper:
             return None
         module = self.modules.find(address)
         if module is not None:
-            match = module.symbolize(address)
+            match = module.symbolize(address, checked=True)
             if match is None:
                 return None
             start = address - match.offset
