@@ -175,7 +175,7 @@ def test_the_command_serves_its_modules_from_the_code_bundle(run_program, tmp_pa
         return result.stdout, dict(line.split() for line in result.stderr.splitlines())
 
     first = run(command)
-    (bundle,) = (cache / "liveunwind").iterdir()
+    (bundle,) = (cache / "liveunwind").glob("code-*")
     output, served = loaders()
     assert output == first.stdout
     assert served.pop("liveunwind") == served.pop("liveunwind.codebundle") == "SourceFileLoader"
