@@ -15,7 +15,7 @@ import sys
 from itertools import accumulate, compress
 
 from liveunwind.errors import FormatError
-from liveunwind.formats.elf import SHT_SYMTAB, ElfImage, c_string
+from liveunwind.formats.elf import SHT_NOBITS, SHT_SYMTAB, ElfImage, c_string
 from liveunwind.modules import symbolindex
 
 TYPE_CHECKING = False
@@ -255,7 +255,10 @@ class SymbolTable:
 
 def has_symtab(image: ElfImage) -> bool:
     """Whether ``image`` has a ``.symtab`` with symbols (stripped files keep ``.dynsym`` only)."""
-    return any(section.type == SHT_SYMTAB for section, _, _ in image.symbol_tables())
+    return any(
+        section.type == SHT_SYMTAB and strings.type != SHT_NOBITS
+        for section, strings in image.symbol_table_headers()
+    )
 
 
 class DwarfFunctions:
