@@ -200,8 +200,10 @@ def _read(path: str, key: Key) -> StoredIndex | None:
         if key_size > MAX_KEY_BYTES or names_size > MAX_NAMES_BYTES or count > MAX_FUNCTIONS:
             return None
         size = key_size + count * _ROW + names_size
+        if status.st_size != len(head) + size:  # before reading what the header claims
+            return None
         data = os.pread(descriptor, size, len(head))
-        if len(data) != size or status.st_size != len(head) + size:
+        if len(data) != size:
             return None
         if marshal.loads(data[:key_size]) != key:
             return None
