@@ -17,7 +17,7 @@ from liveunwind.errors import LiveUnwindError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from typing import Any
 
     from liveunwind.backtrace.options import BacktraceOptions
@@ -59,6 +59,7 @@ class Session:
         stop_timeout: float | None = None,
         shared: SharedFiles | None = None,
         once: bool = False,
+        freeze_turn: Callable[[Callable[[], Any]], Any] | None = None,
         **keywords: Any,
     ) -> None:
         """``stack_cap`` bounds the copy of each thread's stack, ``total_cap`` all
@@ -68,7 +69,9 @@ class Session:
         given as a keyword of its own (``Session(pid, python=True)``).  ``shared``:
         what other processes of the run read of the files this one maps
         (``backtrace/shared.py``); each backtrace adds to it what it read.  ``once``: one
-        backtrace will be asked for, so its walks are not recorded for a next one."""
+        backtrace will be asked for, so its walks are not recorded for a next one.
+        ``freeze_turn``: runs the stop (given as a function) when no other process of
+        the run is stopped (``cli/many.py``'s workers take turns); None: at once."""
         self.pid = pid
         self.threads = list(threads) if threads else None
         self.snapshot = snapshot
@@ -77,6 +80,7 @@ class Session:
         self.stop_timeout = stop_timeout
         self.shared = shared
         self._once = once
+        self._freeze_turn = freeze_turn
         self._backtracer = Backtracer(
             chosen(options, keywords), live_pid=pid, shared=shared, once=once
         )
@@ -170,7 +174,10 @@ class Session:
                 finally:
                     moments.append(perf_counter())
 
-            snapshot, modules, perf_map = process.hold(copy)
+            if self._freeze_turn is None:
+                snapshot, modules, perf_map = process.hold(copy)
+            else:
+                snapshot, modules, perf_map = self._freeze_turn(lambda: process.hold(copy))
             resumed = process.resumed_at or perf_counter()
             phases.add("detach", resumed - moments[-1])
             phases.add("freeze", resumed - (process.stopped_at or moments[0]))

@@ -8,19 +8,26 @@ header read: each starts with what the parent had built, and shares its
 pages until it writes them.  Item ``i`` of the merged results is item
 ``i // N`` of worker ``i % N``: what a serial run would have given ``i``-th.
 
+``liveunwind pid`` over many processes (``cli/many.py``) gives each worker
+every N-th process; :class:`Turns` lets one worker at a time stop its
+process, so that no two targets are ever stopped together.
+
 Each worker sends its items in batches (pickled lists: cheap for the
 small tuples sent) through a pipe of its own, then its summary, or an
 error.  Every wait is bounded: a worker that sends nothing for
 :data:`SILENCE` seconds is taken as hung.  A worker that dies, hangs or
 fails ends the run with one :class:`WorkerError` line (exit 2); every
 worker is then killed and reaped (none is left behind, none a zombie),
-and so on every way out, Ctrl-C included.
+and so on every way out, Ctrl-C included.  A worker killed by a signal
+ends the run as soon as its pipe closes, whichever worker's items are
+awaited: it may have died holding the turn the others wait for.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import math
 import os
 import pickle
 import select
@@ -34,6 +41,9 @@ from liveunwind.errors import LiveUnwindError
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Generator, Iterator
+    from typing import TypeVar
+
+    Result = TypeVar("Result")
 
     #: A worker's work: given its index and the number of workers, its items, then its summary.
     Work = Callable[[int, int], Generator[object, None, object]]
@@ -109,9 +119,13 @@ class Workers:
     Use as a context manager: leaving it kills and reaps every worker still there.
     """
 
-    def __init__(self, count: int, work: Work) -> None:
+    def __init__(self, count: int, work: Work, *, items: str = "samples") -> None:
+        """``items``: what the work's items are, for the lines saying a worker failed."""
         self.count = count
+        self.items = items
         self.pids: list[int] = []
+        #: The wait statuses of workers reaped when their pipes closed, by worker.
+        self._ended: dict[int, int | None] = {}
         self._fds: list[int] = []
         self._buffers: list[bytearray] = []
         self._pending: list[deque[object]] = []
@@ -193,7 +207,7 @@ class Workers:
             while worker not in self.summaries:
                 if self._pending[worker] or self._receive(worker):
                     raise WorkerError(
-                        f"worker {worker + 1} of {self.count} walked more samples than the "
+                        f"worker {worker + 1} of {self.count} walked more {self.items} than the "
                         "others: the workers did not read the same recording"
                     )
 
@@ -220,16 +234,32 @@ class Workers:
         raise error
 
     def _read(self, worker: int, buffer: bytearray) -> None:
+        """Reads what worker sent next into ``buffer``, meanwhile watching the others' pipes
+        for their end (see :meth:`_another_ended`)."""
         fd = self._fds[worker]
         silence = SILENCE_DEBUGINFOD if os.environ.get("DEBUGINFOD_URLS") else SILENCE
         deadline = time.monotonic() + silence
+        watch = select.poll()
+        watch.register(fd, select.POLLIN)
+        others = {}
+        for other, other_fd in enumerate(self._fds):
+            if other != worker and other not in self._ended:
+                watch.register(other_fd, 0)  # only its end: POLLHUP, which poll always says
+                others[other_fd] = other
         while True:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
+            events = watch.poll(max(0, math.ceil(left * 1000))) if left > 0 else []
+            if not events:
                 raise WorkerError(
                     f"worker {worker + 1} of {self.count} (pid {self.pids[worker]}) sent "
                     f"nothing for {silence:g} s: taken as hung, stopped"
                 )
+            for ready, _event in events:
+                if ready in others:
+                    watch.unregister(ready)
+                    self._another_ended(others.pop(ready))
+            if not any(ready == fd for ready, _event in events):
+                continue
             try:
                 data = os.read(fd, _READ)
             except InterruptedError:  # pragma: no cover - PEP 475 retries it
@@ -239,17 +269,38 @@ class Workers:
                 return
             raise WorkerError(
                 f"worker {worker + 1} of {self.count} (pid {self.pids[worker]}) ended "
-                f"{self._how_it_ended(worker)} before its samples were done"
+                f"{self._how_it_ended(worker)} before its {self.items} were done"
             )
+
+    def _another_ended(self, worker: int) -> None:
+        """The pipe of a worker whose items are not awaited now closed: it is reaped.
+
+        One that exited sent all it had (its summary, or its error) and is
+        read in its turn; one killed by a signal ends the run now.
+        """
+        pid = self.pids[worker]
+        status = self._reap(worker)
+        if status is not None and os.WIFSIGNALED(status):
+            raise WorkerError(
+                f"worker {worker + 1} of {self.count} (pid {pid}) ended "
+                f"{self._how_it_ended(worker)} before its {self.items} were done"
+            )
+
+    def _reap(self, worker: int) -> int | None:
+        """The wait status of a worker whose pipe closed, reaped (None: it did not end)."""
+        if worker not in self._ended:
+            try:
+                _pid, status = _wait(self.pids[worker], time.monotonic() + 1.0)
+            except ChildProcessError:
+                status = None
+            self._ended[worker] = status
+            if status is not None:
+                self.pids[worker] = 0
+        return self._ended[worker]
 
     def _how_it_ended(self, worker: int) -> str:
         """How a worker whose pipe closed ended (it is reaped)."""
-        pid = self.pids[worker]
-        try:
-            _pid, status = _wait(pid, time.monotonic() + 1.0)
-        except ChildProcessError:
-            return "(already reaped)"
-        self.pids[worker] = 0
+        status = self._reap(worker)
         if status is None:
             return "(its pipe closed)"
         if os.WIFSIGNALED(status):
@@ -270,6 +321,48 @@ class Workers:
             except (ProcessLookupError, ChildProcessError):
                 pass
             self.pids[index] = 0
+
+
+class Turns:
+    """One worker at a time: a pipe holding one byte, read to take the turn, written to give it.
+
+    Made before the workers are forked, which share it.  A worker that dies
+    holding the turn takes the byte with it: the others wait (bounded by
+    ``wait``), and the command, which sees that worker's pipe close
+    (:meth:`Workers._another_ended`), ends the run first.
+    """
+
+    def __init__(self, wait: float = SILENCE) -> None:
+        self.wait = wait
+        self._read_end, self._write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        os.write(self._write_end, b"T")
+
+    def run(self, job: Callable[[], Result]) -> Result:
+        """``job()`` run in this worker's turn, the turn given back however it ends."""
+        self._take()
+        try:
+            return job()
+        finally:
+            os.write(self._write_end, b"T")
+
+    def _take(self) -> None:
+        deadline = time.monotonic() + self.wait
+        while True:
+            try:
+                if os.read(self._read_end, 1):
+                    return
+            except BlockingIOError:  # another worker has it (or took it first)
+                pass
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerError(
+                    f"another worker held its turn for {self.wait:g} s: taken as hung"
+                )
+            select.select([self._read_end], [], [], left)
+
+    def close(self) -> None:
+        for fd in (self._read_end, self._write_end):
+            os.close(fd)
 
 
 def _length(buffer: bytearray) -> int:

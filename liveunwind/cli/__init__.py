@@ -58,12 +58,12 @@ def _count(text: str) -> int:
     return value
 
 
-#: ``perf --workers``: more than this many processes each replaying the whole file is refused.
+#: ``perf --workers`` and ``pid --workers``: more than this many worker processes is refused.
 _MAX_WORKERS = 64
 
 
 def _workers(text: str) -> int:
-    """``perf --workers``: 1 (no workers: one process) up to _MAX_WORKERS."""
+    """``--workers``: 1 (no workers: one process) up to _MAX_WORKERS."""
     value = _count(text)
     if not 1 <= value <= _MAX_WORKERS:
         raise ValueError(f"must be from 1 to {_MAX_WORKERS}")
@@ -245,6 +245,14 @@ def commands() -> list[Command]:
                 "with several processes, --collapsed counts each apart (name:pid) instead of "
                 "every process of a name together",
                 value=False,
+            ),
+            Option(
+                "--workers",
+                "with many processes, the processes they are backtraced in, taking turns to "
+                "stop them (default: one per CPU this may run on that nothing else runs on now, "
+                "none below 8 processes; 1: no workers)",
+                convert=_workers,
+                metavar="N",
             ),
             Option("--threads", "only these threads", convert=_tid_list, metavar="TID,..."),
             Option(
