@@ -422,7 +422,8 @@ def _end_with_parent(parent: int) -> None:
     from liveunwind.targets.live.ffi import CDLL
 
     pr_set_pdeathsig = 1
-    CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL))
+    prctl: Callable[[int, int], int] = CDLL(None, use_errno=True).prctl  # type: ignore[assignment]
+    prctl(pr_set_pdeathsig, int(signal.SIGKILL))
     if os.getppid() != parent:  # the command ended before that was asked
         os._exit(0)
 

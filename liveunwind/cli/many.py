@@ -35,14 +35,11 @@ if TYPE_CHECKING:
 
     from liveunwind.backtrace.options import BacktraceOptions
     from liveunwind.backtrace.shared import SharedFiles
+    from liveunwind.cli.manyworkers import Piece
     from liveunwind.frames import Backtrace
 
     #: A folded stack (its frames, outermost first) and its count.
     FoldedStacks = list[tuple[tuple[str, ...], int]]
-    #: One process's part of the report: its exit code, its output (its text; its JSON entry
-    #: and whether it is complete; or its label and folded stacks, or its failure line) and
-    #: its ``--stats`` line.
-    Piece = tuple[int, Any, str]
 
 #: Exit codes (those of cli/__init__.py): every walk complete, some ended early.
 _COMPLETE = 0
@@ -109,7 +106,9 @@ class ProcessPieces:
         self.freeze_turn: Callable[[Callable[[], Any]], Any] | None = None
 
     def piece(self, pid: int) -> Piece:
-        """``pid`` backtraced (or why not), as its piece of the report."""
+        """``pid`` backtraced (or why not), as its piece of the report: its exit code, its
+        output (its text; its JSON entry and whether it is complete; or its label and
+        folded stacks, or its failure line) and its ``--stats`` line."""
         from liveunwind.cli.targets import process_name
 
         result = self._backtrace(pid, process_name(pid))

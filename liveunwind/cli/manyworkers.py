@@ -27,8 +27,23 @@ import time
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Generator, Iterator
+    from typing import Any, Protocol
 
-    from liveunwind.cli.many import Piece, ProcessPieces
+    from liveunwind.backtrace.shared import SharedFiles
+
+    #: One process's part of the report: its exit code, its output (what it is depends on
+    #: the output asked for: ``cli/many.py``) and its ``--stats`` line.
+    Piece = tuple[int, Any, str]
+
+    class ProcessPieces(Protocol):
+        """What makes the pieces (``cli/many.py``): here and, forked, in each worker."""
+
+        shared: SharedFiles
+        moved: int
+        freeze_turn: Callable[[Callable[[], Any]], Any] | None
+
+        def piece(self, pid: int) -> Piece: ...
+
 
 #: Fewer processes than this are backtraced in the command alone: forking two workers
 #: (and their ends) costs more than the second CPU saves on so few.
