@@ -250,7 +250,7 @@ def commands() -> list[Command]:
                 "--workers",
                 "with many processes, the processes they are backtraced in, taking turns to "
                 "stop them (default: one per CPU this may run on that nothing else runs on now, "
-                "none below 8 processes; 1: no workers)",
+                "none below 16 processes; 1: no workers)",
                 convert=_workers,
                 metavar="N",
             ),

@@ -45,9 +45,13 @@ if TYPE_CHECKING:
         def piece(self, pid: int) -> Piece: ...
 
 
-#: Fewer processes than this are backtraced in the command alone: forking two workers
-#: (and their ends) costs more than the second CPU saves on so few.
-MIN_PROCESSES = 8
+#: Fewer processes than this are backtraced in the command alone (unless --workers says):
+#: two workers cost 11-23 ms of CPU more than one process (the fork, the pages each copies,
+#: a walk each records), and on 2 busy CPUs (load 5) 8-24 copies of the C target took as
+#: long or longer with them (8: 118 against 101 ms; 24: 110 against 111; 48: 234 against
+#: 255; 64: 235 against 299).  With idle CPUs, which the default also asks, the second
+#: saves about 1.3 ms a process.
+MIN_PROCESSES = 16
 #: Seconds to wait for the tracer threads of the command's own backtraces to end
 #: before forking (a fork beside another thread is refused: ``Workers``).
 _THREADS_END = 1.0
