@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from liveunwind.errors import NoSuchProcessError
 from liveunwind.targets.live import procfs
 from tests.support.cli import run_cli
 from tests.support.interrupts import assert_let_go
@@ -285,3 +286,35 @@ def test_interrupted_with_workers_ends_as_ever(
     for pid in set(pids):
         assert_let_go(pid)
     assert_running_untraced(sorted(set(pids)))
+
+
+def test_the_command_killed_takes_its_workers_and_lets_go(
+    two_programs: list[RunningProgram],
+) -> None:
+    """SIGKILL to the command itself (nothing of it runs) while a worker holds a target: the
+    workers die with it (PR_SET_PDEATHSIG) and the kernel lets their targets go."""
+    pids = [program.pid for program in two_programs] * 4
+    run = _start("pid", *map(str, pids), "--workers", "2")
+    try:
+        workers = _workers(run)
+        _wait_holding(run, pids, workers[1])
+        run.kill()
+        run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == -signal.SIGKILL
+    for worker in workers:  # orphans reaped by init, or zombies of no one for a moment
+        wait_until(lambda worker=worker: not _alive(worker), what=f"worker {worker} gone")
+    for pid in set(pids):
+        assert_let_go(pid)
+    assert_running_untraced(sorted(set(pids)))
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not)."""
+    try:
+        return procfs.process_stat(pid).state != "Z"
+    except (OSError, NoSuchProcessError):
+        return False
