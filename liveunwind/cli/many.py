@@ -64,17 +64,17 @@ def many_processes(
         from liveunwind.cli.manyworkers import in_workers, workers_for
 
         workers = workers_for(arguments.workers, len(pids))
+    adopted = moved = 0  # in the workers: what each summed up
     if workers > 1:
-        taken_in_workers = in_workers(pids, pieces, report.add, workers)
+        workers, adopted, moved = in_workers(pids, pieces, report.add, workers)
     else:
         for pid in pids:
             report.add(pieces.piece(pid))
-        taken_in_workers = (0, 0)
     report.finish()
     if arguments.stats:
         seconds = time.perf_counter() - began
-        adopted = pieces.shared.adopted + taken_in_workers[0]
-        moved = pieces.moved + taken_in_workers[1]
+        adopted += pieces.shared.adopted
+        moved += pieces.moved
         in_parallel = f" ({workers} workers)" if workers > 1 else ""
         print(
             f"liveunwind: stats: {len(pids)} processes in {seconds * 1000:.1f} ms{in_parallel}; "

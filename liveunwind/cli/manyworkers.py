@@ -60,18 +60,19 @@ _THREADS_END = 1.0
 def workers_for(asked: int | None, processes: int) -> int:
     """Workers for ``processes`` processes: ``asked`` (``--workers``), else one per idle CPU,
     none (1) for fewer than MIN_PROCESSES."""
-    from liveunwind.backtrace.workers import worker_count
-
     if asked is None and processes < MIN_PROCESSES:
         return 1
+    from liveunwind.backtrace.workers import worker_count
+
     return worker_count(asked)
 
 
 def in_workers(
     pids: list[int], pieces: ProcessPieces, add: Callable[[Piece], None], count: int
-) -> tuple[int, int]:
+) -> tuple[int, int, int]:
     """Backtraces ``pids`` with ``count`` workers, ``add``-ing every piece in the order of
-    ``pids``; returns the modules adopted and the walks moved in the workers.
+    ``pids``; returns the workers used (1: none), the modules adopted and the walks moved
+    in them.
 
     In the command alone when no worker can be forked, or too few processes are left.
     """
@@ -101,11 +102,12 @@ def in_workers(
     if pool is None:
         for index in range(len(pids)):
             add(made.pop(index) if index in made else pieces.piece(pids[index]))
-        return 0, 0
+        return 1, 0, 0
     with pool:
         _take_in_order(len(pids), made, pool.results(), add)
         summaries = list(pool.summaries.values())
-    return sum(summary[0] for summary in summaries), sum(summary[1] for summary in summaries)  # type: ignore[index]
+    adopted = sum(summary[0] for summary in summaries)  # type: ignore[index]
+    return count, adopted, sum(summary[1] for summary in summaries)  # type: ignore[index]
 
 
 def _take_in_order(
