@@ -12,6 +12,8 @@ untraced, no worker left.
 
 from __future__ import annotations
 
+import errno
+import gc
 import json
 import os
 import re
@@ -27,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from liveunwind.cli import main
 from liveunwind.errors import NoSuchProcessError
 from liveunwind.targets.live import procfs
 from tests.support.cli import run_cli
@@ -318,3 +321,32 @@ def _alive(pid: int) -> bool:
         return procfs.process_stat(pid).state != "Z"
     except (OSError, NoSuchProcessError):
         return False
+
+
+def test_a_worker_that_cannot_be_forked_leaves_the_rest_to_the_command(
+    two_programs: list[RunningProgram],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """fork failing (EAGAIN: too many processes) after one worker started: that one is
+    killed and reaped, and the command backtraces the rest itself, printing what one
+    process prints."""
+    pids = [str(program.pid) for program in two_programs]
+    ours = run_cli("pid", *pids, "--json", "--workers", "1")
+    real_fork, forks = os.fork, []
+
+    def fork() -> int:
+        if forks:
+            raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+        forks.append(real_fork())
+        return forks[-1]
+
+    gc.collect()  # earlier tests' sessions end their tracer threads: no fork beside them
+    wait_until(lambda: len(os.listdir("/proc/self/task")) == 1, 10, "earlier tests' threads")
+    monkeypatch.setattr(os, "fork", fork)
+    status = main(["pid", *pids, "--json", "--workers", "2", "--stats"])
+    captured = capsys.readouterr()
+    assert (status, captured.out) == (ours.returncode, ours.stdout)
+    assert len(forks) == 1 and not Path(f"/proc/{forks[0]}").exists()
+    assert f"{len(pids)} processes in" in captured.err and "workers)" not in captured.err
+    assert_running_untraced([program.pid for program in two_programs])
