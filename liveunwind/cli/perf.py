@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from liveunwind.backtrace.profile import CountedThread, FrameSite, ModuleSite, Profile
     from liveunwind.backtrace.samples import SampleReplay, Unwound
     from liveunwind.formats.perfevents import EventAttr
+    from liveunwind.frames import Backtrace, ThreadBacktrace
+    from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.targets.sample.perfdata import PerfDataFile
 
 _NANOSECONDS = 1e9
@@ -461,23 +463,16 @@ class _Sender:
         """What :meth:`Profile.add_counted` and the tally take of one sample; its stacks by
         number (one not sent before: its names and sites, in ``new``); its time and period
         only when the rest is the last item's."""
-        from liveunwind.backtrace.profile import describe, frame_sites, stack_of
-
-        backtrace, modules = each.backtrace, each.modules
-
-        def module_of(pc: int) -> ModuleSite | None:
-            module = modules.find(pc)
-            return None if module is None else describe(module)
-
+        backtrace = each.backtrace
         threads, new = [], []
-        stacks = each.stacks or [stack_of(walked) for walked in backtrace.threads]
+        stacks = each.stacks or self._stacks_of(backtrace)
         for walked, stack in zip(backtrace.threads, stacks, strict=True):
             number = self._stacks.get(stack)
             if number is None:
                 # Its frames are named: a walk whose frames are not was at the pcs of one
                 # named and sent before (SampleUnwinder.stacks_only), and so was its stack.
                 number = self._stacks[stack] = len(self._stacks)
-                new.append((stack, frame_sites(walked, module_of)))
+                new.append((stack, self._sites(walked, each.modules)))
             stopped = None if walked.complete else walked.stop_reason.value
             threads.append((walked.tid, walked.name, walked.state, stopped, number))
         # Compared, not told by identity: a module map's problems are a new list each time.
@@ -485,8 +480,10 @@ class _Sender:
         if problems != self._problems:
             changed = self._problems = problems
         file_problems = self._samples.files.problems
-        new_files = tuple(file_problems[self._files_sent :])
-        self._files_sent = len(file_problems)
+        new_files: tuple[str, ...] = ()
+        if len(file_problems) != self._files_sent:
+            new_files = tuple(file_problems[self._files_sent :])
+            self._files_sent = len(file_problems)
         sample = each.sample
         totals = self.timings
         for phase, seconds in backtrace.timings.items():
@@ -495,7 +492,8 @@ class _Sender:
                 totals[phase] = [seconds, seconds]
             else:
                 kept[0] += seconds
-                kept[1] = max(kept[1], seconds)
+                if seconds > kept[1]:
+                    kept[1] = seconds
         last = (sample.pid, sample.tid, each.name, threads)
         if not new and changed is None and not new_files and last == self._last:
             return sample.time, sample.period
@@ -511,6 +509,24 @@ class _Sender:
             changed,
             new_files,
         )
+
+    @staticmethod
+    def _stacks_of(backtrace: Backtrace) -> list[tuple[str, ...]]:
+        """The stacks of a backtrace whose walks did not come with them."""
+        from liveunwind.backtrace.profile import stack_of
+
+        return [stack_of(walked) for walked in backtrace.threads]
+
+    @staticmethod
+    def _sites(walked: ThreadBacktrace, modules: ModuleMap) -> list[FrameSite]:
+        """The sites of a new stack's frames, their modules described."""
+        from liveunwind.backtrace.profile import describe, frame_sites
+
+        def module_of(pc: int) -> ModuleSite | None:
+            module = modules.find(pc)
+            return None if module is None else describe(module)
+
+        return frame_sites(walked, module_of)
 
 
 def _add_timings(profile: Profile, timings: dict[str, list[float]]) -> None:
