@@ -134,28 +134,34 @@ class PerfDataFile:
 
         A record that is cut or corrupt ends the records; :attr:`problems` says where.
         """
-        pending: list[tuple[int, int, Record]] = []
+        # Each pending record with its time, its place in the file and the bytes it holds.
+        pending: list[tuple[int, int, Record, int]] = []
+        push, pop = heapq.heappush, heapq.heappop
         sequence = held = 0  # held: the stack bytes the pending samples keep
         newest = 0  # the newest time seen since the last round ended
         flush_to = -1  # the newest time of the round before: all older may go
         for kind, time, record in self._raw_records():
             if kind == RECORD_FINISHED_ROUND:
                 while pending and pending[0][0] <= flush_to:
-                    held -= _held(pending[0][2])
-                    yield heapq.heappop(pending)[2]
+                    _time, _sequence, record, size = pop(pending)
+                    held -= size
+                    yield record
                 flush_to = newest
                 continue
             if time is None:
                 time = newest
-            newest = max(newest, time)
-            heapq.heappush(pending, (time, sequence, record))
+            elif time > newest:
+                newest = time
+            size = _held(record)
+            push(pending, (time, sequence, record, size))
             sequence += 1
-            held += _held(record)
+            held += size
             while len(pending) > MAX_PENDING or held > MAX_PENDING_BYTES:
-                held -= _held(pending[0][2])
-                yield heapq.heappop(pending)[2]
+                _time, _sequence, record, size = pop(pending)
+                held -= size
+                yield record
         while pending:
-            yield heapq.heappop(pending)[2]
+            yield pop(pending)[2]
 
     def _raw_records(self) -> Iterator[tuple[int, int | None, Record]]:
         """(type, time, record) of each record in file order."""
