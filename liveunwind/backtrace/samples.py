@@ -49,6 +49,9 @@ MAX_PROCESSES = 256
 #: Walks whose stacks of names are kept (``SampleUnwinder.stacks_only``), per module map;
 #: then they are forgotten and kept anew (each ~0.6 KB: its pcs and its names' tuple).
 MAX_KNOWN_STACKS = 10_000
+#: Frames of the remembered suffixes whose walks' stacks are kept (``_known_walks``): each
+#: entry holds its suffix's facts (about 0.1 KB a frame) after the cache has let it go.
+MAX_KNOWN_WALK_FRAMES = 32_768
 
 
 class _Warm:
@@ -82,11 +85,12 @@ class SampleUnwinder:
         #: even get its frames when its stack is known by that walk.
         self.stacks_only = False
         self._known_stacks: dict[tuple[int, ...], tuple[str, ...]] = {}
-        #: The same stacks by the remembered walk a frameless walk was taken from (the id
-        #: of its facts, which the entry holds, and its first index): found without making
-        #: its frames or its pcs.
+        #: The same stacks by the remembered suffix a frameless walk was taken from (the
+        #: id of its facts, which the entry holds, and its first index): found without
+        #: making its frames or its pcs; and the frames of the facts held.
         self._known_walks: dict[tuple[int, int], tuple[tuple[FrameFacts, ...], tuple[str, ...]]]
         self._known_walks = {}
+        self._known_walk_frames = 0
         self._known_over: ModuleMap | None = None
 
     def modules(self, process: SampledProcess, perf_map: PerfMapView | str = "") -> ModuleMap:
@@ -224,6 +228,7 @@ class SampleUnwinder:
         if modules is not self._known_over:
             self._known_stacks.clear()
             self._known_walks.clear()
+            self._known_walk_frames = 0
             self._known_over = modules
             return None
         known = self._known_stacks
@@ -256,9 +261,13 @@ class SampleUnwinder:
             return
         _walked, facts, start = remembered
         walks = self._known_walks
-        if len(walks) >= MAX_KNOWN_STACKS:
-            walks.clear()
-        walks[id(facts), start] = (facts, stacks[0])
+        key = (id(facts), start)
+        if key not in walks:
+            if self._known_walk_frames + len(facts) > MAX_KNOWN_WALK_FRAMES:
+                walks.clear()
+                self._known_walk_frames = 0
+            self._known_walk_frames += len(facts)
+        walks[key] = (facts, stacks[0])
 
 
 def _pcs(trace: ThreadBacktrace) -> tuple[int, ...]:
