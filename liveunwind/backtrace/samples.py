@@ -26,7 +26,7 @@ from liveunwind.formats import perfevents
 from liveunwind.frames import Backtrace
 from liveunwind.targets.sample.process import SampledProcess
 from liveunwind.targets.sample.space import SampleSpace
-from liveunwind.unwinder.stepper import Stepper, unwind_all
+from liveunwind.unwinder.stepper import Stepper, add_remembered_frames, unwind_all
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -39,12 +39,19 @@ if TYPE_CHECKING:
     from liveunwind.modules.perfmapfile import PerfMapFile
     from liveunwind.targets.base import Mapping
     from liveunwind.targets.sample.process import FileSource
+    from liveunwind.unwinder.remembered import FrameFacts
+
+    #: A walk the stepper left without its frames, the facts they are made of, the first.
+    Remembered = tuple[ThreadBacktrace, tuple[FrameFacts, ...], int]
 
 #: Processes kept warm at once; the one sampled longest ago goes first.
 MAX_PROCESSES = 256
 #: Walks whose stacks of names are kept (``SampleUnwinder.stacks_only``), per module map;
 #: then they are forgotten and kept anew (each ~0.6 KB: its pcs and its names' tuple).
 MAX_KNOWN_STACKS = 10_000
+#: Frames of the remembered suffixes whose walks' stacks are kept (``_known_walks``): each
+#: entry holds its suffix's facts (about 0.1 KB a frame) after the cache has let it go.
+MAX_KNOWN_WALK_FRAMES = 32_768
 
 
 class _Warm:
@@ -73,9 +80,17 @@ class SampleUnwinder:
         #: Set by a caller that wants each walk's stacks of names (perf's workers): they
         #: come with every backtrace, and a walk whose frames are at the pcs of one walked
         #: before over the same module map takes its stacks without its frames being named
-        #: (naming them and making the names were a quarter of a warm sample's time).
+        #: (naming them and making the names were a quarter of a warm sample's time); a
+        #: walk the stepper takes whole from a remembered one (Stepper.frameless) does not
+        #: even get its frames when its stack is known by that walk.
         self.stacks_only = False
         self._known_stacks: dict[tuple[int, ...], tuple[str, ...]] = {}
+        #: The same stacks by the remembered suffix a frameless walk was taken from (the
+        #: id of its facts, which the entry holds, and its first index): found without
+        #: making its frames or its pcs; and the frames of the facts held.
+        self._known_walks: dict[tuple[int, int], tuple[tuple[FrameFacts, ...], tuple[str, ...]]]
+        self._known_walks = {}
+        self._known_walk_frames = 0
         self._known_over: ModuleMap | None = None
 
     def modules(self, process: SampledProcess, perf_map: PerfMapView | str = "") -> ModuleMap:
@@ -170,14 +185,18 @@ class SampleUnwinder:
                     verbose=options.verbose,
                     cache=cache,
                 )
+                stepper.frameless = self.stacks_only
             traces = unwind_all(space, space.threads(), stepper)
-        stacks = self._stacks_known(traces, modules) if self.stacks_only else None
+        stacks = remembered = None
+        if self.stacks_only:
+            remembered, stepper.remembered = stepper.remembered, None
+            stacks = self._stacks_known(traces, modules, remembered)
         if stacks is None:
             if options.symbols:
                 with phases.timed("symbolize"):
                     symbolize(traces, modules, cache)
             if self.stacks_only:
-                stacks = self._stacks_made(traces)
+                stacks = self._stacks_made(traces, remembered)
         backtrace = Backtrace(
             pid=process.pid,
             threads=traces,
@@ -188,16 +207,28 @@ class SampleUnwinder:
         return backtrace, modules, stacks
 
     def _stacks_known(
-        self, traces: list[ThreadBacktrace], modules: ModuleMap
+        self, traces: list[ThreadBacktrace], modules: ModuleMap, remembered: Remembered | None
     ) -> list[tuple[str, ...]] | None:
         """The stacks of walks at these pcs over ``modules`` made before, else None.
 
         A frame's name is its pc's in the module map (looked up at pc - 1 for a
         return address: an exact pc is kept as its complement), so the same
-        pcs over the same map give the same names.
+        pcs over the same map give the same names, and so does the same
+        remembered walk (its facts hold the pcs).  A walk the stepper left
+        without its frames (``remembered``) gets them unless its stack is known
+        by that walk.
         """
+        if remembered is not None:
+            walked, facts, start = remembered
+            if modules is self._known_over and len(traces) == 1 and traces[0] is walked:
+                kept = self._known_walks.get((id(facts), start))
+                if kept is not None and kept[0] is facts:
+                    return [kept[1]]
+            add_remembered_frames(walked, facts, start)
         if modules is not self._known_over:
             self._known_stacks.clear()
+            self._known_walks.clear()
+            self._known_walk_frames = 0
             self._known_over = modules
             return None
         known = self._known_stacks
@@ -207,9 +238,12 @@ class SampleUnwinder:
             if found is None:
                 return None
             stacks.append(found)
+        self._keep_walk(stacks, remembered)
         return stacks
 
-    def _stacks_made(self, traces: list[ThreadBacktrace]) -> list[tuple[str, ...]]:
+    def _stacks_made(
+        self, traces: list[ThreadBacktrace], remembered: Remembered | None
+    ) -> list[tuple[str, ...]]:
         """The stacks of named walks, kept by their pcs for :meth:`_stacks_known`."""
         known = self._known_stacks
         if len(known) + len(traces) > MAX_KNOWN_STACKS:
@@ -218,7 +252,22 @@ class SampleUnwinder:
         for trace in traces:
             stack = known[_pcs(trace)] = stack_of(trace)
             stacks.append(stack)
+        self._keep_walk(stacks, remembered)
         return stacks
+
+    def _keep_walk(self, stacks: list[tuple[str, ...]], remembered: Remembered | None) -> None:
+        """Keeps the stack of a sample's one thread by the remembered walk it was taken from."""
+        if remembered is None or len(stacks) != 1:
+            return
+        _walked, facts, start = remembered
+        walks = self._known_walks
+        key = (id(facts), start)
+        if key not in walks:
+            if self._known_walk_frames + len(facts) > MAX_KNOWN_WALK_FRAMES:
+                walks.clear()
+                self._known_walk_frames = 0
+            self._known_walk_frames += len(facts)
+        walks[key] = (facts, stacks[0])
 
 
 def _pcs(trace: ThreadBacktrace) -> tuple[int, ...]:
@@ -259,7 +308,8 @@ class Unwound:
         self.backtrace = backtrace
         self.modules = modules
         #: With ``SampleUnwinder.stacks_only``, each thread's stack of names (its frames
-        #: are then not named if a walk before had their pcs).
+        #: are then not named if a walk before had their pcs, and left out if it was
+        #: taken whole from a remembered walk whose stack is known).
         self.stacks = stacks
 
 

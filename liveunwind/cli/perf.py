@@ -25,9 +25,11 @@ if TYPE_CHECKING:
     from liveunwind.arch import Arch
     from liveunwind.arch.base import PerfRegisters
     from liveunwind.backtrace.options import BacktraceOptions
-    from liveunwind.backtrace.profile import FrameSite, ModuleSite, Profile
+    from liveunwind.backtrace.profile import CountedThread, FrameSite, ModuleSite, Profile
     from liveunwind.backtrace.samples import SampleReplay, Unwound
     from liveunwind.formats.perfevents import EventAttr
+    from liveunwind.frames import Backtrace, ThreadBacktrace
+    from liveunwind.modules.modulemap import ModuleMap
     from liveunwind.targets.sample.perfdata import PerfDataFile
 
 _NANOSECONDS = 1e9
@@ -36,8 +38,11 @@ if TYPE_CHECKING:
     #: One sample as a worker sends it (:class:`_Sender`): its time, pid, tid, period and
     #: thread name; each thread walked as (tid, name, state, why its walk ended early or None,
     #: its stack's number); the stacks not sent before (names, frame sites); the problems of
-    #: its walk if they changed since the last item, else None; file problems new since then;
-    #: the seconds of its phases.
+    #: its walk if they changed since the last item, else None; file problems new since then.
+    #: A sample that says nothing new beside the sender's last (the same process, thread,
+    #: name and threads walked; no new stack, problem or file problem) is sent as its
+    #: time and period only (:data:`_Again`).  The seconds of the phases are summed in
+    #: the worker (:attr:`_Sender.timings`) and sent with its summary.
     _Item = tuple[
         int,
         int,
@@ -48,8 +53,8 @@ if TYPE_CHECKING:
         list[tuple[tuple[str, ...], list[FrameSite]]],
         tuple[str, ...] | None,
         tuple[str, ...],
-        tuple[tuple[str, float], ...],
     ]
+    _Again = tuple[int, int]
 
 
 def perf_command(arguments: SimpleNamespace, options: BacktraceOptions) -> int:
@@ -250,13 +255,15 @@ def _profile(
 
 
 class _Outcome:
-    """What a replay found beyond its samples (a worker's summary, pickled)."""
+    """What a replay found beyond its samples (a worker's summary, pickled); a worker's
+    also the seconds of its samples' phases (:attr:`_Sender.timings`)."""
 
     __slots__ = (
         "file_problems",
         "lost",
         "process_problems",
         "recording_problems",
+        "timings",
         "without_registers",
     )
 
@@ -267,21 +274,29 @@ class _Outcome:
         process_problems: list[str],
         lost: int,
         without_registers: int,
+        timings: dict[str, list[float]] | None = None,
     ) -> None:
         self.recording_problems = recording_problems
         self.file_problems = file_problems
         self.process_problems = process_problems
         self.lost = lost
         self.without_registers = without_registers
+        self.timings = timings or {}
 
     @classmethod
-    def of(cls, recording: PerfDataFile, samples: SampleReplay) -> _Outcome:
+    def of(
+        cls,
+        recording: PerfDataFile,
+        samples: SampleReplay,
+        timings: dict[str, list[float]] | None = None,
+    ) -> _Outcome:
         return cls(
             recording.problems,
             samples.files.problems,
             samples.problems,
             samples.lost,
             samples.without_registers,
+            timings,
         )
 
 
@@ -307,8 +322,11 @@ def _count_in_workers(
     every record and unwinds every ``count``-th sample (:class:`_Share`), and
     sends each as an :data:`_Item` (:class:`_Sender`): its stack by a number
     (the names and sites the first time), the problems its walk met when
-    they changed.  Counted in sample order (:class:`_Receiver`), the items
-    make the profile a serial run makes, byte for byte in every output.
+    they changed; or, when it says nothing new beside the one before, as
+    its time and period only (:data:`_Again`).  Counted in sample order
+    (:class:`_Receiver`), the items make the profile a serial run makes,
+    byte for byte in every output; the seconds of the phases (``--stats``)
+    are each worker's sums, added at the end.
     """
     from liveunwind.backtrace.workers import CannotFork, Workers
 
@@ -323,14 +341,16 @@ def _count_in_workers(
         if warm == WARM_SAMPLES:
             break
     else:
+        _add_timings(profile, sender.timings)
         return _Outcome.of(recording, samples)  # no samples left to share
     without_registers = samples.without_registers
 
-    def work(worker: int, workers: int) -> Generator[_Item | None, None, _Outcome]:
+    def work(worker: int, workers: int) -> Generator[_Item | _Again | None, None, _Outcome]:
         share.first, share.worker, share.workers = warm, worker, workers
+        sender.timings = {}  # this process's sums are the command's
         for each in unwound:
             yield None if each is None else sender.item(each)
-        return _Outcome.of(recording, samples)
+        return _Outcome.of(recording, samples, sender.timings)
 
     receivers = [receiver.copy() for _ in range(count)]
     try:
@@ -339,12 +359,16 @@ def _count_in_workers(
         for each in unwound:
             if each is not None:
                 receiver.take(sender.item(each))
+        _add_timings(profile, sender.timings)
         return _Outcome.of(recording, samples)
     with pool:
         for worker, sent in pool.results():
             if sent is not None:
                 receivers[worker].take(sent)  # type: ignore[arg-type]  # what _Sender.item made
         outcomes: list[_Outcome] = [pool.summaries[worker] for worker in range(count)]  # type: ignore[misc]
+    _add_timings(profile, sender.timings)
+    for outcome in outcomes:
+        _add_timings(profile, outcome.timings)
     first = outcomes[0]
     # Every worker read the whole file and fed every record: what they say of the file and
     # its processes is the same; samples without registers were each one worker's.
@@ -362,9 +386,10 @@ def _count_in_workers(
 
 
 class _Receiver:
-    """One sender's items counted into the profile: its stacks by number, its last problems."""
+    """One sender's items counted into the profile: its stacks by number, its last problems,
+    and its last item's sample, which an :data:`_Again` is counted as."""
 
-    __slots__ = ("file_problems", "problems", "profile", "sites", "stacks", "tally")
+    __slots__ = ("file_problems", "last", "problems", "profile", "sites", "stacks", "tally")
 
     def __init__(self, profile: Profile, tally: _Tally) -> None:
         self.profile, self.tally = profile, tally
@@ -372,16 +397,26 @@ class _Receiver:
         self.sites: list[list[FrameSite]] = []
         self.problems: tuple[str, ...] = ()
         self.file_problems: dict[str, None] = {}
+        #: The pid, tid and name of the last item, and its threads as counted.
+        self.last: tuple[int, int, str, list[CountedThread]] | None = None
 
     def copy(self) -> _Receiver:
         """A receiver of a sender forked from this one's: it knows what this one was sent."""
         other = _Receiver(self.profile, self.tally)
         other.stacks, other.sites = list(self.stacks), list(self.sites)
-        other.problems = self.problems
+        other.problems, other.last = self.problems, self.last
         return other
 
-    def take(self, item: _Item) -> None:
-        time, pid, tid, period, name, threads, new, problems, new_files, timings = item
+    def take(self, item: _Item | _Again) -> None:
+        if len(item) == 2:
+            # The sample of the last item again: its problems and file problems are known.
+            time, period = item
+            assert self.last is not None, "an _Again before any _Item"
+            pid, tid, name, counted = self.last
+            self.tally.count(time, pid, tid, period, name)
+            self.profile.add_counted(counted, (), ())
+            return
+        time, pid, tid, period, name, threads, new, problems, new_files = item
         self.tally.count(time, pid, tid, period, name)
         for stack, frame_sites in new:
             self.stacks.append(stack)
@@ -390,59 +425,79 @@ class _Receiver:
             self.problems = problems
         self.file_problems.update(dict.fromkeys(new_files))
         stacks, sites = self.stacks, self.sites
-        self.profile.add_counted(
-            [
-                (tid, name, state, stopped, stacks[number], sites[number])
-                for tid, name, state, stopped, number in threads
-            ],
-            self.problems,
-            timings,
-        )
+        counted = [
+            (tid, name, state, stopped, stacks[number], sites[number])
+            for tid, name, state, stopped, number in threads
+        ]
+        self.last = (pid, tid, name, counted)
+        self.profile.add_counted(counted, self.problems, ())
 
 
 class _Sender:
-    """A worker's side of :func:`_count_in_workers`: each sample's walk as an :data:`_Item`."""
+    """A worker's side of :func:`_count_in_workers`: each sample's walk as an :data:`_Item`
+    (or an :data:`_Again`)."""
 
-    __slots__ = ("_files_sent", "_problems", "_problems_sent", "_samples", "_stacks")
+    __slots__ = (
+        "_files_sent",
+        "_last",
+        "_problems",
+        "_samples",
+        "_stacks",
+        "timings",
+    )
 
     def __init__(self, samples: SampleReplay) -> None:
         self._samples = samples
         #: Stacks sent so far, by the number they are sent by.
         self._stacks: dict[tuple[str, ...], int] = {}
-        #: The last problems list sent and its length then; file problems sent.
-        self._problems: list[str] | None = None
-        self._problems_sent = 0
+        #: The last problems sent; file problems sent.
+        self._problems: tuple[str, ...] | None = None
         self._files_sent = 0
+        #: The pid, tid, name and threads of the last item.
+        self._last: tuple[int, int, str, list[tuple[int, str, str, str | None, int]]] | None
+        self._last = None
+        #: Per phase of the samples sent: total seconds and the longest (Profile.timings).
+        self.timings: dict[str, list[float]] = {}
 
-    def item(self, each: Unwound) -> _Item:
+    def item(self, each: Unwound) -> _Item | _Again:
         """What :meth:`Profile.add_counted` and the tally take of one sample; its stacks by
-        number (one not sent before: its names and sites, in ``new``)."""
-        from liveunwind.backtrace.profile import describe, frame_sites, stack_of
-
-        backtrace, modules = each.backtrace, each.modules
-
-        def module_of(pc: int) -> ModuleSite | None:
-            module = modules.find(pc)
-            return None if module is None else describe(module)
-
+        number (one not sent before: its names and sites, in ``new``); its time and period
+        only when the rest is the last item's."""
+        backtrace = each.backtrace
         threads, new = [], []
-        stacks = each.stacks or [stack_of(walked) for walked in backtrace.threads]
+        stacks = each.stacks or self._stacks_of(backtrace)
         for walked, stack in zip(backtrace.threads, stacks, strict=True):
             number = self._stacks.get(stack)
             if number is None:
                 # Its frames are named: a walk whose frames are not was at the pcs of one
                 # named and sent before (SampleUnwinder.stacks_only), and so was its stack.
                 number = self._stacks[stack] = len(self._stacks)
-                new.append((stack, frame_sites(walked, module_of)))
+                new.append((stack, self._sites(walked, each.modules)))
             stopped = None if walked.complete else walked.stop_reason.value
             threads.append((walked.tid, walked.name, walked.state, stopped, number))
-        problems, changed = backtrace.problems, None
-        if problems is not self._problems or len(problems) != self._problems_sent:
-            changed, self._problems, self._problems_sent = tuple(problems), problems, len(problems)
+        # Compared, not told by identity: a module map's problems are a new list each time.
+        problems, changed = tuple(backtrace.problems), None
+        if problems != self._problems:
+            changed = self._problems = problems
         file_problems = self._samples.files.problems
-        new_files = tuple(file_problems[self._files_sent :])
-        self._files_sent = len(file_problems)
+        new_files: tuple[str, ...] = ()
+        if len(file_problems) != self._files_sent:
+            new_files = tuple(file_problems[self._files_sent :])
+            self._files_sent = len(file_problems)
         sample = each.sample
+        totals = self.timings
+        for phase, seconds in backtrace.timings.items():
+            kept = totals.get(phase)
+            if kept is None:
+                totals[phase] = [seconds, seconds]
+            else:
+                kept[0] += seconds
+                if seconds > kept[1]:
+                    kept[1] = seconds
+        last = (sample.pid, sample.tid, each.name, threads)
+        if not new and changed is None and not new_files and last == self._last:
+            return sample.time, sample.period
+        self._last = last
         return (
             sample.time,
             sample.pid,
@@ -453,8 +508,37 @@ class _Sender:
             new,
             changed,
             new_files,
-            tuple(backtrace.timings.items()),
         )
+
+    @staticmethod
+    def _stacks_of(backtrace: Backtrace) -> list[tuple[str, ...]]:
+        """The stacks of a backtrace whose walks did not come with them."""
+        from liveunwind.backtrace.profile import stack_of
+
+        return [stack_of(walked) for walked in backtrace.threads]
+
+    @staticmethod
+    def _sites(walked: ThreadBacktrace, modules: ModuleMap) -> list[FrameSite]:
+        """The sites of a new stack's frames, their modules described."""
+        from liveunwind.backtrace.profile import describe, frame_sites
+
+        def module_of(pc: int) -> ModuleSite | None:
+            module = modules.find(pc)
+            return None if module is None else describe(module)
+
+        return frame_sites(walked, module_of)
+
+
+def _add_timings(profile: Profile, timings: dict[str, list[float]]) -> None:
+    """Adds one sender's sums of the phases' seconds to the profile's."""
+    totals = profile.timings
+    for phase, (total, longest) in timings.items():
+        kept = totals.get(phase)
+        if kept is None:
+            totals[phase] = [total, longest]
+        else:
+            kept[0] += total
+            kept[1] = max(kept[1], longest)
 
 
 def _rate(attr: EventAttr) -> float:

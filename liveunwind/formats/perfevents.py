@@ -421,7 +421,7 @@ class _Cursor:
 
 
 class _SamplePrefix:
-    """A sample layout's fields before its registers in one struct, for :func:`_decode_sample`.
+    """A sample layout's fields before its registers in one struct, for :func:`decode_sample`.
 
     Read field by field (:class:`_Cursor`), the 10,708 samples of a
     bench/perfdata.py recording took 0.038 s of CPU to decode, and every
@@ -479,7 +479,7 @@ def _sample_prefix(sample_type: int, read_format: int) -> _SamplePrefix | None:
     )
 
 
-def _decode_sample(attr: EventAttr, misc: int, body: memoryview) -> Sample:
+def decode_sample(attr: EventAttr, misc: int, body: memoryview) -> Sample:
     """A sample by its layout's prefix where that layout has one and the record holds every
     field whole; else (and for every error's message) field by field."""
     prefix = attr._prefix
@@ -529,7 +529,7 @@ def _decode_sample(attr: EventAttr, misc: int, body: memoryview) -> Sample:
     return sample
 
 
-#: A Sample without its ``__init__``: :func:`_decode_sample` sets every slot itself.
+#: A Sample without its ``__init__``: :func:`decode_sample` sets every slot itself.
 _new_sample = object.__new__
 
 
@@ -685,7 +685,7 @@ def _decode_exit(attr: EventAttr, misc: int, body: memoryview) -> Task:
 
 
 _DECODERS: dict[int, Callable[[EventAttr, int, memoryview], Record]] = {
-    RECORD_SAMPLE: _decode_sample,
+    RECORD_SAMPLE: decode_sample,
     RECORD_MMAP: _decode_mmap,
     RECORD_MMAP2: _decode_mmap2,
     RECORD_COMM: _decode_comm,

@@ -254,6 +254,46 @@ def test_every_sample_walk_equals_a_cold_steppers(
     assert suffixed > samples // 2
 
 
+@pytest.mark.parametrize("recording", ["attached", "started"])
+def test_stacks_of_walks_left_without_frames_are_a_cold_walks_named(
+    recording: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With stacks_only (the profile of ``liveunwind perf``), a walk taken whole from a
+    remembered one comes without its frames (Stepper.frameless) and its stack is found by that
+    walk: every sample's stack is still the one a cold stepper's walk of it gives, named; and
+    most samples' walks came without frames."""
+    from liveunwind.backtrace.profile import stack_of
+    from liveunwind.backtrace.symbolizer import symbolize
+    from liveunwind.targets.sample.space import SampleSpace
+    from liveunwind.unwinder.cache import UnwindCache
+    from liveunwind.unwinder.remembered import RememberingChoice
+    from liveunwind.unwinder.stepper import Stepper
+
+    monkeypatch.setattr(RememberingChoice, "began", lambda self: None)
+    arguments = SimpleNamespace(pid=None, threads=None, sysroot=None, search_path="")
+    samples = frameless = 0
+    with PerfDataFile(str(request.getfixturevalue(recording))) as data:
+        replayed, unwound = replay(data, arguments, BacktraceOptions())
+        replayed.unwinder.stacks_only = True
+        perf = replayed.arch.perf_registers
+        assert perf is not None
+        for each in unwound:
+            sample, ours = each.sample, each.backtrace.threads[0]
+            process = replayed.process(sample.pid)
+            registers = perf.registers(replayed.attr.sample_regs_user, sample.registers)
+            space = SampleSpace(process, sample.tid, each.name, registers, sample.stack)
+            cache = UnwindCache()
+            cold = Stepper(space, each.modules, cache=cache).backtrace(space.threads()[0])
+            symbolize([cold], each.modules, cache)
+            assert each.stacks == [stack_of(cold)], sample.time
+            assert (ours.stop_reason, ours.stop_detail) == (cold.stop_reason, cold.stop_detail)
+            samples += 1
+            frameless += not ours.frames and bool(cold.frames)
+    print(recording, samples, "samples,", frameless, "walks without frames")
+    assert samples > 200
+    assert frameless > samples // 2
+
+
 def test_a_file_that_is_not_perf_data_is_one_line(tmp_path: Path) -> None:
     other = tmp_path / "not.data"
     other.write_bytes(b"\x7fELF" + bytes(200))

@@ -201,6 +201,44 @@ def test_stacks_not_named_again_give_the_outputs_of_walks_all_named(
             assert Path(path).read_bytes() == ours[name], f"--workers {count}: {name} differs"
 
 
+def test_samples_saying_nothing_new_are_sent_as_their_time_and_period(recording: Path) -> None:
+    """Most samples of a busy thread are its worker's last item again, sent as two numbers
+    (cli/perf.py's _Again); counted as that item, they make the profile Profile.add makes of
+    the walks themselves: the same folded stacks, pprof, speedscope and JSON."""
+    from types import SimpleNamespace
+
+    from liveunwind.backtrace.options import BacktraceOptions
+    from liveunwind.backtrace.profile import Profile
+    from liveunwind.cli import perf
+    from liveunwind.cli.profile import (
+        format_folded,
+        render_pprof,
+        render_speedscope,
+        to_json_document,
+    )
+    from liveunwind.targets.sample.perfdata import PerfDataFile
+
+    arguments = SimpleNamespace(pid=None, threads=None, sysroot=None, search_path="")
+    added, received = Profile(0, 1.0, per_thread=True), Profile(0, 1.0, per_thread=True)
+    sizes = []
+    with PerfDataFile(str(recording)) as data:
+        samples = perf._sample_replay(data, arguments, BacktraceOptions())
+        samples.unwinder.stacks_only = True
+        sender, receiver = perf._Sender(samples), perf._Receiver(received, perf._Tally())
+        for each in perf._unwound(data, samples, arguments, perf._Share()):
+            if each is not None:
+                added.add(each.backtrace, each.modules, some_threads=True, stacks=each.stacks)
+                item = sender.item(each)
+                sizes.append(len(item))
+                receiver.take(item)
+    print(sizes.count(2), "of", len(sizes), "items were two numbers")
+    assert sizes.count(2) > len(sizes) // 2
+    assert format_folded(received) == format_folded(added)
+    assert render_pprof(received) == render_pprof(added)
+    assert render_speedscope(received) == render_speedscope(added)
+    assert to_json_document(received) == to_json_document(added)
+
+
 def test_workers_that_cannot_be_started_leave_the_walks_to_the_command(
     recording: Path,
     tmp_path: Path,

@@ -179,7 +179,7 @@ def test_the_fast_sample_decoder_is_the_field_by_field_one_on_every_cut_and_chan
     words before the stack copy's end set to a large and a small value."""
     attr, raw = _attr(), bytes(_first_sample())
     assert attr._prefix is not None  # --call-graph dwarf's layout has one
-    fast, by_field = perfevents._decode_sample, perfevents._decode_sample_by_field
+    fast, by_field = perfevents.decode_sample, perfevents._decode_sample_by_field
     assert _decoded_by(fast, attr, raw) == _decoded_by(by_field, attr, raw)
     errors = set()
     for cut in range(8, len(raw)):
