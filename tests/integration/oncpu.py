@@ -149,6 +149,19 @@ def liveunwind_parked(pid: int, tid: int) -> list[dict[str, Any]]:
     pytest.fail(f"liveunwind pid never caught thread {tid} in {HOT}: last {thread['frames']}")
 
 
+def folded_name(frame: dict[str, Any]) -> str:
+    """A ``pid --json`` frame's name in folded stacks, as the profile schema says: the
+    function, else ``module+offset`` (a libc without symbols for its thread entry), else
+    the pc."""
+    if frame["function"]:
+        name = frame["function"]
+    elif frame["module"] and frame["module_offset"] is not None:
+        name = f"{os.path.basename(frame['module'])}+{frame['module_offset']:#x}"
+    else:
+        name = f"{frame['pc']:#x}"
+    return str(name).replace(";", ":").replace(" ", "_")
+
+
 def listing(frames: list[Any]) -> str:
     return "\n".join(
         f"#{index:<3} {frame.pc:#x} {frame.function or '??'} "
@@ -163,7 +176,7 @@ def check_hottest_stack(pid: int, tid: int) -> tuple[str, dict[str, Any]]:
     profile's JSON document."""
     document, stacks, _ = profile_on_cpu(pid, "--duration", "3")
     parked = liveunwind_parked(pid, tid)
-    chain = ";".join([BURNER, *(frame["function"] for frame in reversed(parked))])
+    chain = ";".join([BURNER, *(folded_name(frame) for frame in reversed(parked))])
     burner = Counter({stack: n for stack, n in stacks.items() if stack.startswith(BURNER + ";")})
     assert burner, stacks
     hottest, count = burner.most_common(1)[0]
@@ -212,13 +225,14 @@ def check_sampled_frames(pid: int, tid: int, monkeypatch: pytest.MonkeyPatch) ->
     return list(hot[0].frames)
 
 
-def check_cut_walks(pid: int, tid: int) -> None:
+def check_cut_walks(pid: int, tid: int) -> dict[str, int]:
     """With a 16-byte stack copy no walk of the burner reaches its outermost frame: each
-    ends inside the chain, saying the sample does not hold the memory it needed."""
+    ends inside the chain, saying the sample does not hold the memory it needed; returns
+    the burner's stacks and their counts."""
     document, stacks, stdout = profile_on_cpu(pid, "--duration", "2", "--stack-size", "16")
     burner = [stack for stack in stacks if stack.startswith(BURNER + ";")]
     assert burner, stacks
-    names = [frame["function"] for frame in reversed(liveunwind_parked(pid, tid))]
+    names = [folded_name(frame) for frame in reversed(liveunwind_parked(pid, tid))]
     full_chain = ";".join([BURNER, *names])
     for stack in burner:
         got = stack.split(";")[1:]
@@ -231,3 +245,4 @@ def check_cut_walks(pid: int, tid: int) -> None:
     assert document["incomplete_reasons"].get("unreadable memory", 0) > 0, document
     assert "walks needed memory the sample does not hold" in stdout, stdout
     assert document["incomplete"] > 0
+    return {stack: stacks[stack] for stack in burner}

@@ -6,14 +6,15 @@ are in ``enum perf_event_arm64_regs``' order), against testprogs/profile's
 stack is the chain ``liveunwind pid`` finds with the thread parked in
 ``spin_hot`` (gdb's pcs, the same methods and trust), the target is never
 stopped or traced, and a stack copy too small ends the walks saying so
-(tests/integration/oncpu.py). The containers skip where perf_event_open
+(tests/integration/oncpu.py); the stacks seen are in the JUnit report's
+properties. The containers skip where perf_event_open
 is refused (Docker's default seccomp profile; QEMU user mode); the VMs may not.
 tests/system/test_oncpu.py is the x86_64 host's fuller suite.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from tests.integration.oncpu import (
     check_cut_walks,
     check_hottest_stack,
     check_sampled_frames,
+    listing,
     require_sampling,
 )
 from tests.support.platform import require_ptrace
@@ -42,15 +44,23 @@ def burner(platform_name: str, testprogs_build: Path, tmp_path: Path) -> Iterato
         yield program
 
 
-def test_the_hottest_stack_is_the_burners_own_chain(burner: RunningProgram) -> None:
-    check_hottest_stack(burner.pid, burner.tid(BURNER))
+def test_the_hottest_stack_is_the_burners_own_chain(
+    burner: RunningProgram, record_seen: Callable[[str, object], None]
+) -> None:
+    hottest, document = check_hottest_stack(burner.pid, burner.tid(BURNER))
+    record_seen("hottest_stack", f"{hottest} of {document['samples']} samples")
 
 
 def test_sampled_frames_are_gdbs_with_their_method_and_trust(
-    burner: RunningProgram, monkeypatch: pytest.MonkeyPatch
+    burner: RunningProgram,
+    monkeypatch: pytest.MonkeyPatch,
+    record_seen: Callable[[str, object], None],
 ) -> None:
-    check_sampled_frames(burner.pid, burner.tid(BURNER), monkeypatch)
+    frames = check_sampled_frames(burner.pid, burner.tid(BURNER), monkeypatch)
+    record_seen("sample", listing(frames))
 
 
-def test_a_walk_beyond_the_stack_copy_ends_there_saying_so(burner: RunningProgram) -> None:
-    check_cut_walks(burner.pid, burner.tid(BURNER))
+def test_a_walk_beyond_the_stack_copy_ends_there_saying_so(
+    burner: RunningProgram, record_seen: Callable[[str, object], None]
+) -> None:
+    record_seen("cut_stacks", check_cut_walks(burner.pid, burner.tid(BURNER)))

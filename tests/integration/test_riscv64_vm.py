@@ -33,7 +33,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ from tests.integration.oncpu import (
     check_cut_walks,
     check_hottest_stack,
     check_sampled_frames,
+    listing,
     require_sampling,
 )
 from tests.support.oracles import (
@@ -299,28 +300,37 @@ def burner(
         yield program
 
 
-def test_on_cpu_hottest_stack_is_the_burners_own_chain(burner: RunningProgram) -> None:
+def test_on_cpu_hottest_stack_is_the_burners_own_chain(
+    burner: RunningProgram, record_seen: Callable[[str, object], None]
+) -> None:
     """``profile --on-cpu``'s hottest stack is the chain of the burner parked in spin_hot;
     the target is never stopped or traced; the document is valid against the shipped schema."""
     from importlib.resources import files
 
     import jsonschema  # Debian's python3-jsonschema
 
-    _, document = check_hottest_stack(burner.pid, burner.tid(BURNER))
+    hottest, document = check_hottest_stack(burner.pid, burner.tid(BURNER))
+    record_seen("hottest_stack", f"{hottest} of {document['samples']} samples")
     schema = (files("liveunwind.cli") / "schemas" / "profile.schema.json").read_text()
     jsonschema.Draft202012Validator(json.loads(schema)).validate(document)
 
 
 def test_on_cpu_sampled_frames_are_gdbs(
-    burner: RunningProgram, monkeypatch: pytest.MonkeyPatch
+    burner: RunningProgram,
+    monkeypatch: pytest.MonkeyPatch,
+    record_seen: Callable[[str, object], None],
 ) -> None:
     """Samples in spin_hot: gdb's pcs, and ``liveunwind pid``'s names, methods, trust, sp
     and CFA frame for frame (the kernel's riscv64 perf_regs read in their order)."""
-    check_sampled_frames(burner.pid, burner.tid(BURNER), monkeypatch)
+    frames = check_sampled_frames(burner.pid, burner.tid(BURNER), monkeypatch)
+    record_seen("sample", listing(frames))
 
 
-def test_on_cpu_walk_beyond_the_stack_copy_ends_there_saying_so(burner: RunningProgram) -> None:
-    check_cut_walks(burner.pid, burner.tid(BURNER))
+def test_on_cpu_walk_beyond_the_stack_copy_ends_there_saying_so(
+    burner: RunningProgram, record_seen: Callable[[str, object], None]
+) -> None:
+    """16 bytes of stack per sample: the walks end inside the chain, saying why."""
+    record_seen("cut_stacks", check_cut_walks(burner.pid, burner.tid(BURNER)))
 
 
 # -- kernel cores ---------------------------------------------------------------------------
