@@ -24,6 +24,7 @@ for tests/data/riscv64-cores/.
 
 from __future__ import annotations
 
+import json
 import lzma
 import os
 import platform
@@ -32,12 +33,21 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import liveunwind
+from tests.integration.oncpu import (
+    BURNER,
+    check_cut_walks,
+    check_hottest_stack,
+    check_sampled_frames,
+    listing,
+    require_sampling,
+)
 from tests.support.oracles import (
     Backtraces,
     describe,
@@ -54,6 +64,7 @@ from tests.support.platform import (
     start_parked,
     wait_state,
 )
+from tests.support.programs import RunningProgram, start_program
 
 pytestmark = [
     pytest.mark.integration,
@@ -68,6 +79,9 @@ EM_RISCV = 243
 #: -O0 and -O2, each with the frame pointer kept (-fno-omit-frame-pointer) and left out.
 FLAVOURS = ["O0-fp", "O0-nofp", "O2-fp", "O2-nofp"]
 LIVE = ["threads", "sighandler", "recurse"]
+#: profiled (testprogs/profile/profiled.c) for ``profile --on-cpu``: at -O0 with the frame
+#: pointer, and at -O2 without it.
+ONCPU_FLAVOURS = ["O0-fp", "O2-nofp"]
 CRASH_VARIANTS = ["O0", "O2", "O2-static"]
 MODES = ["leaf", "abort", "handler", "thread"]
 #: The innermost frames crash.c promises the crashing thread, by mode.
@@ -95,7 +109,8 @@ RECURSE_DEPTH = 50
 
 def _targets() -> list[str]:
     live = [f"{name}-{flavour}" for name in LIVE for flavour in FLAVOURS]
-    return [*live, *(f"crash-{variant}" for variant in CRASH_VARIANTS)]
+    oncpu = [f"profiled-{flavour}" for flavour in ONCPU_FLAVOURS]
+    return [*live, *oncpu, *(f"crash-{variant}" for variant in CRASH_VARIANTS)]
 
 
 @pytest.fixture(scope="session")
@@ -263,6 +278,59 @@ def test_live_matches_gdb(riscv64_build: Path, gdb: str, name: str, flavour: str
     else:
         recursion = [n for n in functions(by_name["recursion"]) if n in ("rec_a", "rec_b", "rec_c")]
         assert len(recursion) == RECURSE_DEPTH, functions(by_name["recursion"])
+
+
+# -- on-CPU sampling (perf_event_open, never stopping the target) ---------------------------
+
+
+@pytest.fixture(params=ONCPU_FLAVOURS)
+def burner(
+    request: pytest.FixtureRequest, riscv64_build: Path, tmp_path: Path
+) -> Iterator[RunningProgram]:
+    """profiled-FLAVOUR, its burner spinning in spin_hot; the riscv64 kernel must sample it."""
+    require_ptrace()  # the oracles park the burner with ptrace (gdb, liveunwind pid)
+    with start_program(
+        riscv64_build,
+        f"profiled-{request.param}",
+        str(tmp_path / "chunks"),
+        busy={"burner", "third"},
+        timeout=READY_TIMEOUT,
+    ) as program:
+        require_sampling(program.pid)
+        yield program
+
+
+def test_on_cpu_hottest_stack_is_the_burners_own_chain(
+    burner: RunningProgram, record_seen: Callable[[str, object], None]
+) -> None:
+    """``profile --on-cpu``'s hottest stack is the chain of the burner parked in spin_hot;
+    the target is never stopped or traced; the document is valid against the shipped schema."""
+    from importlib.resources import files
+
+    import jsonschema  # Debian's python3-jsonschema
+
+    hottest, document = check_hottest_stack(burner.pid, burner.tid(BURNER))
+    record_seen("hottest_stack", f"{hottest} of {document['samples']} samples")
+    schema = (files("liveunwind.cli") / "schemas" / "profile.schema.json").read_text()
+    jsonschema.Draft202012Validator(json.loads(schema)).validate(document)
+
+
+def test_on_cpu_sampled_frames_are_gdbs(
+    burner: RunningProgram,
+    monkeypatch: pytest.MonkeyPatch,
+    record_seen: Callable[[str, object], None],
+) -> None:
+    """Samples in spin_hot: gdb's pcs, and ``liveunwind pid``'s names, methods, trust, sp
+    and CFA frame for frame (the kernel's riscv64 perf_regs read in their order)."""
+    frames = check_sampled_frames(burner.pid, burner.tid(BURNER), monkeypatch)
+    record_seen("sample", listing(frames))
+
+
+def test_on_cpu_walk_beyond_the_stack_copy_ends_there_saying_so(
+    burner: RunningProgram, record_seen: Callable[[str, object], None]
+) -> None:
+    """16 bytes of stack per sample: the walks end inside the chain, saying why."""
+    record_seen("cut_stacks", check_cut_walks(burner.pid, burner.tid(BURNER)))
 
 
 # -- kernel cores ---------------------------------------------------------------------------
