@@ -9,6 +9,7 @@ refusals are tests/system/test_oncpu.py's (a real kernel).
 
 from __future__ import annotations
 
+import errno
 import struct
 
 import pytest
@@ -21,6 +22,7 @@ from liveunwind.targets.perfevent.events import (
     SAMPLE_TYPE,
     attr_bytes,
     check_stack_size,
+    open_error,
 )
 
 
@@ -53,3 +55,19 @@ def test_stack_sizes_the_kernel_takes_are_taken(size: int) -> None:
 def test_stack_sizes_the_kernel_refuses_are_refused(size: int) -> None:
     with pytest.raises(ValueError, match="multiple of 8"):
         check_stack_size(size)
+
+
+@pytest.mark.parametrize(
+    ("code", "says"),
+    [
+        (errno.ENOSYS, "perf_event_open is not implemented here"),
+        (errno.EOPNOTSUPP, "this kernel cannot sample user stacks"),
+        (errno.EPERM, "kernel.perf_event_paranoid is"),
+    ],
+)
+def test_a_refused_perf_event_open_names_why(code: int, says: str) -> None:
+    """One line each; no perf_event_open at all (QEMU user mode's ENOSYS) is not blamed on
+    the kernel's configuration alone."""
+    error = open_error(code, 1234)
+    assert says in str(error)
+    assert "\n" not in str(error)

@@ -265,7 +265,13 @@ def open_error(code: int, pid: int) -> TargetError:
             "CAP_PERFMON, and CAP_SYS_PTRACE for another user's process); in a container, "
             "allow perf_event_open in its seccomp profile and add CAP_PERFMON"
         )
-    if code in (errno.ENOENT, errno.EOPNOTSUPP, errno.ENOSYS, errno.ENODEV):
+    if code == errno.ENOSYS:
+        return TargetError(
+            "perf_event_open is not implemented here (ENOSYS: a kernel built without "
+            "CONFIG_PERF_EVENTS, or an emulator such as QEMU's user mode): use the "
+            "wall-clock mode (profile without --on-cpu)"
+        )
+    if code in (errno.ENOENT, errno.EOPNOTSUPP, errno.ENODEV):
         return TargetError(
             f"this kernel cannot sample user stacks (perf_event_open: {os.strerror(code)}): "
             "it needs CONFIG_PERF_EVENTS with user register and stack sampling; "
