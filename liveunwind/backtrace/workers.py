@@ -90,9 +90,24 @@ def worker_count(asked: int | None) -> int:
     cpus = len(os.sched_getaffinity(0))
     if cpus == 1:
         return 1
-    # The least of three looks: a kernel thread woken for a moment is not a busy CPU.
-    looks = [found for found in (_running() for _ in range(3)) if found is not None]
+    # The least of three looks a millisecond apart: a thread running for a moment (a kernel
+    # thread woken, the shell that started us, the other end of our pipe starting up) is not
+    # a busy CPU.  Three looks back to back saw such a one in 2 of 10 runs of a shell loop.
+    looks = []
+    for look in range(_LOOKS):
+        if look:
+            time.sleep(_LOOK_APART)
+        found = _running()
+        if found is not None:
+            looks.append(found)
+        if found == 0:
+            break  # nothing else runs: the least it can be
     return max(1, min(cpus, cpus - min(looks))) if looks else cpus
+
+
+#: Looks at what runs before the CPUs are called busy, and the seconds between them.
+_LOOKS = 3
+_LOOK_APART = 0.001
 
 
 def _running() -> int | None:
