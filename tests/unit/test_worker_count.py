@@ -8,6 +8,7 @@ processes on every CPU.
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 
@@ -43,7 +44,7 @@ def test_a_thread_running_for_a_moment_is_not_a_busy_cpu(monkeypatch, cpus: int)
     monkeypatch.setattr(workers, "_running", running)
     assert workers.worker_count(None) == cpus
     assert len(times) == 3
-    assert min(later - earlier for earlier, later in zip(times, times[1:])) >= 0.001
+    assert min(later - earlier for earlier, later in itertools.pairwise(times)) >= 0.001
     seen[:] = [0, 1, 1]
     times.clear()
     assert workers.worker_count(None) == cpus
