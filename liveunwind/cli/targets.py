@@ -77,9 +77,10 @@ def choose(
     own_user = None if os.geteuid() == 0 else os.geteuid()
     pids = []
     for pid in candidates:
-        if pid in excluded or not _traceable(pid, own_user):
+        comm = None if pid in excluded else _traceable(pid, own_user)
+        if comm is None:
             continue
-        if matches_name is not None and not matches_name(pid):
+        if matches_name is not None and not matches_name(pid, comm):
             continue
         if wanted_exe is not None and _exe_identity(pid) != wanted_exe:
             continue
@@ -125,19 +126,26 @@ def _ourselves_and_above() -> set[int]:
     return excluded
 
 
-def _traceable(pid: int, own_user: int | None) -> bool:
-    """Not a kernel thread, not a zombie, and (without root) one of our user's."""
+def _traceable(pid: int, own_user: int | None) -> str | None:
+    """Its command name (comm) if not a kernel thread, not a zombie, and (without root) one of
+    our user's; else None."""
     try:
         stat = process_stat(pid)
         if stat.flags & _PF_KTHREAD or stat.state in ("Z", "X"):
-            return False
-        return own_user is None or os.stat(f"/proc/{pid}").st_uid == own_user
+            return None
+        if own_user is None or os.stat(f"/proc/{pid}").st_uid == own_user:
+            return stat.name
+        return None
     except (OSError, NoSuchProcessError):
-        return False  # gone meanwhile
+        return None  # gone meanwhile
 
 
-def _name_matcher(pattern: str | None) -> Callable[[int], bool] | None:
-    """A test of a pid's comm or argv[0]'s basename against ``pattern`` (re.search), or None."""
+def _name_matcher(pattern: str | None) -> Callable[[int, str], bool] | None:
+    """A test of a pid's comm or argv[0]'s basename against ``pattern`` (re.search), or None.
+
+    The test is given the pid and its comm, which ``choose`` has read already;
+    argv[0] is read only when the comm does not match.
+    """
     if pattern is None:
         return None
     import re
@@ -147,14 +155,15 @@ def _name_matcher(pattern: str | None) -> Callable[[int], bool] | None:
     except re.error as error:
         raise UsageError(f"--name: not a regular expression: {error}") from None
 
-    def matches(pid: int) -> bool:
+    def matches(pid: int, comm: str) -> bool:
+        if compiled.search(comm):
+            return True
         try:
-            comm = process_stat(pid).name
             argv = read_kernel_file(f"/proc/{pid}/cmdline", _CMDLINE_LIMIT)
-        except (OSError, NoSuchProcessError):
+        except OSError:
             return False
         first = os.path.basename(argv.split(b"\0", 1)[0].decode("utf-8", "replace"))
-        return bool(compiled.search(comm) or (first and compiled.search(first)))
+        return bool(first and compiled.search(first))
 
     return matches
 
