@@ -5,17 +5,19 @@ tables of the files it maps, and building a table means reading its
 ``.symtab`` and strings (libpython3.11's: 750 kB) into fresh memory and
 ranking every function symbol: about 2.3 ms each for libpython and for
 libc with its debug file, a fifth of a cold ``liveunwind pid`` of CPython's
-work (docs/speed.md, "Symbol indexes").  A debugger is run again and again
-on the same installed files, so the command keeps what a table holds —
-each function's address, size and name, in address order — in one small
-file per module, and the next run reads that instead (libpython's: 260 kB,
-one read, no ranking).
+work (docs/speed.md, "Fifth round: symbol indexes").  A debugger is run
+again and again on the same installed files, so the command keeps what a
+table holds — each function's address, size, name and where the file holds
+its symbol, in address order — in one small file per module, and the next
+run reads that instead (libpython's: 211 kB, one read, no ranking).
 
 Only the command does this (:func:`enable`, from ``cli.run``), next to its
 code bundle (``codebundle.cache_folder``), under the same rule: a file is
 used only if it and its folder belong to the user running the command and
-nobody else may write to them, so what it says is as trusted as the files
-the command itself wrote.  Each index names what it was built from — every
+nobody else may write to them, so what it says is as trusted as the code
+bundle the command runs.  A name is shown as the index has it; an answer a
+walk decides by is confirmed against the file's own symbol first
+(``SymbolTable.lookup``'s ``checked``).  Each index names what it was built from — every
 image's device, inode, size, mtime (ns) and build-id, the host's byte order,
 and this file's and ``symbols.py``'s source (size, mtime): the ranking rule
 — and is used only when all of that still holds; a file of another format,
@@ -23,8 +25,8 @@ cut short, or whose parts do not fit together is not used, and the table is
 built from the sections as without an index (and the index written anew).
 Written to a temporary name and renamed over the old one, so a reader sees a
 whole file.  Bounded: at most :data:`MAX_WRITES` indexes written a run, of
-tables of at least :data:`MIN_SYMBOLS` functions (smaller ones are built
-faster than a file is opened), and none once the folder holds
+tables of at least :data:`MIN_SYMBOLS` functions (a small table costs
+little to build), and none once the folder holds
 :data:`MAX_INDEXES` of them.
 """
 
@@ -62,7 +64,7 @@ _ROW = 28
 MAX_FUNCTIONS = 1 << 22
 MAX_NAMES_BYTES = 256 << 20
 MAX_KEY_BYTES = 1 << 12
-#: Tables smaller than this are not kept: building one takes less than opening a file.
+#: Tables smaller than this are not kept (a program's own few hundred functions cost little).
 MIN_SYMBOLS = 1000
 #: Indexes written by one run, and kept in the folder, at most.
 MAX_WRITES = 16
@@ -119,8 +121,8 @@ def load(images: Sequence[ElfImage]) -> StoredIndex | None:
 def offer(images: Sequence[ElfImage], functions: Functions) -> None:
     """Keep the table built from ``images`` when the command ends, if worth it.
 
-    ``functions`` gives its (address, size, name) in address order; it is
-    called only as the index is written, after the command's output.
+    ``functions`` gives its (address, size, location, name) rows in address
+    order; it is called only as the index is written, after the command's output.
     """
     if not _enabled or len(_pending) >= MAX_WRITES:
         return
@@ -242,8 +244,6 @@ def _write(path: str, key: Key, functions: Functions) -> None:
         locations.append(location)
         names += name.encode("utf-8", "surrogateescape")
         name_ends.append(len(names))
-    if len(addresses) < MIN_SYMBOLS:
-        return
     encoded_key = marshal.dumps(key)
     count = len(addresses)
     body = b"".join(
