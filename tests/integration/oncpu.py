@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ import pytest
 
 from tests.support.oracles import OracleFrame, describe, gdb_backtraces, physical
 from tests.support.platform import PLATFORM, run_liveunwind
+from tests.support.stopwatcher import StopWatcher
 
 #: The platforms whose kernels must sample (a real kernel of the arch, running as root).
 MUST_SAMPLE = ("arm64-vm", "riscv64-vm")
@@ -35,43 +34,6 @@ MUST_SAMPLE = ("arm64-vm", "riscv64-vm")
 HOT, BURNER = "spin_hot", "burner"
 #: Attempts at catching the burner inside ``spin_hot`` (it is there nearly always).
 PARK_ATTEMPTS = 20
-
-
-class StopWatcher(threading.Thread):
-    """Reads every thread's TracerPid and State every few ms; remembers any stop or tracer."""
-
-    def __init__(self, pid: int) -> None:
-        super().__init__(daemon=True)
-        self.pid = pid
-        self.seen: list[str] = []
-        self.reads = 0
-        self._done = threading.Event()
-
-    def run(self) -> None:
-        while not self._done.is_set():
-            try:
-                tasks = os.listdir(f"/proc/{self.pid}/task")
-            except FileNotFoundError:
-                return
-            for tid in tasks:
-                try:
-                    status = Path(f"/proc/{self.pid}/task/{tid}/status").read_text()
-                except OSError:
-                    continue
-                fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
-                state, tracer = fields.get("State", "?"), fields.get("TracerPid", "0").strip()
-                if tracer != "0" or state[:1] in ("t", "T"):
-                    self.seen.append(f"{tid}: State {state.strip()}, TracerPid {tracer}")
-                self.reads += 1
-            time.sleep(0.003)
-
-    def __enter__(self) -> StopWatcher:
-        self.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._done.set()
-        self.join()
 
 
 def require_sampling(pid: int) -> None:

@@ -40,6 +40,7 @@ from tests.support.cli import start_cli
 from tests.support.paths import DATA, ROOT
 from tests.support.programs import RunningProgram, start_program
 from tests.support.pythons import SID_ROOT
+from tests.support.stopwatcher import StopWatcher
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="sampling other processes needs root")
 
@@ -72,39 +73,6 @@ def folded(path: Path) -> Counter[str]:
 
 def cpu_seconds(pid: int, tid: int) -> float:
     return int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0]) / 1e9
-
-
-class StopWatcher(threading.Thread):
-    """Reads every thread's TracerPid and State every few ms; remembers any stop or tracer."""
-
-    def __init__(self, pid: int) -> None:
-        super().__init__(daemon=True)
-        self.pid = pid
-        self.seen: list[str] = []
-        self.reads = 0
-        self._done = threading.Event()
-
-    def run(self) -> None:
-        while not self._done.is_set():
-            try:
-                tasks = os.listdir(f"/proc/{self.pid}/task")
-            except FileNotFoundError:
-                return
-            for tid in tasks:
-                try:
-                    status = Path(f"/proc/{self.pid}/task/{tid}/status").read_text()
-                except OSError:
-                    continue
-                fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
-                state, tracer = fields.get("State", "?"), fields.get("TracerPid", "0").strip()
-                if tracer != "0" or state[:1] in ("t", "T"):
-                    self.seen.append(f"{tid}: State {state.strip()}, TracerPid {tracer}")
-                self.reads += 1
-            time.sleep(0.003)
-
-    def stop(self) -> None:
-        self._done.set()
-        self.join()
 
 
 def test_the_hottest_stack_names_the_burner_and_the_target_never_stops(
