@@ -27,8 +27,9 @@ def run_cli(
     )
 
 
-def start_cli(*args: str) -> subprocess.Popen[str]:
-    """``liveunwind ARGS`` started from ``/`` and left running, its output in pipes."""
+def start_cli(*args: str, own_group: bool = False) -> subprocess.Popen[str]:
+    """``liveunwind ARGS`` started from ``/`` and left running, its output in pipes;
+    ``own_group``: in a process group of its own (a Ctrl-C sent to it reaches all of it)."""
     return subprocess.Popen(
         [sys.executable, "-m", "liveunwind", *args],
         stdout=subprocess.PIPE,
@@ -36,6 +37,7 @@ def start_cli(*args: str) -> subprocess.Popen[str]:
         text=True,
         cwd="/",
         env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        process_group=0 if own_group else None,
     )
 
 

@@ -20,7 +20,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -32,9 +31,8 @@ import pytest
 from liveunwind.cli import main
 from liveunwind.errors import NoSuchProcessError
 from liveunwind.targets.live import procfs
-from tests.support.cli import run_cli
+from tests.support.cli import run_cli, start_cli
 from tests.support.interrupts import assert_let_go
-from tests.support.paths import ROOT
 from tests.support.processes import assert_running_untraced
 from tests.support.programs import RunningProgram, start_command, start_program
 from tests.support.schema import VALIDATOR
@@ -72,19 +70,6 @@ def _gone_pid() -> int:
     process = subprocess.Popen(["true"])
     process.wait()
     return process.pid
-
-
-def _start(*args: str) -> subprocess.Popen[str]:
-    """``liveunwind ARGS`` in a process group of its own (a Ctrl-C reaches all of it)."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "liveunwind", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd="/",
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        process_group=0,
-    )
 
 
 def _workers_of(command: int) -> list[int]:
@@ -233,7 +218,7 @@ def test_a_worker_killed_holding_a_target_ends_the_run_at_once(
     sees the death and ends the run, long before that wait's bound (60 s).  Its target is
     let go by the kernel as its tracer dies."""
     pids = [program.pid for program in two_programs] * 4  # a run long enough to catch
-    run = _start("pid", *map(str, pids), "--workers", "2", "--json")
+    run = start_cli("pid", *map(str, pids), "--workers", "2", "--json", own_group=True)
     try:
         workers = _workers(run)
         killed = workers[1]
@@ -269,7 +254,7 @@ def test_interrupted_with_workers_ends_as_ever(
     while a worker holds a target: 130 or 143 and its one line, no worker left, every
     target running and untraced."""
     pids = [program.pid for program in two_programs] * 4
-    run = _start("pid", *map(str, pids), "--workers", "2")
+    run = start_cli("pid", *map(str, pids), "--workers", "2", own_group=True)
     try:
         workers = _workers(run)
         _wait_holding(run, pids, workers[0])
@@ -297,7 +282,7 @@ def test_the_command_killed_takes_its_workers_and_lets_go(
     """SIGKILL to the command itself (nothing of it runs) while a worker holds a target: the
     workers die with it (PR_SET_PDEATHSIG) and the kernel lets their targets go."""
     pids = [program.pid for program in two_programs] * 4
-    run = _start("pid", *map(str, pids), "--workers", "2")
+    run = start_cli("pid", *map(str, pids), "--workers", "2", own_group=True)
     try:
         workers = _workers(run)
         _wait_holding(run, pids, workers[1])
