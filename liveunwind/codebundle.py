@@ -203,22 +203,39 @@ def install() -> None:
     sys.meta_path.insert(0, finder)
 
 
-def _open(path: str) -> BundleFinder | None:
+def open_ours(path: str) -> tuple[int, os.stat_result] | None:
+    """A file of the cache folder opened for reading, with its status, if it may be used.
+
+    It must be a regular file (not followed as a link), and it and its folder
+    the user's own, writable by nobody else (:func:`owned_by_us`); None otherwise.
+    """
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError:
         return None
     try:
         status = os.fstat(descriptor)
-        header = os.pread(descriptor, HEADER_SIZE, 0)
-        magic = _bootstrap_external.MAGIC_NUMBER
         if (
             stat_is_regular(status.st_mode)
             and owned_by_us(status)
             and owned_by_us(os.stat(os.path.dirname(path)))
-            and len(header) == HEADER_SIZE
-            and header[: len(FORMAT) + 4] == FORMAT + magic
         ):
+            return descriptor, status
+    except OSError:
+        pass
+    os.close(descriptor)
+    return None
+
+
+def _open(path: str) -> BundleFinder | None:
+    opened = open_ours(path)
+    if opened is None:
+        return None
+    descriptor = opened[0]
+    try:
+        header = os.pread(descriptor, HEADER_SIZE, 0)
+        magic = _bootstrap_external.MAGIC_NUMBER
+        if len(header) == HEADER_SIZE and header[: len(FORMAT) + 4] == FORMAT + magic:
             index_size = int.from_bytes(header[-4:], "little")
             if index_size <= MAX_INDEX_BYTES:
                 data = os.pread(descriptor, index_size, HEADER_SIZE)

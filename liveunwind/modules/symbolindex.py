@@ -36,9 +36,8 @@ import marshal
 import os
 import struct
 import sys
-from stat import S_ISREG as stat_is_regular
 
-from liveunwind.codebundle import ABANDONED_AFTER, cache_folder, owned_by_us
+from liveunwind.codebundle import ABANDONED_AFTER, cache_folder, open_ours, owned_by_us
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -183,18 +182,11 @@ _SOURCES = _source_identity()
 
 
 def _read(path: str, key: Key) -> StoredIndex | None:
-    try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
-    except OSError:
+    opened = open_ours(path)
+    if opened is None:
         return None
+    descriptor, status = opened
     try:
-        status = os.fstat(descriptor)
-        if not (
-            stat_is_regular(status.st_mode)
-            and owned_by_us(status)
-            and owned_by_us(os.stat(os.path.dirname(path)))
-        ):
-            return None
         head = os.pread(descriptor, len(FORMAT) + _HEADER.size, 0)
         if len(head) != len(FORMAT) + _HEADER.size or not head.startswith(FORMAT):
             return None
