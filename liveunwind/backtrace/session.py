@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from liveunwind.targets.live.ptrace import PtraceProcess, Tracer
     from liveunwind.targets.live.snapshot import Snapshot
     from liveunwind.unwinder.cache import UnwindCache
+    from liveunwind.unwinder.layouts import Layouts
 
 
 #: Bytes of the perf map read before each stop: the first backtrace reads that
@@ -161,6 +162,8 @@ class Session:
             go = self._find_go(running)
             if running is not None:
                 self._plain = not jit_possible and python is None and go is None
+                if self._plain:
+                    self._found_plain(process)
         attaching = phases.timed("attach")
         if self.snapshot:
             #: When the threads were all stopped, and when the copying ended.
@@ -262,15 +265,40 @@ class Session:
         So it is when the last one found nothing (no JIT code, no Python asked
         for, no Go program), there is no perf map, and the process maps what
         it mapped at the last stop: making the map again (0.09 ms a sample of
-        a 9-thread C program, 5 % of it) would find the same.
+        a 9-thread C program, 5 % of it) would find the same.  In the one
+        backtrace of a many-process run's process, there is no perf map and
+        another process of its layout found nothing (``Layouts.known_plain``).
         """
+        if len(perf_map):
+            return False
+        layouts = self._run_layouts()
+        if layouts is not None:
+            try:
+                return layouts.known_plain(process.mappings())
+            except (OSError, LiveUnwindError):
+                return False  # gone, or not ours to look at: the map's making says which
         last = self._backtracer.modules
-        if not self._plain or last is None or len(perf_map):
+        if not self._plain or last is None:
             return False
         try:
             return process.mappings() == last.space.mappings()
         except (OSError, LiveUnwindError):
             return False  # gone, or not ours to look at: the map's making says which
+
+    def _run_layouts(self) -> Layouts | None:
+        """The layouts of a many-process run's processes, where this session's one backtrace
+        may skip its map of the running process when another process of its layout had
+        nothing to read before the stop (not with Python's frames: they are read there)."""
+        if not self._once or self.shared is None or self._backtracer.python is not None:
+            return None
+        return self.shared.facts.layouts
+
+    def _found_plain(self, process: PtraceProcess) -> None:
+        """Tells the run's layouts that this process had nothing to read before its stop
+        (its mappings are those its running map was made of, kept: read no more)."""
+        layouts = self._run_layouts()
+        if layouts is not None:
+            layouts.found_plain(process.mappings())
 
     def _map_running(self, process: PtraceProcess, perf_map: PerfMapView | str) -> ModuleMap | None:
         """The module map of the process while it still runs, or None if it cannot be made.

@@ -28,6 +28,7 @@ from liveunwind.frames import Backtrace, Frame
 from liveunwind.targets.live import procfs
 from liveunwind.targets.live.ptrace import PtraceProcess
 from tests.support.assertions import assert_one_line_error
+from tests.support.builds import build
 from tests.support.cli import run_cli
 from tests.support.hostile import assert_untraced, states
 from tests.support.paths import ROOT
@@ -343,3 +344,50 @@ def _walks(backtrace: Backtrace) -> list[tuple[object, ...]]:
 
 def _frame(frame: Frame) -> tuple[object, ...]:
     return (frame.pc, frame.sp, frame.method, frame.module, frame.function, frame.offset)
+
+
+@pytest.mark.parametrize("program", ["threads-O2", "anonexec-static"])
+def test_a_later_copy_of_a_plain_layout_skips_its_map_before_the_stop(
+    program: str, testprogs_build: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a many-process run (one backtrace each, ``once``), a copy whose layout another copy
+    found, running, to have nothing to read before its stop (no JIT code, no Go) makes no
+    map while it runs: one module map, that of its stop, and the frames of a backtrace of
+    it alone.  anonexec-static's code on an anonymous executable mapping may be a JIT's: every
+    copy of it is mapped while it runs, for the registry that may be there.
+    """
+    from liveunwind.backtrace.backtracer import Backtracer
+    from liveunwind.backtrace.session import Session
+    from liveunwind.backtrace.shared import SharedFiles
+
+    if program == "anonexec-static":
+        build("testprogs", "static")
+    copy = tmp_path / f"lu{uuid.uuid4().hex[:10]}"
+    shutil.copy2(testprogs_build / program, copy)
+    started = []
+    try:
+        for _ in range(COPIES):
+            started.append(start_program(copy.parent, copy.name))
+        maps = []
+        made = Backtracer.module_map
+        shared = SharedFiles(once=True)
+        for running in started:
+            counted: list[int] = []
+
+            def counting(
+                self: Backtracer, *args: object, counted: list[int] = counted, **keywords: object
+            ) -> object:
+                counted.append(1)
+                return made(self, *args, **keywords)
+
+            monkeypatch.setattr(Backtracer, "module_map", counting)
+            together = Session(running.pid, shared=shared, once=True).backtrace()
+            monkeypatch.setattr(Backtracer, "module_map", made)
+            maps.append(len(counted))
+            alone = Session(running.pid).backtrace()
+            assert _walks(together) == _walks(alone)
+        assert maps == ([2, 1, 1] if program == "threads-O2" else [2, 2, 2]), maps
+        assert_running_untraced([running.pid for running in started])
+    finally:
+        for running in started:
+            running.stop()
