@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from liveunwind.backtrace.shared import SharedFiles
     from liveunwind.cli.manyworkers import Piece
     from liveunwind.frames import Backtrace
+    from liveunwind.targets.live.ptrace import Tracer
 
     #: A folded stack (its frames, outermost first) and its count.
     FoldedStacks = list[tuple[tuple[str, ...], int]]
@@ -70,6 +71,7 @@ def many_processes(
     else:
         for pid in pids:
             report.add(pieces.piece(pid))
+    pieces.end_tracer()  # what it traced it let go
     report.finish()
     if arguments.stats:
         seconds = time.perf_counter() - began
@@ -104,6 +106,15 @@ class ProcessPieces:
         self.moved = 0
         #: Runs each stop when no other process of the run is stopped (workers: their turn).
         self.freeze_turn: Callable[[Callable[[], Any]], Any] | None = None
+        #: The thread that makes the ptrace calls of this process's stops, one after the other.
+        self._tracer: Tracer | None = None
+
+    def end_tracer(self) -> None:
+        """Ends the tracer thread (a process forks only alone: ``cli/manyworkers.py``); the
+        next stop starts another."""
+        if self._tracer is not None:
+            self._tracer.retire()
+            self._tracer = None
 
     def piece(self, pid: int) -> Piece:
         """``pid`` backtraced (or why not), as its piece of the report: its exit code, its
@@ -152,6 +163,10 @@ class ProcessPieces:
         from liveunwind.backtrace.session import Session
 
         arguments = self.arguments
+        if self._tracer is None or not self._tracer.running:  # ended by a stop gone wrong
+            from liveunwind.targets.live.ptrace import Tracer
+
+            self._tracer = Tracer()
         try:
             session = Session(
                 pid,
@@ -163,6 +178,7 @@ class ProcessPieces:
                 shared=self.shared,
                 once=True,
                 freeze_turn=self.freeze_turn,
+                tracer=self._tracer,
             )
             result = ProcessResult(pid, name, session.backtrace())
             self.moved += session.cache.suffixed

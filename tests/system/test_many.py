@@ -391,3 +391,37 @@ def test_a_later_copy_of_a_plain_layout_skips_its_map_before_the_stop(
     finally:
         for running in started:
             running.stop()
+
+
+def test_a_tracer_lent_to_each_process_of_a_run_outlives_their_backtraces(
+    copies: list[RunningProgram], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One tracer thread makes the ptrace calls of every process of a run, one after the
+    other (``cli/many.py``): a session uses the thread lent to it and leaves it running,
+    no other thread is started, and every copy is let go, with the frames of a backtrace
+    of it alone."""
+    from liveunwind.backtrace.session import Session
+    from liveunwind.backtrace.shared import SharedFiles
+    from liveunwind.targets.live import ptrace
+
+    tracer = ptrace.Tracer()
+    started: list[ptrace.Tracer] = []
+
+    class Counted(ptrace.Tracer):
+        def __init__(self) -> None:
+            started.append(self)
+            super().__init__()
+
+    try:
+        shared = SharedFiles(once=True)
+        for program in copies:
+            monkeypatch.setattr(ptrace, "Tracer", Counted)
+            together = Session(program.pid, shared=shared, once=True, tracer=tracer).backtrace()
+            monkeypatch.undo()
+            assert tracer.running
+            assert not started
+            assert_running_untraced([program.pid])
+            assert _walks(together) == _walks(Session(program.pid).backtrace())
+    finally:
+        tracer.finish()
+    assert_running_untraced([program.pid for program in copies])
