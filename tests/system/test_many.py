@@ -425,3 +425,32 @@ def test_a_tracer_lent_to_each_process_of_a_run_outlives_their_backtraces(
     finally:
         tracer.finish()
     assert_running_untraced([program.pid for program in copies])
+
+
+def test_by_a_literal_name_without_re(copies: list[RunningProgram], program_copy: Path) -> None:
+    """``--name '^NAME$'`` finds every copy with no ``re`` imported (4.4 ms with ``enum``):
+    bin/liveunwind, the command pip installs, run without site (-S): the development
+    venv's editable-install finder imports ``re``."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-S",
+            "-X",
+            "importtime",
+            str(ROOT / "bin" / "liveunwind"),
+            "pid",
+            "--name",
+            f"^{program_copy.name}$",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    assert result.returncode == 0, result.stderr
+    for program in copies:
+        assert f'Process {program.pid} "{program_copy.name}":' in result.stdout
+    imported = {line.rpartition("|")[2].strip() for line in result.stderr.splitlines()}
+    assert "liveunwind.cli.targets" in imported
+    assert "re" not in imported
