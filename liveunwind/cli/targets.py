@@ -148,8 +148,11 @@ def _name_matcher(pattern: str | None) -> Callable[[int, str], bool] | None:
     """
     if pattern is None:
         return None
-    search = _literal_search(pattern)
-    if search is None:
+    literal = _literal_search(pattern)
+    search: Callable[[str], object]
+    if literal is not None:
+        search = literal
+    else:
         import re
 
         try:
