@@ -120,9 +120,7 @@ class ProcessPieces:
         """``pid`` backtraced (or why not), as its piece of the report: its exit code, its
         output (its text; its JSON entry and whether it is complete; or its label and
         folded stacks, or its failure line) and its ``--stats`` line."""
-        from liveunwind.cli.targets import process_name
-
-        result = self._backtrace(pid, process_name(pid))
+        result = self._backtrace(pid)
         arguments = self.arguments
         backtrace = result.backtrace
         if backtrace is None:
@@ -159,8 +157,11 @@ class ProcessPieces:
             )
         return status, output, stats
 
-    def _backtrace(self, pid: int, name: str) -> ProcessResult:
+    def _backtrace(self, pid: int) -> ProcessResult:
+        """``pid``'s backtrace, or why not, with its name: its main thread's, read in its stop
+        (the process's ``stat`` names the main thread's), else read now (40 µs a process)."""
         from liveunwind.backtrace.session import Session
+        from liveunwind.cli.targets import process_name
 
         arguments = self.arguments
         if self._tracer is None or not self._tracer.running:  # ended by a stop gone wrong
@@ -180,12 +181,13 @@ class ProcessPieces:
                 freeze_turn=self.freeze_turn,
                 tracer=self._tracer,
             )
-            result = ProcessResult(pid, name, session.backtrace())
+            backtrace = session.backtrace()
             self.moved += session.cache.suffixed
         except (LiveUnwindError, OSError) as error:
             code = error.exit_code if isinstance(error, LiveUnwindError) else 2
-            result = ProcessResult(pid, name, None, _one_line(error), code)
-        return result
+            return ProcessResult(pid, process_name(pid), None, _one_line(error), code)
+        main = next((thread.name for thread in backtrace.threads if thread.tid == pid), "")
+        return ProcessResult(pid, main or process_name(pid), backtrace)
 
 
 class Report:
