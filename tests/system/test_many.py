@@ -454,3 +454,31 @@ def test_by_a_literal_name_without_re(copies: list[RunningProgram], program_copy
     imported = {line.rpartition("|")[2].strip() for line in result.stderr.splitlines()}
     assert "liveunwind.cli.targets" in imported
     assert "re" not in imported
+
+
+def test_the_collector_runs_seldom_while_the_processes_are_backtraced(
+    copies: list[RunningProgram],
+    program_copy: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A run's young collections wait for MANY_GC_THRESHOLD objects (a process's backtrace
+    set Python's 700 off about once), in the command and so in its workers; after the run
+    the thresholds are as they were."""
+    import gc
+
+    from liveunwind.cli import main, many
+
+    seen = []
+    piece = many.ProcessPieces.piece
+
+    def watched(self: many.ProcessPieces, pid: int) -> object:
+        seen.append(gc.get_threshold()[0])
+        return piece(self, pid)
+
+    monkeypatch.setattr(many.ProcessPieces, "piece", watched)
+    before = gc.get_threshold()
+    assert main(["pid", "--name", f"^{program_copy.name}$", "--workers", "1"]) == 0
+    assert seen == [many.MANY_GC_THRESHOLD] * len(copies)
+    assert gc.get_threshold() == before
+    assert capsys.readouterr().out.count(f'"{program_copy.name}":') == len(copies)
