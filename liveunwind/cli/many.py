@@ -89,12 +89,14 @@ def _many_processes(
 
         workers = workers_for(arguments.workers, len(pids))
     adopted = moved = 0  # in the workers: what each summed up
-    if workers > 1:
-        workers, adopted, moved = in_workers(pids, pieces, report.add, workers)
-    else:
-        for pid in pids:
-            report.add(pieces.piece(pid))
-    pieces.end_tracer()  # what it traced it let go
+    try:
+        if workers > 1:
+            workers, adopted, moved = in_workers(pids, pieces, report.add, workers)
+        else:
+            for pid in pids:
+                report.add(pieces.piece(pid))
+    finally:
+        pieces.end_tracer()  # idle: what it traced it let go
     report.finish()
     if arguments.stats:
         seconds = time.perf_counter() - began
