@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 
         def piece(self, pid: int) -> Piece: ...
 
+        def end_tracer(self) -> None: ...
+
 
 #: Fewer processes than this are backtraced in the command alone (unless --workers says):
 #: two workers cost 11-23 ms of CPU more than one process (the fork, the pages each copies,
@@ -82,6 +84,7 @@ def in_workers(
     rest = [index for index in range(len(pids)) if index not in made]
     count = min(count, len(rest))
     pool = None
+    pieces.end_tracer()  # each worker starts its own
     if count > 1 and _alone():
         turns = Turns()
         pieces.freeze_turn = turns.run
@@ -90,6 +93,7 @@ def in_workers(
         def work(worker: int, workers: int) -> Generator[Piece, None, tuple[int, int]]:
             for index in rest[worker::workers]:
                 yield pieces.piece(pids[index])
+            pieces.end_tracer()
             return pieces.shared.adopted - adopted, pieces.moved - moved
 
         try:

@@ -148,24 +148,55 @@ def _name_matcher(pattern: str | None) -> Callable[[int, str], bool] | None:
     """
     if pattern is None:
         return None
-    import re
+    literal = _literal_search(pattern)
+    search: Callable[[str], object]
+    if literal is not None:
+        search = literal
+    else:
+        import re
 
-    try:
-        compiled = re.compile(pattern)
-    except re.error as error:
-        raise UsageError(f"--name: not a regular expression: {error}") from None
+        try:
+            search = re.compile(pattern).search
+        except re.error as error:
+            raise UsageError(f"--name: not a regular expression: {error}") from None
 
     def matches(pid: int, comm: str) -> bool:
-        if compiled.search(comm):
+        if search(comm):
             return True
         try:
             argv = read_kernel_file(f"/proc/{pid}/cmdline", _CMDLINE_LIMIT)
         except OSError:
             return False
         first = os.path.basename(argv.split(b"\0", 1)[0].decode("utf-8", "replace"))
-        return bool(first and compiled.search(first))
+        return bool(first and search(first))
 
     return matches
+
+
+#: The characters that make a pattern more than a literal (with ``^`` first, ``$`` last).
+_SPECIAL = frozenset("\\.^$*+?{}[]|()")
+
+
+def _literal_search(pattern: str) -> Callable[[str], bool] | None:
+    """``re.search(pattern, text)``'s answer without ``re``, for a pattern that is a literal,
+    perhaps with ``^`` first and ``$`` last (``--name '^nginx$'``); else None.
+
+    Importing ``re`` (and the ``enum`` it needs) and compiling cost 4.4 ms of
+    the 190 of a 100-process run.  As in ``re``, ``$`` matches at the end or
+    before a newline that ends the text.
+    """
+    start = pattern.startswith("^")
+    end = pattern.endswith("$") and len(pattern) > start
+    literal = pattern[start : len(pattern) - end]
+    if any(character in _SPECIAL for character in literal):
+        return None
+    if start and end:
+        return lambda text: text == literal or text == literal + "\n"
+    if start:
+        return lambda text: text.startswith(literal)
+    if end:
+        return lambda text: text.endswith(literal) or text.endswith(literal + "\n")
+    return lambda text: literal in text
 
 
 def _file_identity(path: str) -> tuple[int, int]:

@@ -273,12 +273,46 @@ class Layouts:
     them, moved (:class:`Mover`).
     """
 
-    __slots__ = ("_layouts", "_recording")
+    __slots__ = ("_keyed", "_layouts", "_plain", "_recording")
 
     def __init__(self) -> None:
         self._layouts: dict[tuple[object, ...], _Layout] = {}
         #: The layout whose walks the process before this one recorded.
         self._recording: _Layout | None = None
+        #: The layouts a process of which, running, needed nothing read before its stop
+        #: (the oldest first, at most MAX_LAYOUTS).
+        self._plain: dict[tuple[object, ...], None] = {}
+        #: The last mappings keyed, and their key: a process's are keyed before its stop
+        #: and again in it, where they are read anew and most often equal.
+        self._keyed: tuple[Sequence[Mapping], tuple[object, ...]] | None = None
+
+    def found_plain(self, mappings: Sequence[Mapping]) -> None:
+        """A process laid out as ``mappings`` was found, running, to have nothing to read
+        before its stop: no JIT code, no Go program (``backtrace/session.py``)."""
+        plain = self._plain
+        plain[self._key(mappings)] = None
+        while len(plain) > MAX_LAYOUTS:
+            del plain[next(iter(plain))]
+
+    def known_plain(self, mappings: Sequence[Mapping]) -> bool:
+        """Whether another process laid out as ``mappings`` was found to have nothing to read
+        before its stop, which this one then has neither.
+
+        What was looked for depends on the layout alone: JIT code on anonymous
+        executable mappings (their sizes and permissions are in the key) and
+        Go on the program's file (its device, inode and path are), so a process
+        of the same layout would find the same, and its map made while it runs
+        (some 0.15 ms of a C process's 2.5) is spared.
+        """
+        return self._key(mappings) in self._plain
+
+    def _key(self, mappings: Sequence[Mapping]) -> tuple[object, ...]:
+        keyed = self._keyed
+        if keyed is not None and (keyed[0] is mappings or keyed[0] == mappings):
+            return keyed[1]
+        key = layout_key(mappings)
+        self._keyed = (mappings, key)
+        return key
 
     def begin(self, mappings: Sequence[Mapping], recorded: Walks) -> Walks | None:
         """A process laid out as ``mappings`` begins its one backtrace: the walks of another
@@ -288,7 +322,7 @@ class Layouts:
             # Its process is walked: its templates are made, and its cache let go.
             self._recording.ready()
             self._recording = None
-        key = layout_key(mappings)
+        key = self._key(mappings)
         layouts = self._layouts
         layout = layouts.pop(key, None)
         if layout is None:

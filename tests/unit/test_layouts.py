@@ -11,7 +11,7 @@ import struct
 
 from liveunwind.frames import Method, StopReason
 from liveunwind.targets.base import Mapping
-from liveunwind.unwinder.layouts import Layouts, Mover, layout_key
+from liveunwind.unwinder.layouts import MAX_LAYOUTS, Layouts, Mover, layout_key
 from liveunwind.unwinder.layouts import _Template as Template
 from liveunwind.unwinder.remembered import SuffixRecord
 
@@ -185,3 +185,18 @@ def test_the_second_process_of_a_layout_records_and_later_ones_take_its_walks() 
     ((key, (moved, index)),) = offered.items()
     assert key == (AFTER[4].start + 0x100, AFTER[5].start + 0x20000) and index == 0
     assert moved.facts[0][:2] == key
+
+
+def test_a_layout_found_plain_is_known_for_processes_laid_out_alike_and_bounded() -> None:
+    layouts = Layouts()
+    assert not layouts.known_plain(BEFORE)
+    layouts.found_plain(BEFORE)
+    assert layouts.known_plain(AFTER)  # moved elsewhere: the same layout
+    jit = [*AFTER, Mapping(0x7F0000000000, 0x7F0000001000, "rwxp", 0, 0, "")]
+    assert not layouts.known_plain(jit)  # an anonymous executable mapping more
+    other_libc = [*AFTER[:3], AFTER[3]._replace(inode=23), AFTER[4]._replace(inode=23), AFTER[5]]
+    assert not layouts.known_plain(other_libc)
+    for size in range(1, MAX_LAYOUTS + 1):  # as many other layouts: the first goes
+        layouts.found_plain([*AFTER[:5], AFTER[5]._replace(end=AFTER[5].end + size * 0x1000)])
+    assert not layouts.known_plain(BEFORE)
+    assert layouts.known_plain([*AFTER[:5], AFTER[5]._replace(end=AFTER[5].end + 0x1000)])
