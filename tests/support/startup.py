@@ -60,3 +60,19 @@ def modules_a_backtrace_loaded(pid: int) -> set[str]:
     loaded = set(result.stderr.splitlines()[-1].split())
     assert "liveunwind.unwinder.stepper" in loaded
     return loaded
+
+
+def modules_the_command_imported(*args: str) -> tuple[str, set[str]]:
+    """``bin/liveunwind ARGS`` (what pip installs as the command) run without site (-S: the
+    development venv's editable-install finder imports ``re``) and ``-X importtime``: its
+    stdout, and every module it imported.  It must succeed."""
+    result = subprocess.run(
+        [sys.executable, "-S", "-X", "importtime", str(ROOT / "bin" / "liveunwind"), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout, {line.rpartition("|")[2].strip() for line in result.stderr.splitlines()}

@@ -35,6 +35,7 @@ from tests.support.paths import ROOT
 from tests.support.processes import assert_frames_are_gdbs, assert_running_untraced
 from tests.support.programs import RunningProgram, start_command, start_program
 from tests.support.schema import VALIDATOR
+from tests.support.startup import modules_the_command_imported
 from tests.support.waits import wait_until
 
 COPIES = 3
@@ -428,30 +429,11 @@ def test_a_tracer_lent_to_each_process_of_a_run_outlives_their_backtraces(
 
 
 def test_by_a_literal_name_without_re(copies: list[RunningProgram], program_copy: Path) -> None:
-    """``--name '^NAME$'`` finds every copy with no ``re`` imported (4.4 ms with ``enum``):
-    bin/liveunwind, the command pip installs, run without site (-S): the development
-    venv's editable-install finder imports ``re``."""
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-S",
-            "-X",
-            "importtime",
-            str(ROOT / "bin" / "liveunwind"),
-            "pid",
-            "--name",
-            f"^{program_copy.name}$",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd="/",
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
-    )
-    assert result.returncode == 0, result.stderr
+    """``--name '^NAME$'`` finds every copy with no ``re`` imported (4.4 ms with ``enum``),
+    by the command pip installs (bin/liveunwind)."""
+    output, imported = modules_the_command_imported("pid", "--name", f"^{program_copy.name}$")
     for program in copies:
-        assert f'Process {program.pid} "{program_copy.name}":' in result.stdout
-    imported = {line.rpartition("|")[2].strip() for line in result.stderr.splitlines()}
+        assert f'Process {program.pid} "{program_copy.name}":' in output
     assert "liveunwind.cli.targets" in imported
     assert "re" not in imported
 

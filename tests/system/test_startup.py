@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 from tests.support.paths import ROOT
-from tests.support.startup import HEAVY, modules_a_backtrace_loaded
+from tests.support.startup import HEAVY, modules_a_backtrace_loaded, modules_the_command_imported
 
 
 def test_a_live_backtrace_imports_no_heavy_module(run_program) -> None:
@@ -104,28 +104,9 @@ def test_a_live_backtrace_defines_few_named_tuples_and_enums(run_program) -> Non
 
 def test_the_installed_script_imports_no_re(run_program) -> None:
     """bin/liveunwind (what pip installs as the command) runs a backtrace without ``re``,
-    which the wrapper pip writes for an entry point imports first (docs/speed.md).  Run
-    without site (-S): the development venv's editable-install finder imports ``re``."""
-    pid = run_program("threads-O2").pid
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-S",
-            "-X",
-            "importtime",
-            str(ROOT / "bin" / "liveunwind"),
-            "pid",
-            str(pid),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd="/",
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
-    )
-    assert result.returncode == 0, result.stderr
-    assert "main" in result.stdout  # a real backtrace was printed
-    imported = {line.rpartition("|")[2].strip() for line in result.stderr.splitlines()}
+    which the wrapper pip writes for an entry point imports first (docs/speed.md)."""
+    output, imported = modules_the_command_imported("pid", str(run_program("threads-O2").pid))
+    assert "main" in output  # a real backtrace was printed
     assert "liveunwind.unwinder.stepper" in imported
     assert "re" not in imported
 
