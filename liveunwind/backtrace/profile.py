@@ -101,6 +101,19 @@ def frame_name(frame: Frame) -> str:
     return _clean(name)
 
 
+def add_timings(totals: dict[str, list[float]], timings: Iterable[tuple[str, float]]) -> None:
+    """Adds one sample's seconds of each phase to ``totals``: [total, longest] by phase
+    (:attr:`Profile.timings`; ``liveunwind perf``'s workers sum their samples' alike)."""
+    for phase, seconds in timings:
+        kept = totals.get(phase)
+        if kept is None:
+            totals[phase] = [seconds, seconds]
+        else:
+            kept[0] += seconds
+            if seconds > kept[1]:
+                kept[1] = seconds
+
+
 def stack_of(thread: ThreadBacktrace) -> tuple[str, ...]:
     """The thread's frames as names, outermost first.
 
@@ -448,14 +461,7 @@ class Profile:
     def _end(self, problems: Iterable[str], timings: Iterable[tuple[str, float]]) -> None:
         """A sample ends: the problems its walk met, the seconds of its phases."""
         self._problems.update(dict.fromkeys(problems))
-        totals = self.timings
-        for phase, seconds in timings:
-            kept = totals.get(phase)
-            if kept is None:
-                totals[phase] = [seconds, seconds]
-            else:
-                kept[0] += seconds
-                kept[1] = max(kept[1], seconds)
+        add_timings(self.timings, timings)
 
     def _keep(
         self, stack: tuple[str, ...], sites: Callable[[], list[FrameSite]]

@@ -438,6 +438,7 @@ class _Sender:
     (or an :data:`_Again`)."""
 
     __slots__ = (
+        "_add_timings",
         "_files_sent",
         "_last",
         "_problems",
@@ -447,6 +448,9 @@ class _Sender:
     )
 
     def __init__(self, samples: SampleReplay) -> None:
+        from liveunwind.backtrace.profile import add_timings  # once, not per sample
+
+        self._add_timings = add_timings
         self._samples = samples
         #: Stacks sent so far, by the number they are sent by.
         self._stacks: dict[tuple[str, ...], int] = {}
@@ -485,15 +489,7 @@ class _Sender:
             new_files = tuple(file_problems[self._files_sent :])
             self._files_sent = len(file_problems)
         sample = each.sample
-        totals = self.timings
-        for phase, seconds in backtrace.timings.items():
-            kept = totals.get(phase)
-            if kept is None:
-                totals[phase] = [seconds, seconds]
-            else:
-                kept[0] += seconds
-                if seconds > kept[1]:
-                    kept[1] = seconds
+        self._add_timings(self.timings, backtrace.timings.items())
         last = (sample.pid, sample.tid, each.name, threads)
         if not new and changed is None and not new_files and last == self._last:
             return sample.time, sample.period
