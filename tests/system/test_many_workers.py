@@ -12,7 +12,6 @@ untraced, no worker left.
 
 from __future__ import annotations
 
-import errno
 import gc
 import json
 import os
@@ -32,6 +31,7 @@ from liveunwind.cli import main
 from liveunwind.errors import NoSuchProcessError
 from liveunwind.targets.live import procfs
 from tests.support.cli import run_cli, start_cli
+from tests.support.forking import fork_failing_after_one
 from tests.support.interrupts import assert_let_go
 from tests.support.processes import assert_running_untraced
 from tests.support.programs import RunningProgram, start_command, start_program
@@ -318,17 +318,9 @@ def test_a_worker_that_cannot_be_forked_leaves_the_rest_to_the_command(
     process prints."""
     pids = [str(program.pid) for program in two_programs]
     ours = run_cli("pid", *pids, "--json", "--workers", "1")
-    real_fork, forks = os.fork, []
-
-    def fork() -> int:
-        if forks:
-            raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN))
-        forks.append(real_fork())
-        return forks[-1]
-
     gc.collect()  # earlier tests' sessions end their tracer threads: no fork beside them
     wait_until(lambda: len(os.listdir("/proc/self/task")) == 1, 10, "earlier tests' threads")
-    monkeypatch.setattr(os, "fork", fork)
+    forks = fork_failing_after_one(monkeypatch)
     status = main(["pid", *pids, "--json", "--workers", "2", "--stats"])
     captured = capsys.readouterr()
     assert (status, captured.out) == (ours.returncode, ours.stdout)

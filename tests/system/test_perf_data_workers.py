@@ -13,7 +13,6 @@ process behind.  (tests/system/test_perf_data.py compares the stacks with
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import re
 import shutil
@@ -32,6 +31,7 @@ from liveunwind.backtrace.samples import SampleUnwinder
 from liveunwind.backtrace.workers import CannotFork, WorkerError, Workers, worker_count
 from liveunwind.cli import main
 from liveunwind.errors import UsageError
+from tests.support.forking import fork_failing_after_one
 from tests.support.paths import ROOT
 from tests.support.programs import RunningProgram
 from tests.support.waits import wait_until
@@ -248,15 +248,7 @@ def test_workers_that_cannot_be_started_leave_the_walks_to_the_command(
     """fork failing (EAGAIN: too many processes) after one worker started: the command walks
     the rest itself, with the one process's outputs."""
     ours = outputs(recording, tmp_path, "--workers", "1")
-    real_fork, forks = os.fork, []
-
-    def fork() -> int:
-        if forks:
-            raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN))
-        forks.append(real_fork())
-        return forks[-1]
-
-    monkeypatch.setattr(os, "fork", fork)
+    forks = fork_failing_after_one(monkeypatch)
     status = main(["perf", str(recording), "--workers", "2", "--json"])
     assert bytes([status]) == ours["status"]
     assert capsys.readouterr().out.encode() == ours["json"]
