@@ -102,6 +102,13 @@ class Ending:
     def check(self, finished: set[int]) -> str:
         """The exit status and stderr fit the signal; how the run ended."""
         sent, status, err = self.sent, self.status, self.err
+        if not self.ours and err.startswith(DROPPED_AT_START_UP):
+            # CPython's start-up asks whether the script's path (argv[0]) is an import path
+            # entry; an exception there, the KeyboardInterrupt too, is printed and dropped,
+            # and the run goes on (Modules/main.c, pymain_get_importer): it ran to its end,
+            # and the caller checks its output as any finished run's.
+            assert status in finished, (sent, status, err)
+            return "finished"
         if not self.ours and (python_start_up(err) or status == -sent):
             # Before liveunwind's code ran: Python's own way out, nothing was touched.
             assert status in (-sent, 1), (status, err)
@@ -118,6 +125,10 @@ class Ending:
             return f"exit {status}"
         assert status in finished, (sent, status, self.ours, err)  # it ended before the signal
         return "finished"
+
+
+#: What CPython prints when an exception interrupts its check of the script's path.
+DROPPED_AT_START_UP = "Failed checking if argv[0] is an import path entry"
 
 
 def catches_sigterm(pid: int) -> bool:
