@@ -25,7 +25,9 @@ class Method(Enum):
     COMPACT = "compact"
     DYNAMIC = "dynamic"
     SIGNAL = "signal"  # registers the kernel saved in a signal frame
-    GOROUTINE = "goroutine"  # registers Go saved in g.sched when it switched to its g0 stack
+    #: Registers Go saved: in g.sched when it switched to its g0 stack, in m.vdsoPC/vdsoSP
+    #: while it calls into the vDSO on another stack.
+    GOROUTINE = "goroutine"
     FRAMEPOINTER = "framepointer"
     PROLOGUE = "prologue"  # the function's own code, read from its start (no table covers it)
     LEAF = "leaf"  # frame 0 had not built a frame: return address at [sp] or in LR

@@ -18,7 +18,8 @@ Four methods of :class:`~liveunwind.frames.Method` belong to no source:
 ``context`` (frame 0, the thread's own registers), ``signal`` (the kernel's
 sigreturn trampoline, recognised by its code whatever the sources),
 ``goroutine`` (the registers Go saved when a goroutine switched to its
-scheduler stack, ``unwinder/goswitch.py``) and ``leaf`` (frame 0 before its
+scheduler stack, or the caller it keeps while it calls into the vDSO on
+another stack, ``unwinder/goswitch.py``) and ``leaf`` (frame 0 before its
 prologue, which the stepper checks before the other strategies whenever any
 strategy is chosen: following the frame pointer or scanning from there would
 skip its caller).  A strategy that reads the

@@ -3,7 +3,8 @@
 A thread stopped on Go's scheduler stack (g0) ran into it from a goroutine
 through ``runtime.mcall``, ``runtime.systemstack`` or ``runtime.morestack``;
 the goroutine's own stack is found from the thread's M (``runtime.m``: its
-``g0``, ``curg``, ``lockedg``, ``procid``), that goroutine's ``runtime.g``
+``g0``, ``curg``, ``lockedg``, ``procid``; ``vdsoSP`` and ``vdsoPC`` while a
+call into the vDSO runs on another stack), that goroutine's ``runtime.g``
 (``stack``, ``m``, ``lockedm``, ``goid``) and the registers it saved in
 ``g.sched`` (``runtime.gobuf``: ``sp``, ``pc``, ``bp``, ``lr``).  The Ms are
 listed from ``runtime.allm`` along ``m.alllink``.
@@ -33,6 +34,8 @@ _FIELDS: dict[str, tuple[str, tuple[str, ...], str | tuple[str, ...]]] = {
     "m_lockedg": ("runtime.m", ("lockedg",), "runtime.guintptr"),
     "m_procid": ("runtime.m", ("procid",), "uint64"),
     "m_alllink": ("runtime.m", ("alllink",), "*runtime.m"),
+    "m_vdso_sp": ("runtime.m", ("vdsoSP",), "uintptr"),
+    "m_vdso_pc": ("runtime.m", ("vdsoPC",), "uintptr"),
     "g_stack_lo": ("runtime.g", ("stack", "lo"), "uintptr"),
     "g_stack_hi": ("runtime.g", ("stack", "hi"), "uintptr"),
     "g_m": ("runtime.g", ("m",), "*runtime.m"),
@@ -67,6 +70,8 @@ class GoRuntime:
         self.m_lockedg = offsets["m_lockedg"]
         self.m_procid = offsets["m_procid"]
         self.m_alllink = offsets["m_alllink"]
+        self.m_vdso_sp = offsets["m_vdso_sp"]
+        self.m_vdso_pc = offsets["m_vdso_pc"]
         self.g_stack_lo = offsets["g_stack_lo"]
         self.g_stack_hi = offsets["g_stack_hi"]
         self.g_m = offsets["g_m"]

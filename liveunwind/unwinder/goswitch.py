@@ -40,6 +40,14 @@ The resumed frame's registers are ``sched``'s pc, sp, bp (and lr where the
 architecture has a link register); its pc is exact where it is a
 function's entry (Go's traceback does the same), else a return address.
 
+One more of Go's functions leaves its tables behind: a call into the vDSO
+(``runtime.nanotime1``, ``runtime.walltime``, ``runtime.vgetrandom1``) moves
+the stack pointer to g0's stack, or aligns it down, and the function's table
+rule, written for the stack it was called on, reads garbage there.  Meanwhile
+it keeps its caller's pc and sp in ``m.vdsoPC`` and ``m.vdsoSP`` (nonzero
+only then: ``runtime/sys_linux_*.s``), where Go's profiler starts its own
+traceback (``runtime.sigprof``); so does :meth:`GoSwitch.vdso_caller`.
+
 A live snapshot is read after the process runs again, when the goroutine
 may have moved on: :func:`capture` reads the Ms, their goroutines and those
 goroutines' stacks while it is stopped (``read_frozen``), and the walk
@@ -71,6 +79,10 @@ SWITCHES = {
     "runtime.systemstack": "runtime.systemstack",
     "runtime.morestack": "runtime.morestack",
 }
+#: Go's functions that call the vDSO on another stack, their caller kept in m.vdsoPC and m.vdsoSP.
+VDSO_CALLERS = frozenset(
+    ("runtime.nanotime1", "runtime.walltime", "runtime.walltime1", "runtime.vgetrandom1")
+)
 #: Frames of a g0 walk after which ``m.curg`` is the M's next goroutine, not the one that switched.
 _NEXT_GOROUTINE = frozenset(("runtime.execute", "runtime.gogo"))
 #: How far below ``g0.sched.sp`` the first frame on g0 may lie (a switch pushes at most
@@ -83,6 +95,8 @@ GOROUTINE_STACK_CAP = 256 << 10
 #: Bytes of goroutine stacks copied in one stop at most.
 TOTAL_STACK_CAP = 16 << 20
 _WORD = struct.Struct("<Q")
+#: What a walk that cannot follow a call into the vDSO says first.
+_VDSO_STACKS = "Go's call into the vDSO may run on another stack"
 
 
 class Resumed:
@@ -99,13 +113,25 @@ class Resumed:
 class _M:
     """What is read of one ``runtime.m`` and its g0."""
 
-    __slots__ = ("address", "curg", "g0_hi", "g0_lo", "g0_sched_sp", "lockedg", "procid")
+    __slots__ = (
+        "address",
+        "curg",
+        "g0_hi",
+        "g0_lo",
+        "g0_sched_sp",
+        "lockedg",
+        "procid",
+        "vdso_pc",
+        "vdso_sp",
+    )
 
     def __init__(self, address: int, raw: bytes, layout: GoRuntime) -> None:
         self.address = address
         self.procid = _word(raw, layout.m_procid)
         self.curg = _word(raw, layout.m_curg)
         self.lockedg = _word(raw, layout.m_lockedg)
+        self.vdso_pc = _word(raw, layout.m_vdso_pc)
+        self.vdso_sp = _word(raw, layout.m_vdso_sp)
         self.g0_lo = self.g0_hi = self.g0_sched_sp = 0
 
 
@@ -147,6 +173,46 @@ class GoSwitch:
         except (MemoryReadError, FormatError) as error:
             return f"{switch}: goroutine not followed: {error}"
 
+    def vdso_caller(self, frame: Frame, module: Module, tid: int) -> Resumed | str | None:
+        """The caller of ``frame``, in Go's call into the vDSO, from the thread's M; or None.
+
+        None: the M's ``vdsoSP`` is 0 (the function runs on the stack it was
+        called on: its table rule holds).  A string: why the caller cannot be
+        had (the rule may not hold: the walk stops).
+        """
+        source = go_table(module)
+        if source is None:
+            return None
+        layout = source.runtime(lambda: module.lines)
+        if isinstance(layout, str):
+            return f"{_VDSO_STACKS}, and m.vdsoSP cannot be read: {layout}"
+        try:
+            ms = self._ms_of(module, layout)
+            if isinstance(ms, str):
+                return f"{_VDSO_STACKS}, and m.vdsoSP cannot be read: {ms}"
+            m = _the_m(ms, tid, frame.sp)
+            if m is None:
+                return f"{_VDSO_STACKS}: no M of runtime.allm runs thread {tid}"
+            if not m.vdso_sp:
+                return None
+            pc, sp = m.vdso_pc, m.vdso_sp
+            function = source.go.function_at(pc - module.load_bias)
+        except (MemoryReadError, FormatError) as error:
+            return f"{_VDSO_STACKS}, and m.vdsoSP cannot be read: {error}"
+        if function is None:
+            return f"{_VDSO_STACKS}: m.vdsoPC {pc:#x} is not Go code"
+        if self.modules.mapping_at(sp) is None:
+            return f"{_VDSO_STACKS}: m.vdsoSP {sp:#x} is not mapped"
+        arch = self.arch
+        return Resumed({arch.pc: pc, arch.sp: sp}, False, "caller from m.vdsoPC and m.vdsoSP")
+
+    def _ms_of(self, module: Module, layout: GoRuntime) -> list[_M] | str:
+        """The Ms of the Go program ``module``, read once per backtrace."""
+        ms = self._ms.get(module.start)
+        if ms is None:
+            ms = self._ms[module.start] = read_ms(self.space, layout, module.load_bias)
+        return ms
+
     def _resume(
         self,
         frame: Frame,
@@ -157,9 +223,7 @@ class GoSwitch:
         frames: Sequence[Frame],
         switch: str,
     ) -> Resumed | str:
-        ms = self._ms.get(module.start)
-        if ms is None:
-            ms = self._ms[module.start] = read_ms(self.space, layout, module.load_bias)
+        ms = self._ms_of(module, layout)
         if isinstance(ms, str):
             return f"{switch}: goroutine not followed: {ms}"
         m = _the_m(ms, tid, frame.sp)
@@ -197,6 +261,19 @@ class GoSwitch:
         goid = _word(raw, layout.g_goid)
         note = f"goroutine {goid} ({how}), saved by {switch}"
         return Resumed(registers, pc - bias == function.entry, note)
+
+
+def calls_vdso(module: Module, lookup_pc: int) -> bool:
+    """Whether ``lookup_pc`` lies in one of Go's calls into the vDSO (:data:`VDSO_CALLERS`)."""
+    source = go_table(module)
+    if source is None:
+        return False
+    table = source.go
+    try:
+        function = table.function_at(lookup_pc - module.load_bias)
+        return function is not None and table.name(function) in VDSO_CALLERS
+    except FormatError:
+        return False
 
 
 def go_table(module: Module) -> GoTable | None:

@@ -398,6 +398,17 @@ class Stepper:
                     trail.used[-1] = AT_ENTRY
                 break  # outermost, whatever a table or a guess would make of its stack
             caller = None
+            switched = False
+            if plan is None and module is not None:
+                vdso = self._go_vdso(frame, module, thread.tid)
+                if isinstance(vdso, str):
+                    reason, detail = StopReason.NO_UNWIND_INFO, vdso
+                    break
+                if vdso is not None:
+                    # Go's call into the vDSO: its caller as the M keeps it, on its own stack.
+                    _note(walk, vdso.note)
+                    caller, cfa, interrupted = vdso.registers, vdso.registers[arch.sp], False
+                    method, switched = Method.GOROUTINE, True
             if plan is not None and not verbose:
                 # The fast path: the first table's plan, taken when it works and is plausible.
                 try:
@@ -429,7 +440,6 @@ class Stepper:
                 guessed = guessed or method in _GUESSES
             frame.cfa = cfa
             caller_pc = caller.get(arch.pc)
-            switched = False
             if caller_pc is None or caller_pc == 0:
                 # The end of the stack: the return address is undefined or zero; unless
                 # the frame is Go's switch to its scheduler stack, which leads on into
@@ -485,18 +495,30 @@ class Stepper:
         Only a Go program's walks are asked (a module with ``.gopclntab``):
         no other backtrace imports the crossing.
         """
-        if module is None or not any(
-            source.label == ".gopclntab" for source in module.unwind_sources.get("cfi", ())
-        ):
+        if module is None or not _is_go(module):
             return None
-        # What the crossing reads of the Ms may have been read for another thread: a
+        return self._go_crossings().resume(frame, module, tid, frames)
+
+    def _go_vdso(self, frame: Frame, module: Module, tid: int) -> Resumed | str | None:
+        """The caller of a frame in Go's call into the vDSO (m.vdsoPC/SP), why not, or None.
+
+        None for every other frame: its tables hold.  Asked only of frames
+        without a remembered plan, which :meth:`_resolve` leaves such frames.
+        """
+        if not _is_go(module) or not _calls_vdso(module, frame.lookup_pc):
+            return None
+        return self._go_crossings().vdso_caller(frame, module, tid)
+
+    def _go_crossings(self) -> GoSwitch:
+        """This backtrace's reader of Go's Ms (for the crossings: ``unwinder/goswitch.py``)."""
+        # What the crossings read of the Ms may have been read for another thread: a
         # walk that asked is not remembered (its input is more than its own stack).
         self._asked_go = True
         if self._go_switch is None:
             from liveunwind.unwinder.goswitch import GoSwitch
 
             self._go_switch = GoSwitch(self.space, self.modules)
-        return self._go_switch.resume(frame, module, tid, frames)
+        return self._go_switch
 
     def step(
         self, registers: dict[int, int], frame: Frame, module: Module | None, walk: Walk
@@ -715,11 +737,14 @@ class Stepper:
         is looked up at pc - 1, which only a signal-frame rule covers
         (glibc's and musl's CFI start one byte before the trampoline; Go's
         functions end before their padding), so only exact pcs pay for
-        reading the code.
+        reading the code.  So does a frame in Go's call into the vDSO, whose
+        tables may not hold (:meth:`_go_vdso`).
         """
         module = self.modules.find(frame.lookup_pc)
         found: tuple[Module | None, Plan | None] = (module, None)
-        if frame.exact_pc and self._at_sigreturn(frame.pc):
+        if (frame.exact_pc and self._at_sigreturn(frame.pc)) or (
+            module is not None and _is_go(module) and _calls_vdso(module, frame.lookup_pc)
+        ):
             self._cache.remember_at(frame.lookup_pc, found)  # the general path reads it
             return found
         for source in self._tables:
@@ -906,3 +931,15 @@ def unwind_all(
                 )
             )
     return results
+
+
+def _is_go(module: Module) -> bool:
+    """Whether ``module`` is a Go program (it has a ``.gopclntab`` source)."""
+    return any(source.label == ".gopclntab" for source in module.unwind_sources.get("cfi", ()))
+
+
+def _calls_vdso(module: Module, lookup_pc: int) -> bool:
+    """Whether the Go program ``module`` is calling into the vDSO at ``lookup_pc``."""
+    from liveunwind.unwinder.goswitch import calls_vdso
+
+    return calls_vdso(module, lookup_pc)

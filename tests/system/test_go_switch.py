@@ -19,6 +19,7 @@ build.  The unit side: tests/unit/test_go_switch.py.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shutil
@@ -48,14 +49,20 @@ _STOP_WAIT = "FUTEX_WAIT,0,{tv_sec = 0,tv_nsec = 100000}"
 _NOTE = re.compile(r"^goroutine (?P<goid>\d+) \((?P<how>m\.\w+)\), saved by (?P<switch>\S+)$")
 
 
-def go_goroutines(text: str) -> dict[int, list[tuple[str, int, int]]]:
-    """Go's traceback of every goroutine in a crash's output: (function, pc, sp) per frame.
+#: One goroutine's frames as Go prints them: (function, pc, sp) per frame.
+GoFrames = list[tuple[str, int, int]]
+
+
+def go_goroutines(text: str) -> dict[int, list[GoFrames]]:
+    """Go's tracebacks of every goroutine in a crash's output, each print with frames.
 
     Frames Go inlined (no pc of their own) are left out: they are not
-    physical frames.  Of a goroutine printed twice ("running on other
-    thread", then by its own M), the print with frames is kept.
+    physical frames.  A goroutine may be printed more than once: "running
+    on other thread" (no frames), by its own M from its saved registers,
+    and by its M from where the signal found the thread (on g0, from a
+    call into the vDSO: ``m.vdsoPC``).
     """
-    found: dict[int, list[tuple[str, int, int]]] = {}
+    found: dict[int, list[GoFrames]] = {}
     lines = text.splitlines()
     for index, line in enumerate(lines):
         header = _GOROUTINE.match(line)
@@ -71,7 +78,7 @@ def go_goroutines(text: str) -> dict[int, list[tuple[str, int, int]]]:
             if place is not None:
                 frames.append((match["function"], int(place["pc"], 16), int(place["sp"], 16)))
         if frames:
-            found[int(header["goid"])] = frames
+            found.setdefault(int(header["goid"]), []).append(frames)
     return found
 
 
@@ -93,7 +100,13 @@ def _switched(backtrace: Backtrace) -> dict[int, tuple[ThreadBacktrace, int, str
     """The threads whose walk crossed into a goroutine: thread, frame index, note, by goid."""
     found = {}
     for thread in backtrace.threads:
-        crossings = [f for f in thread.frames if f.method is Method.GOROUTINE]
+        # Method goroutine also marks a caller read from m.vdsoPC/vdsoSP (a call into the
+        # vDSO on g0's stack, as the stop of the world's clock may be in a core): no crossing.
+        crossings = [
+            f
+            for f in thread.frames
+            if f.method is Method.GOROUTINE and any(_NOTE.match(n) for n in f.notes)
+        ]
         if not crossings:
             continue
         assert len(crossings) == 1, _describe(thread)
@@ -104,17 +117,28 @@ def _switched(backtrace: Backtrace) -> dict[int, tuple[ThreadBacktrace, int, str
     return found
 
 
-def check_against_go(backtrace: Backtrace, go: dict[int, list[tuple[str, int, int]]]) -> None:
-    """Every crossing gives Go's frames of its goroutine; the walks are otherwise as before."""
+def check_against_go(backtrace: Backtrace, go: dict[int, list[GoFrames]]) -> None:
+    """Every crossing gives Go's frames of its goroutine; the walks are otherwise as before.
+
+    A caller taken from ``m.vdsoPC`` (the thread on g0 in the clock's call
+    into the vDSO) gives, up to the crossing, Go's print of the same g0
+    frames where Go printed them.
+    """
     switched = _switched(backtrace)
     # The locked thread's parked goroutine (mcall, m.lockedg) and the stop of the
     # world (systemstack, m.curg): both crossings are made.
     kinds = {(note.split()[-1], note.split()[2]) for _, _, note in switched.values()}
-    assert ("runtime.mcall", "(m.lockedg),") in kinds, switched
-    assert ("runtime.systemstack", "(m.curg),") in kinds, switched
+    every_walk = "\n\n".join(_describe(t) for t in backtrace.threads)
+    assert ("runtime.mcall", "(m.lockedg),") in kinds, every_walk
+    assert ("runtime.systemstack", "(m.curg),") in kinds, every_walk
     for goid, (thread, first, _note) in switched.items():
         ours = [(_name(f.function), f.pc, f.sp) for f in thread.frames[first:]]
-        assert ours == go[goid], f"goroutine {goid}:\n{_describe(thread)}\nGo: {go[goid]}"
+        assert ours in go[goid], f"goroutine {goid}:\n{_describe(thread)}\nGo: {go[goid]}"
+        vdso = [f.index for f in thread.frames[:first] if f.method is Method.GOROUTINE]
+        if vdso:
+            on_g0 = [(_name(f.function), f.pc, f.sp) for f in thread.frames[vdso[0] : first]]
+            printed = [frames for frames in go[goid] if frames[0][0] == on_g0[0][0]]
+            assert all(frames == on_g0 for frames in printed), f"{_describe(thread)}\n{printed}"
     for thread in backtrace.threads:
         assert thread.complete, _describe(thread)
     idle = [t for t in backtrace.threads if "m.curg is nil" in t.stop_detail]
@@ -131,6 +155,24 @@ class _Run:
         self.live = live
         self.core = core
         self.crash_text = crash_text
+
+
+def _stop_waits_after_ready(log: str) -> int:
+    """The stop of the world's waits QEMU logged after the program's last write ("ready").
+
+    runtime.GOMAXPROCS stops the world too, before "ready": on a busy machine
+    its waits are many, and counting them would signal before runtime.GC's.
+    """
+    if log.count("write(1,") < 2:  # "locked TID", then "ready": not yet logged
+        return 0
+    return log.rpartition("write(1,")[2].count(_STOP_WAIT)
+
+
+def _tgkill(pid: int, tid: int, signal_number: int) -> None:
+    """Sends a signal to one thread of another process (QEMU's host thread of a guest thread)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.tgkill(pid, tid, signal_number) != 0:
+        raise OSError(ctypes.get_errno(), f"tgkill({pid}, {tid})")
 
 
 def _world_stopping(pid: int) -> bool:
@@ -222,11 +264,16 @@ def test_arm64_qemu_core_goroutines_equal_gos_own_traceback(
     try:
         running.wait_for_line(b"ready\n", time.monotonic() + 60)
         wait_until(
-            lambda: log.read_text(errors="replace").count(_STOP_WAIT) >= 3,
+            lambda: _stop_waits_after_ready(log.read_text(errors="replace")) >= 3,
             60,
             "the stop of the world waiting under QEMU",
         )
-        os.kill(running.pid, signal.SIGQUIT)
+        # To the locked thread: the thread that takes the signal first prints the
+        # others' goroutines and has them print their own; the stop of the world's
+        # goroutine, were its thread first, would be printed from its g0 frames alone.
+        locked = re.search(rb"locked (\d+)", running.output)
+        assert locked is not None, running.output
+        _tgkill(running.pid, int(locked[1]), signal.SIGQUIT)
         running.popen.wait(timeout=60)
     finally:
         running.stop()

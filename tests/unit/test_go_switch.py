@@ -20,7 +20,7 @@ from liveunwind.modules.goruntime import GoRuntime
 from liveunwind.modules.module import Module
 from liveunwind.modules.sources import GoTable
 from liveunwind.targets.base import Mapping
-from liveunwind.unwinder.goswitch import SWITCH_REACH, GoSwitch, Resumed
+from liveunwind.unwinder.goswitch import SWITCH_REACH, GoSwitch, Resumed, calls_vdso
 from tests.support.go import TEXT, build_pclntab
 from tests.support.spaces import BufferSpace
 
@@ -31,13 +31,22 @@ FUNCTIONS = [
     (TEXT + 0xA0, TEXT + 0xC0, "runtime.systemstack", FLAG_SPWRITE, [(0, 0x20)]),
     (TEXT + 0xC0, TEXT + 0xC8, "runtime.systemstack_switch", 0, [(0, 8)]),
     (TEXT + 0xC8, TEXT + 0x100, "runtime.execute", 0, [(0, 4), (16, 0x34)]),
+    (TEXT + 0x100, TEXT + 0x140, "runtime.nanotime1", 0, [(0, 4), (24, 0x3C)]),
 ]
 MCALL_RETURN = TEXT + 0x90  # after mcall's call of its function
 SYSTEMSTACK_RETURN = TEXT + 0xB0
 
 #: A layout unlike any Go release's: the walk must read it, not assume one.
 M_SIZE, G_SIZE = 0x60, 0x90
-M_FIELDS = {"m_g0": 0x08, "m_curg": 0x10, "m_lockedg": 0x18, "m_procid": 0x20, "m_alllink": 0x28}
+M_FIELDS = {
+    "m_g0": 0x08,
+    "m_curg": 0x10,
+    "m_lockedg": 0x18,
+    "m_procid": 0x20,
+    "m_alllink": 0x28,
+    "m_vdso_pc": 0x38,
+    "m_vdso_sp": 0x30,
+}
 G_FIELDS = {
     "g_stack_lo": 0x00,
     "g_stack_hi": 0x08,
@@ -116,10 +125,18 @@ def _space(**changes: int) -> BufferSpace:
         "saved_pc": TEXT + 0xC0,
         "m2_alllink": M1,
         "m1_alllink": 0,
+        "m1_vdso_pc": 0,
+        "m1_vdso_sp": 0,
     } | changes
     memory = bytearray(0x800)
     struct.pack_into("<Q", memory, 0, values["allm"])
-    m1 = {"m_g0": G0_1, "m_curg": values["m1_curg"], "m_lockedg": values["m1_lockedg"]}
+    m1 = {
+        "m_g0": G0_1,
+        "m_curg": values["m1_curg"],
+        "m_lockedg": values["m1_lockedg"],
+        "m_vdso_pc": values["m1_vdso_pc"],
+        "m_vdso_sp": values["m1_vdso_sp"],
+    }
     _put(memory, M1, m1 | {"m_procid": TID, "m_alllink": values["m1_alllink"]}, M_FIELDS)
     m2 = {"m_g0": G0_2, "m_curg": 0, "m_lockedg": 0, "m_procid": 7}
     _put(memory, M2, m2 | {"m_alllink": values["m2_alllink"]}, M_FIELDS)
@@ -253,3 +270,65 @@ def test_the_m_is_found_by_its_g0_stack_where_no_thread_id_matches() -> None:
     frame = Frame(0, SYSTEMSTACK_RETURN, G0_TOP, Method.CFI)
     resumed = crossing.resume(frame, module, 999, [frame])
     assert isinstance(resumed, Resumed) and resumed.registers[X86_64.sp] == SAVED_SP
+
+
+NANOTIME = TEXT + 0x110  # a pc in runtime.nanotime1, on g0's stack while it calls the vDSO
+VDSO_PC, VDSO_SP = TEXT + 0x20, SAVED_SP  # its caller (main.work) and the caller's sp
+
+
+def _vdso_caller(space: BufferSpace, layout: GoRuntime | str | None = None) -> Resumed | str | None:
+    module = _Module([_Program(_layout() if layout is None else layout)])
+    crossing = GoSwitch(space, _Modules(space))  # type: ignore[arg-type]
+    return crossing.vdso_caller(Frame(0, NANOTIME, G0_TOP - 0x20, Method.CONTEXT), module, TID)
+
+
+def test_a_call_into_the_vdso_resumes_at_the_ms_vdso_pc_and_sp() -> None:
+    resumed = _vdso_caller(_space(m1_vdso_pc=VDSO_PC, m1_vdso_sp=VDSO_SP))
+    assert isinstance(resumed, Resumed), resumed
+    assert resumed.registers == {X86_64.pc: VDSO_PC, X86_64.sp: VDSO_SP}
+    assert not resumed.exact_pc  # the return address of the call of nanotime1
+    assert resumed.note == "caller from m.vdsoPC and m.vdsoSP"
+
+
+def test_only_gos_vdso_callers_are_asked() -> None:
+    module = _Module([_Program(_layout())])
+    assert calls_vdso(module, NANOTIME)
+    assert not calls_vdso(module, TEXT + 0x10)  # main.work
+    assert not calls_vdso(_Module([]), NANOTIME)  # not a Go program
+
+
+@pytest.mark.parametrize(
+    ("changes", "layout", "reason"),
+    [
+        ({}, None, None),  # vdsoSP 0: on the stack it was called on, its table holds
+        (
+            {"m1_vdso_pc": TEXT + 0x1000, "m1_vdso_sp": VDSO_SP},
+            None,
+            f"Go's call into the vDSO may run on another stack: m.vdsoPC {TEXT + 0x1000:#x} "
+            "is not Go code",
+        ),
+        (
+            {"m1_vdso_pc": VDSO_PC, "m1_vdso_sp": 0x10},
+            None,
+            "Go's call into the vDSO may run on another stack: m.vdsoSP 0x10 is not mapped",
+        ),
+        (
+            {"m1_vdso_pc": VDSO_PC, "m1_vdso_sp": VDSO_SP},
+            "no symbol runtime.allm (stripped)",
+            "Go's call into the vDSO may run on another stack, and m.vdsoSP cannot be read: "
+            "no symbol runtime.allm (stripped)",
+        ),
+        (
+            {"allm": DATA + 0x7F0},
+            None,
+            "Go's call into the vDSO may run on another stack, and m.vdsoSP cannot be read: "
+            "cannot read",
+        ),
+    ],
+)
+def test_a_vdso_caller_that_cannot_be_had_stops_the_walk(changes, layout, reason) -> None:
+    got = _vdso_caller(_space(**changes), layout)
+    if reason is None:
+        assert got is None
+    else:
+        assert isinstance(got, str) and got.startswith(reason), got
