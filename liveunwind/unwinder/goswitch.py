@@ -41,7 +41,8 @@ architecture has a link register); its pc is exact where it is a
 function's entry (Go's traceback does the same), else a return address.
 
 One more of Go's functions leaves its tables behind: a call into the vDSO
-(``runtime.nanotime1``, ``runtime.walltime``, ``runtime.vgetrandom1``) moves
+(``runtime.nanotime1``, ``runtime.walltime``, ``runtime.vgetrandom1``, and
+on amd64 ``time.now``) moves
 the stack pointer to g0's stack, or aligns it down, and the function's table
 rule, written for the stack it was called on, reads garbage there.  Meanwhile
 it keeps its caller's pc and sp in ``m.vdsoPC`` and ``m.vdsoSP`` (nonzero
@@ -81,7 +82,13 @@ SWITCHES = {
 }
 #: Go's functions that call the vDSO on another stack, their caller kept in m.vdsoPC and m.vdsoSP.
 VDSO_CALLERS = frozenset(
-    ("runtime.nanotime1", "runtime.walltime", "runtime.walltime1", "runtime.vgetrandom1")
+    (
+        "runtime.nanotime1",
+        "runtime.walltime",
+        "runtime.walltime1",
+        "runtime.vgetrandom1",
+        "time.now",  # amd64: time.Now's clock reads, in assembly (runtime/time_linux_amd64.s)
+    )
 )
 #: Frames of a g0 walk after which ``m.curg`` is the M's next goroutine, not the one that switched.
 _NEXT_GOROUTINE = frozenset(("runtime.execute", "runtime.gogo"))

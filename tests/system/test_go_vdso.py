@@ -1,0 +1,92 @@
+"""Out of Go's calls into the vDSO, whose stack pointer their tables do not follow.
+
+testprogs/go/goclock reads the clock without end: on amd64, time.Now calls
+``time.now``, which moves the stack pointer to g0's stack and calls the
+vDSO's ``clock_gettime``, keeping its caller's pc and sp in the M's
+``vdsoPC`` and ``vdsoSP``.  gdb stops the program there, on the thread whose
+``time.now`` it stopped at the entry of just before (where the caller's sp
+and return address are what gdb prints: the oracle), and writes its core.
+gdb's own backtrace ends in garbage after ``time.now``; ours must go on
+from the M's record to exactly those registers, then through the goroutine
+to its start.  The arm64 case (``runtime.nanotime1`` on g0, in QEMU's core)
+is in tests/system/test_go_switch.py; the refusals are unit tests.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from liveunwind.backtrace.api import open_core
+from liveunwind.frames import Method
+
+#: What gdb prints at time.now's entry: its sp, then the word there (the return address).
+_SP = re.compile(r"^\$1 = (0x[0-9a-f]+)$", re.MULTILINE)
+_RETURN = re.compile(r"^0x[0-9a-f]+:\s+(0x[0-9a-f]+)$", re.MULTILINE)
+_VDSO_NOTE = "caller from m.vdsoPC and m.vdsoSP"
+
+
+def _stop_in_the_vdso(program: Path, core: Path) -> tuple[int, int]:
+    """Runs ``program`` under gdb to its clock's vDSO call; its core, and time.now's sp and
+    return address at entry."""
+    gdb = shutil.which("gdb")
+    if gdb is None:
+        pytest.skip("gdb is not installed")
+    commands = [
+        "set pagination off",
+        "set confirm off",
+        "break main.clockloop",
+        "run",
+        "break 'time.now'",
+        "continue",
+        "p/x $sp",
+        "x/gx $sp",
+        # The same thread's next clock_gettime: this time.now's (it cannot be preempted).
+        'eval "break __vdso_clock_gettime thread %d", $_thread',
+        "continue",
+        f"generate-core-file {core}",
+        "kill",
+    ]
+    argv = [gdb, "-q", "-nx", "-batch"]
+    for command in commands:
+        argv += ["-ex", command]
+    done = subprocess.run(
+        [*argv, str(program)], capture_output=True, text=True, timeout=120, check=False
+    )
+    sp, returned = _SP.search(done.stdout), _RETURN.search(done.stdout)
+    if not core.exists() or sp is None or returned is None:
+        pytest.fail(f"gdb did not stop in time.now's vDSO call:\n{done.stdout}\n{done.stderr}")
+    return int(sp[1], 16), int(returned[1], 16)
+
+
+def test_time_now_in_the_vdso_goes_on_from_the_ms_record(go_build: Path, tmp_path: Path) -> None:
+    core = tmp_path / "core"
+    entry_sp, return_address = _stop_in_the_vdso(go_build / "goclock", core)
+    backtrace = open_core(str(core), str(go_build / "goclock"), verbose=True)
+    assert backtrace.crash is not None
+    (thread,) = [t for t in backtrace.threads if t.tid == backtrace.crash.tid]  # gdb's stop
+    described = "\n".join(
+        f"#{f.index} {f.pc:#x} sp={f.sp:#x} {f.function} [{f.method.value}] {f.notes}"
+        for f in thread.frames
+    )
+    names = [f.function for f in thread.frames]
+    assert names[:2] == ["__vdso_clock_gettime", "time.now"], described
+    caller = thread.frames[2]
+    assert caller.method is Method.GOROUTINE and _VDSO_NOTE in caller.notes, described
+    # The caller's frame as time.now entered: its return address, and sp above it.
+    assert (caller.pc, caller.sp) == (return_address, entry_sp + 8), described
+    assert not caller.exact_pc
+    assert names[2:] == [
+        "time.Now",
+        "main.clockloop",
+        "main.main",
+        "runtime.main",
+        "runtime.goexit.abi0",
+    ], described
+    assert thread.complete, described
+    # The other threads, some in the vDSO too (the runtime's own clock reads): complete.
+    assert backtrace.complete, [t.stop_text for t in backtrace.threads]
