@@ -60,6 +60,7 @@ from __future__ import annotations
 import struct
 
 from liveunwind.errors import FormatError, MemoryReadError
+from liveunwind.formats.unwind.gopclntab import VDSO_CALLERS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -80,16 +81,6 @@ SWITCHES = {
     "runtime.systemstack": "runtime.systemstack",
     "runtime.morestack": "runtime.morestack",
 }
-#: Go's functions that call the vDSO on another stack, their caller kept in m.vdsoPC and m.vdsoSP.
-VDSO_CALLERS = frozenset(
-    (
-        "runtime.nanotime1",
-        "runtime.walltime",
-        "runtime.walltime1",
-        "runtime.vgetrandom1",
-        "time.now",  # amd64: time.Now's clock reads, in assembly (runtime/time_linux_amd64.s)
-    )
-)
 #: Frames of a g0 walk after which ``m.curg`` is the M's next goroutine, not the one that switched.
 _NEXT_GOROUTINE = frozenset(("runtime.execute", "runtime.gogo"))
 #: How far below ``g0.sched.sp`` the first frame on g0 may lie (a switch pushes at most

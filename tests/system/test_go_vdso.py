@@ -9,7 +9,9 @@ and return address are what gdb prints: the oracle), and writes its core.
 gdb's own backtrace ends in garbage after ``time.now``; ours must go on
 from the M's record to exactly those registers, then through the goroutine
 to its start.  The arm64 case (``runtime.nanotime1`` on g0, in QEMU's core)
-is in tests/system/test_go_switch.py; the refusals are unit tests.
+is in tests/system/test_go_switch.py; the refusals are unit tests.  Live,
+the loop's thread is sampled wherever it is in its clock reads, and each
+walk must reach the thread's start.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from liveunwind.backtrace.api import open_core
+from liveunwind.backtrace.api import attach, open_core
 from liveunwind.frames import Method
+from tests.support.programs import RunningProgram
 
 #: What gdb prints at time.now's entry: its sp, then the word there (the return address).
 _SP = re.compile(r"^\$1 = (0x[0-9a-f]+)$", re.MULTILINE)
@@ -90,3 +94,36 @@ def test_time_now_in_the_vdso_goes_on_from_the_ms_record(go_build: Path, tmp_pat
     assert thread.complete, described
     # The other threads, some in the vDSO too (the runtime's own clock reads): complete.
     assert backtrace.complete, [t.stop_text for t in backtrace.threads]
+
+
+#: The clock's functions seen at the top of a walk, whatever Go release built goclock.
+_CLOCK = {"time.now", "runtime.nanotime1.abi0", "runtime.walltime.abi0", "runtime.walltime1.abi0"}
+#: The outermost frames of goclock's goroutines (main) and Ms (sysmon, idle Ms).
+_OUTERMOST = {"runtime.goexit.abi0", "runtime.mstart.abi0"}
+
+
+@pytest.mark.parametrize("snapshot", [True, False])
+def test_live_threads_in_the_clock_walk_to_their_start(go_build: Path, snapshot: bool) -> None:
+    """goclock's loop sampled live: every walk through a clock read reaches its thread's start.
+
+    Most samples find the loop's thread in time.now or the vDSO under it,
+    where its stack pointer is on g0's stack (its walk ended there before);
+    the others in its prologue or epilogue, where the SP deltas hold.
+    """
+    program = RunningProgram(go_build / "goclock", [])
+    try:
+        program.wait_for_line(b"ready\n", time.monotonic() + 30)
+        through_clock = 0
+        for _ in range(40):
+            backtrace = attach(program.pid, snapshot=snapshot, stop_timeout=10.0)
+            for thread in backtrace.threads:
+                names = [f.function for f in thread.frames]
+                if not _CLOCK & set(names[:3]):
+                    continue
+                through_clock += 1
+                assert thread.complete and names[-1] in _OUTERMOST, (names, thread.stop_text)
+                if "main.clockloop" in names:
+                    assert names[-3:] == ["main.main", "runtime.main", "runtime.goexit.abi0"]
+    finally:
+        program.stop()
+    assert through_clock >= 10, through_clock

@@ -21,7 +21,7 @@ from liveunwind.formats.unwind.gopclntab import (
     MAGIC_GO120,
     GoPclnTab,
 )
-from liveunwind.formats.unwind.rules import RegKind
+from liveunwind.formats.unwind.rules import RegisterRule, RegKind
 from tests.support.go import TEXT, build_pclntab
 
 X86_64 = arch_by_name("x86_64")
@@ -62,6 +62,21 @@ def test_each_layout_decodes(magic) -> None:
     assert mcall.rule_for(X86_64.return_address).kind is RegKind.UNDEFINED
     assert table.function_at(TEXT - 1) is None
     assert table.function_at(TEXT + 0x80) is None
+
+
+def test_a_call_into_the_vdso_keeps_its_sp_delta_rule_though_spwrite() -> None:
+    """time.now writes SP only while the M holds its caller: elsewhere its deltas hold."""
+    functions = [
+        (TEXT, TEXT + 0x20, "time.now", FLAG_SPWRITE, [(24, 0x20)]),
+        (TEXT + 0x20, TEXT + 0x40, "runtime.asmcgocall", FLAG_SPWRITE, [(24, 0x20)]),
+    ]
+    table = GoPclnTab(build_pclntab(MAGIC_GO120, functions), X86_64)
+    now = table.rule_for(TEXT + 0x10)
+    assert now is not None and now.cfa.offset == 32
+    assert now.rule_for(X86_64.return_address) == RegisterRule(RegKind.OFFSET, -8)
+    other = table.rule_for(TEXT + 0x30)
+    assert other is not None
+    assert other.rule_for(X86_64.return_address).kind is RegKind.UNDEFINED
 
 
 def test_go_1_16_ends_walks_by_name() -> None:

@@ -20,7 +20,11 @@ It also says where Go's own traceback ends a stack, which DWARF cannot:
   return address.
 
 For both, :meth:`GoPclnTab.rule_for` returns a rule whose return address is
-undefined: the end of the stack, as in DWARF and SFrame.
+undefined: the end of the stack, as in DWARF and SFrame.  Go's calls into
+the vDSO (:data:`VDSO_CALLERS`) are SPWRITE too, but they move the stack
+pointer only while the M's ``vdsoSP`` holds their caller, which the
+stepper reads first (``unwinder/goswitch.py``): outside that window their
+SP deltas hold, and they keep their ordinary rule.
 
 Layout facts (Go's ``runtime/symtab.go``, ``runtime/runtime2.go`` and
 ``debug/gosym``), by the magic that opens the header:
@@ -84,6 +88,17 @@ _GO116_TOP_FRAMES = frozenset(
 #: Go marks its signal handlers TOPFRAME because its traceback cannot read
 #: the kernel's signal frame; liveunwind can, so they do not end a walk.
 _SIGNAL_HANDLERS = frozenset(("runtime.sigtramp", "runtime.cgoSigtramp"))
+#: Go's functions that call the vDSO on another stack (g0's, or their own aligned down),
+#: their caller kept in m.vdsoPC and m.vdsoSP meanwhile (runtime/sys_linux_*.s).
+VDSO_CALLERS = frozenset(
+    (
+        "runtime.nanotime1",
+        "runtime.walltime",
+        "runtime.walltime1",
+        "runtime.vgetrandom1",
+        "time.now",  # amd64: time.Now's clock reads, in assembly (runtime/time_linux_amd64.s)
+    )
+)
 #: Longest function name read (Go's longest generic instantiations stay far below).
 MAX_NAME = 4096
 
@@ -244,12 +259,13 @@ class GoPclnTab:
     def ends_stack(self, function: GoFunction) -> bool:
         """Whether a walk ends at this function, as Go's own traceback does.
 
-        TOPFRAME and SPWRITE functions end it, except the signal handlers:
-        the kernel called them, and the signal frame above them leads on
-        to the code the signal interrupted.
+        TOPFRAME and SPWRITE functions end it, except the signal handlers
+        (the kernel called them, and the signal frame above them leads on
+        to the code the signal interrupted) and the calls into the vDSO
+        (their SP deltas hold whenever the M does not hold their caller).
         """
         if function.flag & FLAG_SPWRITE:
-            return True
+            return self.name(function) not in VDSO_CALLERS
         if function.flag & FLAG_TOPFRAME:
             return self.name(function) not in _SIGNAL_HANDLERS
         return self.magic == MAGIC_GO116 and self.name(function) in _GO116_TOP_FRAMES
