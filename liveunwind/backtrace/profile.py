@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from liveunwind.frames import Backtrace, Frame, ThreadBacktrace
     from liveunwind.modules.module import Module
     from liveunwind.modules.modulemap import ModuleMap
+    from liveunwind.unwinder.remembered import RememberedWalk
 
     #: One thread of a sample walked and named elsewhere (:meth:`Profile.add_counted`): its
     #: tid, name, state, why its walk ended early (None: it did not), its stack as
@@ -141,6 +142,24 @@ def stack_of(thread: ThreadBacktrace) -> tuple[str, ...]:
         for place in reversed(frame.inlined):
             names.append(_located(_clean(place.function or "??"), place.file, place.line))
     return tuple(names)
+
+
+def _stack_by_walk(
+    walked: ThreadBacktrace, walks: dict[int, RememberedWalk]
+) -> tuple[tuple[str, ...], ThreadBacktrace]:
+    """The thread's stack, and the walk whose frames name it (their sites).
+
+    A replay of a remembered walk (the stepper gave ``walked`` from it) has the
+    stack of that walk's first named replay: the same frame facts in the same
+    generation of the module map, which the walk lasts no longer than, name
+    the same (tests/system/test_profile.py compares with fresh walks).
+    """
+    walk = walks.get(walked.tid)
+    if walk is None or walk.given is not walked:
+        return stack_of(walked), walked
+    if walk.stack is None or walk.named is None:
+        walk.stack, walk.named = stack_of(walked), walked
+    return walk.stack, walk.named
 
 
 class ModuleSite:
@@ -382,6 +401,7 @@ class Profile:
         *,
         some_threads: bool = False,
         stacks: list[tuple[str, ...]] | None = None,
+        walks: dict[int, RememberedWalk] | None = None,
     ) -> None:
         """Counts one sample's stacks; ``modules`` (its module map) describes new names' modules.
 
@@ -390,17 +410,27 @@ class Profile:
         time it is seen at all, not when the sample before did not hold it.
         ``stacks``: each thread's :func:`stack_of`, made already (perf samples:
         a thread whose frames were not named then has a stack counted before).
+        ``walks``: tid → the remembered walk each thread's walk may be a replay of
+        (``Session.replayable_walks``): a replay's stack is named once and kept
+        with its walk, and later replays, which come without frames, count it.
         """
         last = self._begin(some_threads)
         for index, walked in enumerate(backtrace.threads):
+            named = walked
+            if stacks is not None:
+                stack = stacks[index]
+            elif walks is None:
+                stack = stack_of(walked)
+            else:
+                stack, named = _stack_by_walk(walked, walks)
             self._count(
                 last,
                 walked.tid,
                 walked.name,
                 walked.state,
                 None if walked.complete else walked.stop_reason.value,
-                stack_of(walked) if stacks is None else stacks[index],
-                partial(self._sites_of, walked, modules),
+                stack,
+                partial(self._sites_of, named, modules),
             )
         self._end(backtrace.problems, backtrace.timings.items())
 
@@ -612,7 +642,7 @@ def record(
         raise ValueError(f"rate must be more than 0 and at most {MAX_RATE:g} per second")
     profile = Profile(session.pid, rate, per_thread=per_thread)
     period = 1.0 / rate
-    profile.add(session.backtrace(), session.modules)
+    profile.add(session.backtrace(), session.modules, walks=session.replayable_walks())
     before = _cpu_times(session.pid)
     started = clock()
     profile.started_at = time.time()
@@ -639,7 +669,7 @@ def record(
             except LiveUnwindError as error:
                 profile.end, profile.end_detail = END_TARGET_LOST, str(error)
                 break
-            profile.add(backtrace, session.modules)
+            profile.add(backtrace, session.modules, walks=session.replayable_walks())
             slot = _next_slot(profile, slot + 1, clock() - started, period, slots)
             if on_sample is not None:
                 on_sample(profile, clock() - started)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from operator import itemgetter
     from typing import Any
 
-    from liveunwind.frames import Method, StopReason
+    from liveunwind.frames import Method, StopReason, ThreadBacktrace
 
     #: What a frame of a remembered walk was: pc, sp, method, cfa, signal frame,
     #: exact pc, module path, module offset.
@@ -112,6 +112,12 @@ class RememberedWalk:
     walking them again takes some 130 µs).  The picker is made the first
     time a thread comes back with the same registers: a sampled thread
     (perf) nearly never does, and making it for every sample cost 8 µs.
+
+    A consumer that counts stacks of names (a wall-clock profile) keeps the
+    walk's in :attr:`stack`, from the first replay it named (:attr:`given`
+    is the walk the stepper gave that backtrace); later replays then come
+    without frames and that stack counts again: making and naming the frames
+    of 8 parked threads was 0.35 ms of a 9-thread sample.
     """
 
     __slots__ = (
@@ -122,9 +128,12 @@ class RememberedWalk:
         "block_start",
         "detail",
         "frames",
+        "given",
         "max_frames",
+        "named",
         "reason",
         "registers",
+        "stack",
         "words",
     )
 
@@ -147,6 +156,13 @@ class RememberedWalk:
         #: Why the walk ended, and its detail.
         self.reason = reason
         self.detail = detail
+        #: The thread's walk the stepper last gave from this one (replayed), whose frames
+        #: are made only while no :attr:`stack` is kept.
+        self.given: ThreadBacktrace | None = None
+        #: The stack of names a consumer made of a replay's frames, and that replay
+        #: (its frames' sites): the same facts in the same generation name the same.
+        self.stack: tuple[str, ...] | None = None
+        self.named: ThreadBacktrace | None = None
         self._addresses: list[int] | None = addresses
         self._values = values
         #: The copy's words the walk read (by index from its start), and their values:

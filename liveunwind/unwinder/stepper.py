@@ -834,10 +834,12 @@ def _first_state(stack_range: tuple[int, int] | None) -> tuple[object, ...]:
 
 
 def _replayed(thread: ThreadState, known: RememberedWalk) -> ThreadBacktrace:
-    """The frames of a remembered walk, new objects (callers name and annotate them)."""
+    """The frames of a remembered walk, new objects (callers name and annotate them); none
+    when a consumer keeps the walk's stack of names (:attr:`RememberedWalk.stack`)."""
     frames: list[Frame] = []
-    _append_remembered(frames, known.frames, 0)
-    return ThreadBacktrace(
+    if known.stack is None:
+        _append_remembered(frames, known.frames, 0)
+    walked = known.given = ThreadBacktrace(
         tid=thread.tid,
         name=thread.name,
         frames=frames,
@@ -845,6 +847,7 @@ def _replayed(thread: ThreadState, known: RememberedWalk) -> ThreadBacktrace:
         stop_detail=known.detail,
         state=thread.state,
     )
+    return walked
 
 
 def add_remembered_frames(

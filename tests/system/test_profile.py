@@ -42,7 +42,7 @@ from liveunwind.targets.live import procfs
 from liveunwind.targets.live.ptrace import PtraceProcess
 from tests.support.paths import ROOT
 from tests.support.programs import RunningProgram, start_program
-from tests.support.waits import wait_until
+from tests.support.waits import wait_for_state, wait_until
 
 SCHEMA = json.loads((files("liveunwind.cli") / "schemas" / "profile.schema.json").read_text())
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
@@ -684,3 +684,85 @@ def test_a_warm_sample_leaves_nothing_for_the_garbage_collector(profiled: Profil
     finally:
         gc.enable()
         session.close()
+
+
+def _wait_until_every_thread_stopped(pid: int) -> None:
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        wait_for_state(pid, "T", tid=int(tid))
+
+
+def _stopped_samples(
+    pid: int, kept: Session, fresh: Session, with_walks: Profile, plain: Profile
+) -> int:
+    """Three samples of the process held with SIGSTOP, counted by a session that keeps its
+    replays' stacks (``with_walks``) and by one whose every walk is named (``plain``).
+
+    Held, every thread's walk is walked, then replayed and named, then replayed without
+    frames.  Returns how many of ``kept``'s walks were replays without frames."""
+    frameless = 0
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        for _ in range(3):
+            _wait_until_every_thread_stopped(pid)
+            backtrace = kept.backtrace()
+            walks = kept.replayable_walks()
+            assert walks is not None
+            frameless += sum(
+                1
+                for walked in backtrace.threads
+                if not walked.frames and (walk := walks.get(walked.tid)) is not None
+                if walk.given is walked
+            )
+            with_walks.add(backtrace, kept.modules, walks=walks)
+            # Let go by a tracer, a thread in the group stop runs for a moment to stop again.
+            _wait_until_every_thread_stopped(pid)
+            plain.add(fresh.backtrace(), fresh.modules)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    return frameless
+
+
+def test_kept_stacks_of_replayed_walks_give_the_outputs_of_named_walks(
+    profiled: Profiled,
+) -> None:
+    """A profile that counts a parked thread's kept stack (its walk replayed without frames)
+    gives every output a profile naming every walk gives, while threads move between the
+    samples: held by SIGSTOP, every thread is parked and its walk replayed; let go, the
+    burner and ``third`` move, and a stack kept by the thread instead of by its walk (or
+    reused for a walk that does not replay it) would count where they were.  (Without the
+    check that the walk was replayed, ``third``'s stacks were counted wrong.)
+
+    Both sessions see each sample with the process held, so they walk the same stacks; the
+    second one's profile counts stacks named from frames (main's way)."""
+    from liveunwind.cli.profile import (
+        format_folded,
+        format_json,
+        render_pprof,
+        render_speedscope,
+        render_svg,
+    )
+
+    kept, fresh = Session(profiled.pid), Session(profiled.pid)
+    with_walks, plain = Profile(profiled.pid, RATE), Profile(profiled.pid, RATE)
+    frameless = 0
+    try:
+        for _ in range(25):
+            frameless += _stopped_samples(profiled.pid, kept, fresh, with_walks, plain)
+            time.sleep(0.007)  # third runs 10 ms in 30: it moves between most samples
+    finally:
+        kept.close()
+        fresh.close()
+    assert frameless >= 40  # every thread in the third sample of a stop, but while walking
+    # is timed against remembering (RememberingChoice): a third of those here
+    # third moved from sleeping to working and back (the burner stays in spin_hot's stack)
+    assert len(plain.threads["third"].stacks) >= 2
+    for profile in (with_walks, plain):
+        profile.timings.clear()  # the seconds of each phase: the only output that differs
+    assert {name: thread.stacks for name, thread in with_walks.threads.items()} == {
+        name: thread.stacks for name, thread in plain.threads.items()
+    }
+    assert format_folded(with_walks) == format_folded(plain)
+    assert render_svg(with_walks) == render_svg(plain)
+    assert render_pprof(with_walks) == render_pprof(plain)
+    assert render_speedscope(with_walks) == render_speedscope(plain)
+    assert format_json(with_walks) == format_json(plain)
