@@ -146,20 +146,42 @@ def stack_of(thread: ThreadBacktrace) -> tuple[str, ...]:
 
 def _stack_by_walk(
     walked: ThreadBacktrace, walks: dict[int, RememberedWalk]
-) -> tuple[tuple[str, ...], ThreadBacktrace]:
-    """The thread's stack, and the walk whose frames name it (their sites).
+) -> tuple[tuple[str, ...], RememberedWalk | None]:
+    """The thread's stack, and the remembered walk it was counted by when its frames were
+    not made (their sites are then made of the walk's facts, :func:`_sites_of_facts`).
 
-    A replay of a remembered walk (the stepper gave ``walked`` from it) has the
-    stack of that walk's first named replay: the same frame facts in the same
-    generation of the module map, which the walk lasts no longer than, name
-    the same (tests/system/test_profile.py compares with fresh walks).
+    The stepper gave ``walked`` from its remembered walk (replayed, taken from a suffix, or
+    walked and recorded): the stack of names kept with that walk (or its suffix) counts
+    again, for the same frame facts in the same generation of the module map, which the
+    walk does not outlast, name the same; else the frames are named and the stack kept
+    (tests/system/test_profile.py compares every output with walks named anew).
     """
     walk = walks.get(walked.tid)
     if walk is None or walk.given is not walked:
-        return stack_of(walked), walked
-    if walk.stack is None or walk.named is None:
-        walk.stack, walk.named = stack_of(walked), walked
-    return walk.stack, walk.named
+        return stack_of(walked), None
+    if walk.stack is None:
+        stack = stack_of(walked)
+        walk.keep_stack(stack)
+        return stack, None
+    return walk.stack, walk if not walked.frames else None
+
+
+def _sites_of_facts(
+    walk: RememberedWalk, modules: ModuleMap | None, sites_of: Callable[..., list[FrameSite]]
+) -> list[FrameSite]:
+    """The sites of a walk counted without its frames: the frames made of its facts and
+    named as the backtrace names them (asked only of a stack new to the profile: counted
+    first by another profile of the same session)."""
+    from liveunwind.backtrace.symbolizer import symbolize
+    from liveunwind.frames import ThreadBacktrace
+    from liveunwind.unwinder.cache import UnwindCache
+    from liveunwind.unwinder.stepper import add_remembered_frames
+
+    thread = ThreadBacktrace(0, "", [], walk.reason)
+    add_remembered_frames(thread, walk.frames, 0)
+    if modules is not None:
+        symbolize([thread], modules, UnwindCache())
+    return sites_of(thread, modules)
 
 
 class ModuleSite:
@@ -416,13 +438,13 @@ class Profile:
         """
         last = self._begin(some_threads)
         for index, walked in enumerate(backtrace.threads):
-            named = walked
+            frameless = None
             if stacks is not None:
                 stack = stacks[index]
             elif walks is None:
                 stack = stack_of(walked)
             else:
-                stack, named = _stack_by_walk(walked, walks)
+                stack, frameless = _stack_by_walk(walked, walks)
             self._count(
                 last,
                 walked.tid,
@@ -430,7 +452,9 @@ class Profile:
                 walked.state,
                 None if walked.complete else walked.stop_reason.value,
                 stack,
-                partial(self._sites_of, named, modules),
+                partial(self._sites_of, walked, modules)
+                if frameless is None
+                else partial(_sites_of_facts, frameless, modules, self._sites_of),
             )
         self._end(backtrace.problems, backtrace.timings.items())
 

@@ -131,14 +131,14 @@ class Session:
         return self._backtracer.modules
 
     def replayable_walks(self) -> dict[int, RememberedWalk] | None:
-        """tid → the remembered walk the last backtrace was given to replay, by which a
-        consumer counting stacks of names keeps each replay's (RememberedWalk.stack,
+        """tid → the remembered walk the last backtrace gave each thread's walk from, by
+        which a consumer counting stacks of names keeps each walk's (RememberedWalk.stack,
         ``Profile.add``); None where a stack holds more than what its walk's facts name
         (Python frames read from the interpreter, source lines)."""
         options = self._backtracer.options
         if options.python or options.lines or options.verbose:
             return None
-        return self.cache.walks
+        return self.cache.walks_given
 
     def backtrace(self) -> Backtrace:
         """Stops the process, takes what unwinding needs, lets it go, and unwinds.

@@ -114,10 +114,12 @@ class RememberedWalk:
     (perf) nearly never does, and making it for every sample cost 8 µs.
 
     A consumer that counts stacks of names (a wall-clock profile) keeps the
-    walk's in :attr:`stack`, from the first replay it named (:attr:`given`
-    is the walk the stepper gave that backtrace); later replays then come
-    without frames and that stack counts again: making and naming the frames
-    of 8 parked threads was 0.35 ms of a 9-thread sample.
+    walk's in :attr:`stack` (:meth:`keep_stack`) once it named the thread's
+    walk (:attr:`given`: the walk the stepper gave from this one); later
+    replays then come without frames and that stack counts again: making and
+    naming the frames of 8 parked threads was 0.35 ms of a 9-thread sample.
+    The stack is kept with the suffix the walk was taken from too
+    (:attr:`source`), for the next walk taken whole from there.
     """
 
     __slots__ = (
@@ -130,9 +132,9 @@ class RememberedWalk:
         "frames",
         "given",
         "max_frames",
-        "named",
         "reason",
         "registers",
+        "source",
         "stack",
         "words",
     )
@@ -156,13 +158,14 @@ class RememberedWalk:
         #: Why the walk ended, and its detail.
         self.reason = reason
         self.detail = detail
-        #: The thread's walk the stepper last gave from this one (replayed), whose frames
-        #: are made only while no :attr:`stack` is kept.
+        #: The thread's walk the stepper last gave from this one (walked, taken from a
+        #: suffix, or replayed: its frames are made only while no :attr:`stack` is kept).
         self.given: ThreadBacktrace | None = None
-        #: The stack of names a consumer made of a replay's frames, and that replay
-        #: (its frames' sites): the same facts in the same generation name the same.
+        #: The stack of names a consumer made of the frames: the same facts in the same
+        #: generation of the module map (which the walk does not outlast) name the same.
         self.stack: tuple[str, ...] | None = None
-        self.named: ThreadBacktrace | None = None
+        #: The suffix record this walk is, from which frame on; None: none is.
+        self.source: tuple[SuffixRecord, int] | None = None
         self._addresses: list[int] | None = addresses
         self._values = values
         #: The copy's words the walk read (by index from its start), and their values:
@@ -170,6 +173,14 @@ class RememberedWalk:
         self._pick: itemgetter[Any] | None = None
         self._span = 0
         self.words: object = None
+
+    def keep_stack(self, stack: tuple[str, ...]) -> None:
+        """Keeps the stack of names a consumer made of this walk's frames (see the class)."""
+        self.stack = stack
+        if self.source is not None:
+            record, index = self.source
+            if index in record.stacks or len(record.stacks) < MAX_RECORD_STACKS:
+                record.stacks[index] = stack
 
     def holds_for(
         self, registers: dict[int, int], block: tuple[int, bytes | bytearray], max_frames: int
@@ -223,6 +234,12 @@ EVERY_REGISTER = None
 AT_ENTRY = "entry"
 
 
+#: Stacks of names a :class:`SuffixRecord` keeps, for walks taken whole from that many of its
+#: frames: each holds a name (shared strings) per frame from there on, so a record of n
+#: frames kept for every frame would hold n²/2.
+MAX_RECORD_STACKS = 8
+
+
 class SuffixRecord:
     """A walk, and for each of its frames what the rest of the walk from there was made of.
 
@@ -251,6 +268,7 @@ class SuffixRecord:
         "marks",
         "pure_from",
         "reason",
+        "stacks",
         "states",
         "values",
     )
@@ -290,6 +308,8 @@ class SuffixRecord:
         self.pure_from = pure_from
         self.reason = reason
         self.detail = detail
+        #: frame → the stack of names of the walk from there (RememberedWalk.keep_stack).
+        self.stacks: dict[int, tuple[str, ...]] = {}
         #: frame → (lowest word read, picker, bytes spanned, words read, later frames' keys).
         self._checks: dict[
             int, tuple[int, itemgetter[Any] | None, int, object, frozenset[tuple[int, int]]]

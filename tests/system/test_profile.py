@@ -722,18 +722,7 @@ def _stopped_samples(
     return frameless
 
 
-def test_kept_stacks_of_replayed_walks_give_the_outputs_of_named_walks(
-    profiled: Profiled,
-) -> None:
-    """A profile that counts a parked thread's kept stack (its walk replayed without frames)
-    gives every output a profile naming every walk gives, while threads move between the
-    samples: held by SIGSTOP, every thread is parked and its walk replayed; let go, the
-    burner and ``third`` move, and a stack kept by the thread instead of by its walk (or
-    reused for a walk that does not replay it) would count where they were.  (Without the
-    check that the walk was replayed, ``third``'s stacks were counted wrong.)
-
-    Both sessions see each sample with the process held, so they walk the same stacks; the
-    second one's profile counts stacks named from frames (main's way)."""
+def _assert_same_outputs(profile: Profile, expected: Profile) -> None:
     from liveunwind.cli.profile import (
         format_folded,
         format_json,
@@ -742,13 +731,44 @@ def test_kept_stacks_of_replayed_walks_give_the_outputs_of_named_walks(
         render_svg,
     )
 
+    for each in (profile, expected):
+        each.timings.clear()  # the seconds of each phase: the only output that differs
+    assert {name: thread.stacks for name, thread in profile.threads.items()} == {
+        name: thread.stacks for name, thread in expected.threads.items()
+    }
+    assert format_folded(profile) == format_folded(expected)
+    assert render_svg(profile) == render_svg(expected)
+    assert render_pprof(profile) == render_pprof(expected)
+    assert render_speedscope(profile) == render_speedscope(expected)
+    assert format_json(profile) == format_json(expected)
+
+
+def test_kept_stacks_of_replayed_walks_give_the_outputs_of_named_walks(
+    profiled: Profiled,
+) -> None:
+    """A profile that counts a kept stack for a walk that comes without frames (replayed, or
+    taken whole from a remembered suffix) gives every output a profile naming every walk
+    gives, while threads move between the samples: held by SIGSTOP, every thread is parked
+    and its walk replayed; let go, the burner and ``third`` move, and a stack kept by the
+    thread instead of by its walk (or reused for a walk that does not replay it) would
+    count where they were (a profile that counted the stack kept with each thread's last
+    walk, not asking whether this walk was the one given, counted ``third``'s wrong).  A
+    second profile of the same session counts stacks the first one kept, whose frames'
+    sites it never had: made of the walks' facts (made of one frame less, a KeyError).
+
+    Both sessions see each sample with the process held, so they walk the same stacks; the
+    second one's profile counts stacks named from frames (main's way)."""
     kept, fresh = Session(profiled.pid), Session(profiled.pid)
     with_walks, plain = Profile(profiled.pid, RATE), Profile(profiled.pid, RATE)
+    again, plain_again = Profile(profiled.pid, RATE), Profile(profiled.pid, RATE)
     frameless = 0
     try:
         for _ in range(25):
             frameless += _stopped_samples(profiled.pid, kept, fresh, with_walks, plain)
             time.sleep(0.007)  # third runs 10 ms in 30: it moves between most samples
+        for _ in range(3):
+            _stopped_samples(profiled.pid, kept, fresh, again, plain_again)
+            time.sleep(0.007)
     finally:
         kept.close()
         fresh.close()
@@ -756,13 +776,5 @@ def test_kept_stacks_of_replayed_walks_give_the_outputs_of_named_walks(
     # is timed against remembering (RememberingChoice): a third of those here
     # third moved from sleeping to working and back (the burner stays in spin_hot's stack)
     assert len(plain.threads["third"].stacks) >= 2
-    for profile in (with_walks, plain):
-        profile.timings.clear()  # the seconds of each phase: the only output that differs
-    assert {name: thread.stacks for name, thread in with_walks.threads.items()} == {
-        name: thread.stacks for name, thread in plain.threads.items()
-    }
-    assert format_folded(with_walks) == format_folded(plain)
-    assert render_svg(with_walks) == render_svg(plain)
-    assert render_pprof(with_walks) == render_pprof(plain)
-    assert render_speedscope(with_walks) == render_speedscope(plain)
-    assert format_json(with_walks) == format_json(plain)
+    _assert_same_outputs(with_walks, plain)
+    _assert_same_outputs(again, plain_again)
