@@ -674,12 +674,16 @@ def test_a_warm_sample_leaves_nothing_for_the_garbage_collector(profiled: Profil
     ran (the stepper's walk held the stepper's methods: 221 objects in 5 samples; the stack
     copies' and the registers' ctypes array types, classes made anew)."""
     session = Session(profiled.pid)
+    profile = Profile(profiled.pid, RATE)
     session.backtrace()  # the cold one: what it reads and keeps is not a sample's
     gc.collect()
     gc.disable()
     try:
         for _ in range(5):
             assert session.backtrace().threads
+        assert gc.collect() == 0
+        for _ in range(5):  # counted as record() counts them: stacks kept with the walks
+            profile.add(session.backtrace(), session.modules, walks=session.replayable_walks())
         assert gc.collect() == 0
     finally:
         gc.enable()
