@@ -432,9 +432,9 @@ class Profile:
         time it is seen at all, not when the sample before did not hold it.
         ``stacks``: each thread's :func:`stack_of`, made already (perf samples:
         a thread whose frames were not named then has a stack counted before).
-        ``walks``: tid → the remembered walk each thread's walk may be a replay of
-        (``Session.replayable_walks``): a replay's stack is named once and kept
-        with its walk, and later replays, which come without frames, count it.
+        ``walks``: tid → the remembered walk each thread's walk was given from
+        (``Session.replayable_walks``): a walk's stack is named once and kept with
+        it (and its suffix), and later walks given from it without frames count it.
         """
         last = self._begin(some_threads)
         for index, walked in enumerate(backtrace.threads):
