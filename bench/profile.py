@@ -35,7 +35,8 @@ runs as long; over the whole run of the tool (start-up included):
   CPU time of each, recording, unwinding and writing.
 
 ``--only WORD[,WORD...]`` runs only the tools whose name contains one of
-them (and then writes no results file).
+them, ``--targets WORD[,WORD...]`` only the targets whose name does (``"9
+threads"``: the C target of 9 threads); either writes no results file.
 
 Prints a table and writes bench/profile-results.json.
 """
@@ -62,6 +63,10 @@ RATE = 100
 REPETITIONS = 3
 #: ``--only WORD[,WORD...]``: the tools whose name holds one of them (by default every tool).
 ONLY = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv[:-1] else [""]
+#: ``--targets WORD[,WORD...]``: the targets whose name holds one of them (by default all).
+TARGETS = (
+    sys.argv[sys.argv.index("--targets") + 1].split(",") if "--targets" in sys.argv[:-1] else [""]
+)
 PYTHON_TARGET = "/usr/bin/python3"
 #: Another checkout of liveunwind (``BENCH_PEER=DIR``, e.g. ``git worktree add DIR main``)
 #: profiled in turn with this one, in the same runs: a change measured against what it
@@ -355,6 +360,7 @@ def main() -> int:
             True,
         ),
     ]
+    scenarios = [scenario for scenario in scenarios if any(w in scenario[0] for w in TARGETS)]
     try:
         for name, command, python in scenarios:
             counter = work / f"counter-{len(results['targets'])}"
@@ -367,7 +373,7 @@ def main() -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     results["load_average"] = {"start": load_at_start, "end": os.getloadavg()[0]}
-    if ONLY == [""]:
+    if ONLY == [""] and TARGETS == [""]:
         (ROOT / "bench" / "profile-results.json").write_text(json.dumps(results, indent=2) + "\n")
     print(format_table(results))
     return 0

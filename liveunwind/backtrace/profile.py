@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from liveunwind.frames import Backtrace, Frame, ThreadBacktrace
     from liveunwind.modules.module import Module
     from liveunwind.modules.modulemap import ModuleMap
+    from liveunwind.unwinder.remembered import RememberedWalk
 
     #: One thread of a sample walked and named elsewhere (:meth:`Profile.add_counted`): its
     #: tid, name, state, why its walk ended early (None: it did not), its stack as
@@ -141,6 +142,46 @@ def stack_of(thread: ThreadBacktrace) -> tuple[str, ...]:
         for place in reversed(frame.inlined):
             names.append(_located(_clean(place.function or "??"), place.file, place.line))
     return tuple(names)
+
+
+def _stack_by_walk(
+    walked: ThreadBacktrace, walks: dict[int, RememberedWalk]
+) -> tuple[tuple[str, ...], RememberedWalk | None]:
+    """The thread's stack, and the remembered walk it was counted by when its frames were
+    not made (their sites are then made of the walk's facts, :func:`_sites_of_facts`).
+
+    The stepper gave ``walked`` from its remembered walk (replayed, taken from a suffix, or
+    walked and recorded): the stack of names kept with that walk (or its suffix) counts
+    again, for the same frame facts in the same generation of the module map, which the
+    walk does not outlast, name the same; else the frames are named and the stack kept
+    (tests/system/test_profile.py compares every output with walks named anew).
+    """
+    walk = walks.get(walked.tid)
+    if walk is None or walk.given is not walked:
+        return stack_of(walked), None
+    if walk.stack is None:
+        stack = stack_of(walked)
+        walk.keep_stack(stack)
+        return stack, None
+    return walk.stack, walk if not walked.frames else None
+
+
+def _sites_of_facts(
+    walk: RememberedWalk, modules: ModuleMap | None, sites_of: Callable[..., list[FrameSite]]
+) -> list[FrameSite]:
+    """The sites of a walk counted without its frames: the frames made of its facts and
+    named as the backtrace names them (asked only of a stack new to the profile: counted
+    first by another profile of the same session)."""
+    from liveunwind.backtrace.symbolizer import symbolize
+    from liveunwind.frames import ThreadBacktrace
+    from liveunwind.unwinder.cache import UnwindCache
+    from liveunwind.unwinder.stepper import add_remembered_frames
+
+    thread = ThreadBacktrace(0, "", [], walk.reason)
+    add_remembered_frames(thread, walk.frames, 0)
+    if modules is not None:
+        symbolize([thread], modules, UnwindCache())
+    return sites_of(thread, modules)
 
 
 class ModuleSite:
@@ -382,6 +423,7 @@ class Profile:
         *,
         some_threads: bool = False,
         stacks: list[tuple[str, ...]] | None = None,
+        walks: dict[int, RememberedWalk] | None = None,
     ) -> None:
         """Counts one sample's stacks; ``modules`` (its module map) describes new names' modules.
 
@@ -390,17 +432,29 @@ class Profile:
         time it is seen at all, not when the sample before did not hold it.
         ``stacks``: each thread's :func:`stack_of`, made already (perf samples:
         a thread whose frames were not named then has a stack counted before).
+        ``walks``: tid → the remembered walk each thread's walk was given from
+        (``Session.replayable_walks``): a walk's stack is named once and kept with
+        it (and its suffix), and later walks given from it without frames count it.
         """
         last = self._begin(some_threads)
         for index, walked in enumerate(backtrace.threads):
+            frameless = None
+            if stacks is not None:
+                stack = stacks[index]
+            elif walks is None:
+                stack = stack_of(walked)
+            else:
+                stack, frameless = _stack_by_walk(walked, walks)
             self._count(
                 last,
                 walked.tid,
                 walked.name,
                 walked.state,
                 None if walked.complete else walked.stop_reason.value,
-                stack_of(walked) if stacks is None else stacks[index],
-                partial(self._sites_of, walked, modules),
+                stack,
+                partial(self._sites_of, walked, modules)
+                if frameless is None
+                else partial(_sites_of_facts, frameless, modules, self._sites_of),
             )
         self._end(backtrace.problems, backtrace.timings.items())
 
@@ -612,7 +666,7 @@ def record(
         raise ValueError(f"rate must be more than 0 and at most {MAX_RATE:g} per second")
     profile = Profile(session.pid, rate, per_thread=per_thread)
     period = 1.0 / rate
-    profile.add(session.backtrace(), session.modules)
+    profile.add(session.backtrace(), session.modules, walks=session.replayable_walks())
     before = _cpu_times(session.pid)
     started = clock()
     profile.started_at = time.time()
@@ -639,7 +693,7 @@ def record(
             except LiveUnwindError as error:
                 profile.end, profile.end_detail = END_TARGET_LOST, str(error)
                 break
-            profile.add(backtrace, session.modules)
+            profile.add(backtrace, session.modules, walks=session.replayable_walks())
             slot = _next_slot(profile, slot + 1, clock() - started, period, slots)
             if on_sample is not None:
                 on_sample(profile, clock() - started)

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from liveunwind.targets.live.snapshot import Snapshot
     from liveunwind.unwinder.cache import UnwindCache
     from liveunwind.unwinder.layouts import Layouts
+    from liveunwind.unwinder.remembered import RememberedWalk
 
 
 #: Bytes of the perf map read before each stop: the first backtrace reads that
@@ -128,6 +129,16 @@ class Session:
     def modules(self) -> ModuleMap | None:
         """The module map of the last backtrace (what the session keeps of the process's files)."""
         return self._backtracer.modules
+
+    def replayable_walks(self) -> dict[int, RememberedWalk] | None:
+        """tid → the remembered walk the last backtrace gave each thread's walk from, by
+        which a consumer counting stacks of names keeps each walk's (RememberedWalk.stack,
+        ``Profile.add``); None where a stack holds more than what its walk's facts name
+        (Python frames read from the interpreter, source lines)."""
+        options = self._backtracer.options
+        if options.python or options.lines or options.verbose:
+            return None
+        return self.cache.walks_given
 
     def backtrace(self) -> Backtrace:
         """Stops the process, takes what unwinding needs, lets it go, and unwinds.

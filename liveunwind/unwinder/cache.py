@@ -252,6 +252,12 @@ class UnwindCache:
             # record: 1,000 objects a process left to the collector.)
             self._keeps = not offered
 
+    @property
+    def walks_given(self) -> dict[int, RememberedWalk]:
+        """tid → the remembered walk of this backtrace's walk of the thread (its replay, or
+        the walk it was made of): the walks the next backtrace is handed.  Read only."""
+        return self._next_walks
+
     def remember_walk(self, tid: int, walk: RememberedWalk, *, replayed: bool = False) -> None:
         """Keeps a thread's walk of this backtrace (``replayed``: given it again) for the next."""
         if self._keeps:

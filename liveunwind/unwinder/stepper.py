@@ -248,19 +248,18 @@ class Stepper:
             # Every word was read with read_word (the count of other reads did not move),
             # from this copy or another of the same instant; the picker is made, and a
             # word outside the next copy found, when the thread comes back unmoved.
-            cache.remember_walk(
-                thread.tid,
-                RememberedWalk(
-                    thread.registers,
-                    block[0],
-                    record.addresses,
-                    record.values,
-                    self.max_frames,
-                    facts,
-                    reason,
-                    walked.stop_detail,
-                ),
+            remembered = RememberedWalk(
+                thread.registers,
+                block[0],
+                record.addresses,
+                record.values,
+                self.max_frames,
+                facts,
+                reason,
+                walked.stop_detail,
             )
+            remembered.given, remembered.source = walked, (record, 0)
+            cache.remember_walk(thread.tid, remembered)
         if reason in _NO_SUFFIXES:
             return walked  # how they end depends on the frames before, or on the limit
         for index in range(record.pure_from, len(trail.registers)):
@@ -280,20 +279,18 @@ class Stepper:
         facts, addresses, values = record.facts, record.addresses, record.values
         if index:
             facts, addresses, values = facts[index:], addresses[first:], values[first:]
-        self._cache.remember_walk(
-            thread.tid,
-            RememberedWalk(
-                thread.registers,
-                block[0],
-                addresses,
-                values,
-                self.max_frames,
-                facts,
-                record.reason,
-                record.detail,
-            ),
+        remembered = RememberedWalk(
+            thread.registers,
+            block[0],
+            addresses,
+            values,
+            self.max_frames,
+            facts,
+            record.reason,
+            record.detail,
         )
-        walked = ThreadBacktrace(
+        self._cache.remember_walk(thread.tid, remembered)
+        walked = remembered.given = ThreadBacktrace(
             tid=thread.tid,
             name=thread.name,
             frames=[],
@@ -301,6 +298,10 @@ class Stepper:
             stop_detail=record.detail,
             state=thread.state,
         )
+        remembered.source = (record, index)
+        remembered.stack = record.stacks.get(index)
+        if remembered.stack is not None:
+            return walked  # its consumer counts the stack kept (RememberedWalk.stack)
         return self._with_frames(walked, record.facts, index)
 
     def _with_frames(
@@ -834,10 +835,12 @@ def _first_state(stack_range: tuple[int, int] | None) -> tuple[object, ...]:
 
 
 def _replayed(thread: ThreadState, known: RememberedWalk) -> ThreadBacktrace:
-    """The frames of a remembered walk, new objects (callers name and annotate them)."""
+    """The frames of a remembered walk, new objects (callers name and annotate them); none
+    when a consumer keeps the walk's stack of names (:attr:`RememberedWalk.stack`)."""
     frames: list[Frame] = []
-    _append_remembered(frames, known.frames, 0)
-    return ThreadBacktrace(
+    if known.stack is None:
+        _append_remembered(frames, known.frames, 0)
+    walked = known.given = ThreadBacktrace(
         tid=thread.tid,
         name=thread.name,
         frames=frames,
@@ -845,6 +848,7 @@ def _replayed(thread: ThreadState, known: RememberedWalk) -> ThreadBacktrace:
         stop_detail=known.detail,
         state=thread.state,
     )
+    return walked
 
 
 def add_remembered_frames(

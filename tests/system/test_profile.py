@@ -42,7 +42,7 @@ from liveunwind.targets.live import procfs
 from liveunwind.targets.live.ptrace import PtraceProcess
 from tests.support.paths import ROOT
 from tests.support.programs import RunningProgram, start_program
-from tests.support.waits import wait_until
+from tests.support.waits import wait_for_state, wait_until
 
 SCHEMA = json.loads((files("liveunwind.cli") / "schemas" / "profile.schema.json").read_text())
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
@@ -674,6 +674,7 @@ def test_a_warm_sample_leaves_nothing_for_the_garbage_collector(profiled: Profil
     ran (the stepper's walk held the stepper's methods: 221 objects in 5 samples; the stack
     copies' and the registers' ctypes array types, classes made anew)."""
     session = Session(profiled.pid)
+    profile = Profile(profiled.pid, RATE)
     session.backtrace()  # the cold one: what it reads and keeps is not a sample's
     gc.collect()
     gc.disable()
@@ -681,6 +682,109 @@ def test_a_warm_sample_leaves_nothing_for_the_garbage_collector(profiled: Profil
         for _ in range(5):
             assert session.backtrace().threads
         assert gc.collect() == 0
+        for _ in range(5):  # counted as record() counts them: stacks kept with the walks
+            profile.add(session.backtrace(), session.modules, walks=session.replayable_walks())
+        assert gc.collect() == 0
     finally:
         gc.enable()
         session.close()
+
+
+def _wait_until_every_thread_stopped(pid: int) -> None:
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        wait_for_state(pid, "T", tid=int(tid))
+
+
+def _stopped_samples(
+    pid: int,
+    kept: Session,
+    fresh: Session,
+    with_walks: Profile,
+    plain: Profile,
+    frameless: Counter[str],
+) -> None:
+    """Three samples of the process held with SIGSTOP, counted by a session that keeps its
+    replays' stacks (``with_walks``) and by one whose every walk is named (``plain``).
+
+    Held, every thread's walk is walked (its stack kept), then replayed without frames.
+    Counts in ``frameless`` ``kept``'s walks without frames: "replayed" (the walk of the
+    last backtrace again), "suffix" (taken whole from a remembered suffix)."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        for _ in range(3):
+            _wait_until_every_thread_stopped(pid)
+            backtrace = kept.backtrace()
+            walks = kept.replayable_walks()
+            assert walks is not None
+            frameless.update(
+                "replayed" if walk is kept.cache.walks.get(walked.tid) else "suffix"
+                for walked in backtrace.threads
+                if not walked.frames and (walk := walks.get(walked.tid)) is not None
+                if walk.given is walked
+            )
+            with_walks.add(backtrace, kept.modules, walks=walks)
+            # Let go by a tracer, a thread in the group stop runs for a moment to stop again.
+            _wait_until_every_thread_stopped(pid)
+            plain.add(fresh.backtrace(), fresh.modules)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def _assert_same_outputs(profile: Profile, expected: Profile) -> None:
+    from liveunwind.cli.profile import (
+        format_folded,
+        format_json,
+        render_pprof,
+        render_speedscope,
+        render_svg,
+    )
+
+    for each in (profile, expected):
+        each.timings.clear()  # the seconds of each phase: the only output that differs
+    assert {name: thread.stacks for name, thread in profile.threads.items()} == {
+        name: thread.stacks for name, thread in expected.threads.items()
+    }
+    assert format_folded(profile) == format_folded(expected)
+    assert render_svg(profile) == render_svg(expected)
+    assert render_pprof(profile) == render_pprof(expected)
+    assert render_speedscope(profile) == render_speedscope(expected)
+    assert format_json(profile) == format_json(expected)
+
+
+def test_kept_stacks_of_replayed_walks_give_the_outputs_of_named_walks(
+    profiled: Profiled,
+) -> None:
+    """A profile that counts a kept stack for a walk that comes without frames (replayed, or
+    taken whole from a remembered suffix) gives every output a profile naming every walk
+    gives, while threads move between the samples: held by SIGSTOP, every thread is parked
+    and its walk replayed; let go, the burner and ``third`` move, and a stack kept by the
+    thread instead of by its walk (or reused for a walk that does not replay it) would
+    count where they were (a profile that counted the stack kept with each thread's last
+    walk, not asking whether this walk was the one given, counted ``third``'s wrong).  A
+    second profile of the same session counts stacks the first one kept, whose frames'
+    sites it never had: made of the walks' facts (made of one frame less, a KeyError).
+
+    Both sessions see each sample with the process held, so they walk the same stacks; the
+    second one's profile counts stacks named from frames (main's way)."""
+    kept, fresh = Session(profiled.pid), Session(profiled.pid)
+    with_walks, plain = Profile(profiled.pid, RATE), Profile(profiled.pid, RATE)
+    again, plain_again = Profile(profiled.pid, RATE), Profile(profiled.pid, RATE)
+    frameless: Counter[str] = Counter()
+    try:
+        for _ in range(25):
+            _stopped_samples(profiled.pid, kept, fresh, with_walks, plain, frameless)
+            time.sleep(0.007)  # third runs 10 ms in 30: it moves between most samples
+        for _ in range(3):
+            _stopped_samples(profiled.pid, kept, fresh, again, plain_again, Counter())
+            time.sleep(0.007)
+    finally:
+        kept.close()
+        fresh.close()
+    # Every thread in the later samples of a stop, but while walking is timed against
+    # remembering (RememberingChoice); and in the first, a thread whose registers changed
+    # where the rest of its walk did not (the sleeper: 28-37 of 25 stops in 4 runs).
+    assert frameless["replayed"] >= 40 and frameless["suffix"] >= 10
+    # third moved from sleeping to working and back (the burner stays in spin_hot's stack)
+    assert len(plain.threads["third"].stacks) >= 2
+    _assert_same_outputs(with_walks, plain)
+    _assert_same_outputs(again, plain_again)

@@ -159,6 +159,9 @@ class _ScriptedSession:
         self.time.now += self.costs.get(len(self.calls) - 1, self.usual)
         return Backtrace(self.pid, [], "x86_64")
 
+    def replayable_walks(self) -> None:
+        return None  # no walks: the stacks are empty
+
     def record(self, **keywords: Any) -> Profile:
         return record(self, clock=self.time.clock, sleep=self.time.sleep, **keywords)
 

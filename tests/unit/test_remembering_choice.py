@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from liveunwind.unwinder.remembered import CHOSEN_WALKS, TRIAL_WALKS, RememberingChoice
+from liveunwind.unwinder.remembered import (
+    CHOSEN_BACKTRACES,
+    CHOSEN_WALKS,
+    TRIAL_WALKS,
+    RememberingChoice,
+)
 
 
 def _backtraces(
@@ -38,6 +43,18 @@ def test_phases_are_whole_backtraces() -> None:
     choice = RememberingChoice()
     ways = _backtraces(choice, 5, 200, remembering=1.0, plain=2.0)
     assert ways == [True, True, False, True, True]
+
+
+def test_the_chosen_way_lasts_its_backtraces_too() -> None:
+    """Each trial walks every thread of its backtrace: with 200 threads, the chosen way
+    lasts CHOSEN_BACKTRACES backtraces (CHOSEN_WALKS of them would be 21), so the two
+    backtraces that walk all 200 anew come once in CHOSEN_BACKTRACES + 3."""
+    choice = RememberingChoice()
+    rounds = 2 * (CHOSEN_BACKTRACES + 3)
+    ways = _backtraces(choice, rounds, 200, remembering=1.0, plain=2.0)
+    assert ways.count(False) == 2
+    assert ways[: CHOSEN_BACKTRACES + 3] == [True, True, False] + [True] * CHOSEN_BACKTRACES
+    assert ways[CHOSEN_BACKTRACES + 3 : CHOSEN_BACKTRACES + 6] == [True, True, False]
 
 
 def test_the_warm_up_is_not_timed() -> None:
