@@ -37,6 +37,7 @@ import _signal  # type: ignore[import-not-found]  # the C module under signal; n
 import _thread
 import errno
 import os
+import struct
 import time
 
 from liveunwind.arch import Arch, host_arch
@@ -153,6 +154,9 @@ class PtraceProcess(AddressSpace):
         self.stop_timeout = stop_timeout
         self._wanted = set(thread_ids) if thread_ids else None
         self._stopped: dict[int, ThreadState] = {}
+        #: The register blocks of stopped threads, as PTRACE_GETREGSET gave them, until
+        #: :meth:`threads` decodes them into their ThreadStates.
+        self._undecoded: dict[int, bytes] = {}
         #: Threads seized and interrupted that did not stop in time.
         self._not_stopped: dict[int, ThreadState] = {}
         self._attached: set[int] = set()
@@ -251,9 +255,33 @@ class PtraceProcess(AddressSpace):
     # -- AddressSpace -------------------------------------------------------
 
     def threads(self) -> list[ThreadState]:
-        """Every thread; one that did not stop has no registers and says so in its state."""
+        """Every thread; one that did not stop has no registers and says so in its state.
+
+        The registers are decoded here, not in the stop: a snapshot asks for
+        them once the process runs again (3 µs a thread, a tenth of the
+        freeze of 9 threads), having taken the stack pointers alone in it.
+        """
+        if self._undecoded:
+            undecoded, self._undecoded = self._undecoded, {}
+            for tid, raw in undecoded.items():
+                self._stopped[tid].registers = self.arch.registers_from_user_regs(raw)
         every = {**self._not_stopped, **self._stopped}
         return [every[tid] for tid in sorted(every, key=self._thread_order)]
+
+    def stack_pointers(self) -> list[tuple[int, int]]:
+        """(tid, stack pointer) of every stopped thread, in the order of :meth:`threads`:
+        one word of each register block, the rest left for ``threads`` to decode."""
+        index = _stack_pointer_word(self.arch)
+        found = []
+        for tid in sorted(self._stopped, key=self._thread_order):
+            raw = self._undecoded.get(tid)
+            if raw is not None:
+                found.append((tid, _unpack_word(raw, index * 8)[0]))
+                continue
+            sp = self._stopped[tid].registers.get(self.arch.sp)
+            if sp is not None:
+                found.append((tid, sp))
+        return found
 
     def entry_point(self) -> int | None:
         return procfs.entry_point(str(self.pid))
@@ -564,11 +592,16 @@ class PtraceProcess(AddressSpace):
                 self._attached.discard(tid)
                 return
             raise AttachError(f"cannot read registers of thread {tid}: {error.strerror}") from None
+        if len(raw) < self.arch.user_regs_size:
+            raise NotTraceableError(
+                f"process {self.pid} is a 32-bit process; only 64-bit is supported"
+            )
+        self._undecoded[tid] = raw
         before = self._before_stop.get(tid)
         self._stopped[tid] = ThreadState(
             tid=tid,
             name=before.name if before is not None else "",
-            registers=_decode_registers(self.arch, raw, self.pid),
+            registers={},  # decoded by threads()
             state=procfs.state_word(before.state if before is not None else "?"),
             pending_signal=pending,
         )
@@ -876,10 +909,23 @@ class Tracer:
         self._done.release()
 
 
-def _decode_registers(arch: Arch, raw: bytes, pid: int) -> dict[int, int]:
-    if len(raw) < arch.user_regs_size:
-        raise NotTraceableError(f"process {pid} is a 32-bit process; only 64-bit is supported")
-    return arch.registers_from_user_regs(raw)
+def _stack_pointer_word(arch: Arch) -> int:
+    """Which word of ``arch``'s register block holds the stack pointer.
+
+    Found by decoding a block whose every word is its own index, so no
+    layout is written twice (every architecture's decoding moves words).
+    """
+    index = _SP_WORDS.get(arch.name)
+    if index is None:
+        count = arch.user_regs_size // 8
+        probe = arch.registers_from_user_regs(struct.pack(f"<{count}Q", *range(count)))
+        index = _SP_WORDS[arch.name] = probe[arch.sp]
+    return index
+
+
+#: Architecture name → the word of its register block that holds the stack pointer.
+_SP_WORDS: dict[str, int] = {}
+_unpack_word = struct.Struct("<Q").unpack_from
 
 
 def _is_exiting(pid: int, tid: int) -> bool:
