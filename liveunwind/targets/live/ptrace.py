@@ -915,16 +915,16 @@ def _stack_pointer_word(arch: Arch) -> int:
     Found by decoding a block whose every word is its own index, so no
     layout is written twice (every architecture's decoding moves words).
     """
-    index = _SP_WORDS.get(arch.name)
+    index = _SP_WORDS.get(arch)
     if index is None:
         count = arch.user_regs_size // 8
         probe = arch.registers_from_user_regs(struct.pack(f"<{count}Q", *range(count)))
-        index = _SP_WORDS[arch.name] = probe[arch.sp]
+        index = _SP_WORDS[arch] = probe[arch.sp]
     return index
 
 
-#: Architecture name → the word of its register block that holds the stack pointer.
-_SP_WORDS: dict[str, int] = {}
+#: Architecture → the word of its register block that holds the stack pointer.
+_SP_WORDS: dict[Arch, int] = {}
 _unpack_word = struct.Struct("<Q").unpack_from
 
 
