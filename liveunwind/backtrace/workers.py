@@ -351,20 +351,26 @@ class Turns:
         self.wait = wait
         self._read_end, self._write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         os.write(self._write_end, b"T")
+        self._held = False
 
     def run(self, job: Callable[[], Result]) -> Result:
-        """``job()`` run in this worker's turn, the turn given back however it ends."""
-        self._take()
-        try:
-            return job()
-        finally:
-            os.write(self._write_end, b"T")
+        """``job()``, whose stop holds the turn from just before it seizes the target's first
+        thread until it lets the last go (``ptrace.stops_in_turn``); given back however it ends.
+        """
+        from liveunwind.targets.live.ptrace import stops_in_turn
 
-    def _take(self) -> None:
+        try:
+            return stops_in_turn(self, job)
+        finally:
+            self.give()
+
+    def take(self) -> None:
+        """Waits (bounded) until this worker has the turn."""
         deadline = time.monotonic() + self.wait
         while True:
             try:
                 if os.read(self._read_end, 1):
+                    self._held = True
                     return
             except BlockingIOError:  # another worker has it (or took it first)
                 pass
@@ -374,6 +380,12 @@ class Turns:
                     f"another worker held its turn for {self.wait:g} s: taken as hung"
                 )
             select.select([self._read_end], [], [], left)
+
+    def give(self) -> None:
+        """Gives the turn back, if this worker holds it."""
+        if self._held:
+            self._held = False
+            os.write(self._write_end, b"T")
 
     def close(self) -> None:
         for fd in (self._read_end, self._write_end):

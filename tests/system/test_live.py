@@ -255,3 +255,31 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
         timeout=60,
         cwd=ROOT,
     )
+
+
+@pytest.mark.parametrize(("name", "word"), [("x86_64", 19), ("aarch64", 31), ("riscv64", 2)])
+def test_the_stack_pointer_is_the_word_the_kernel_puts_it_in(name: str, word: int) -> None:
+    """rsp is word 19 of x86_64's user_regs_struct (r15 … orig_rax rip cs eflags rsp),
+    sp word 31 of aarch64's user_pt_regs (x0–x30 sp pc), x2 word 2 of riscv64's
+    (pc ra sp …): the word a stop reads alone, before the rest is decoded."""
+    from liveunwind.arch import arch_by_name
+    from liveunwind.targets.live.ptrace import _stack_pointer_word
+
+    assert _stack_pointer_word(arch_by_name(name)) == word
+
+
+def test_stack_pointers_taken_in_the_stop_are_the_decoded_registers(run_program) -> None:
+    """What a snapshot copies the stacks from, read in the stop from the register blocks
+    alone, is every stopped thread's stack pointer once they are decoded after it."""
+    from liveunwind.targets.live.ptrace import PtraceProcess
+    from liveunwind.targets.live.snapshot import Snapshot
+
+    program = run_program("threads-O2")
+    process = PtraceProcess(program.pid)
+    in_the_stop = process.hold(lambda: (process.stack_pointers(), Snapshot.capture(process)))
+    taken, snapshot = in_the_stop
+    threads = snapshot.threads()
+    assert len(threads) == len(procfs.list_tids(program.pid)) > 1
+    assert taken == [(thread.tid, thread.registers[process.arch.sp]) for thread in threads]
+    assert threads[0].tid == program.pid  # the main thread first
+    assert all(len(thread.registers) >= 17 for thread in threads)

@@ -27,14 +27,17 @@ from pathlib import Path
 
 import pytest
 
+from liveunwind.backtrace.workers import Turns, WorkerError
 from liveunwind.cli import main
 from liveunwind.errors import NoSuchProcessError
 from liveunwind.targets.live import procfs
+from liveunwind.targets.live.ptrace import PtraceProcess, stops_in_turn
 from tests.support.cli import run_cli, start_cli
 from tests.support.forking import fork_failing_after_one
+from tests.support.hostile import states
 from tests.support.interrupts import assert_let_go
 from tests.support.processes import assert_running_untraced
-from tests.support.programs import RunningProgram, start_command, start_program
+from tests.support.programs import RunningProgram, RunProgram, start_command, start_program
 from tests.support.schema import VALIDATOR
 from tests.support.waits import wait_until
 
@@ -327,3 +330,83 @@ def test_a_worker_that_cannot_be_forked_leaves_the_rest_to_the_command(
     assert len(forks) == 1 and not Path(f"/proc/{forks[0]}").exists()
     assert f"{len(pids)} processes in" in captured.err and "workers)" not in captured.err
     assert_running_untraced([program.pid for program in two_programs])
+
+
+class WatchedTurn:
+    """A worker's :class:`Turns`, noting as it is taken and given back which threads of
+    ``pid`` are traced at that instant, and when."""
+
+    def __init__(self, turns: Turns, pid: int) -> None:
+        self.turns = turns
+        self.pid = pid
+        self.events: list[tuple[str, float, list[int]]] = []
+
+    def _note(self, what: str) -> None:
+        traced = [tid for tid, (_state, tracer) in states(self.pid).items() if tracer]
+        self.events.append((what, time.perf_counter(), traced))
+
+    def take(self) -> None:
+        self.turns.take()
+        self._note("take")
+
+    def give(self) -> None:
+        self._note("give")
+        self.turns.give()
+
+
+def _turn_is_free(turns: Turns) -> bool:
+    """Whether the turn's byte is in its pipe (taken here at once, and given back)."""
+    turns.wait = 0.0
+    try:
+        turns.take()
+    except WorkerError:
+        return False
+    turns.give()
+    return True
+
+
+def test_a_stop_holds_its_turn_from_the_first_seize_to_the_last_release(
+    run_program: RunProgram,
+) -> None:
+    """The turn is taken with no thread of the target traced yet and given back with every
+    thread let go, around the whole freeze; once, although the stop reads the threads
+    twice (the second round looks for threads started meanwhile)."""
+    program = run_program("threads-O2")
+    turns = Turns()
+    try:
+        watched = WatchedTurn(turns, program.pid)
+        process = PtraceProcess(program.pid)
+        held = stops_in_turn(watched, lambda: process.hold(lambda: len(process.threads())))
+        assert held == len(procfs.list_tids(program.pid)) > 1
+        assert [(what, traced) for what, _at, traced in watched.events] == [
+            ("take", []),
+            ("give", []),
+        ]
+        taken_at, given_at = watched.events[0][1], watched.events[1][1]
+        assert process.stopped_at is not None and process.resumed_at is not None
+        assert taken_at < process.stopped_at < process.resumed_at < given_at
+        assert _turn_is_free(turns)
+    finally:
+        turns.close()
+    assert_running_untraced([program.pid])
+
+
+def test_a_stop_that_fails_gives_its_turn_back(run_program: RunProgram) -> None:
+    """A stop of a process that is gone takes no turn; one whose work fails in the freeze
+    gives it back as it lets the target go: the other worker is never left waiting."""
+    program = run_program("threads-O2")
+    turns = Turns()
+    try:
+        with pytest.raises(NoSuchProcessError):
+            turns.run(lambda: PtraceProcess(_gone_pid()).hold(lambda: None))
+        assert _turn_is_free(turns)
+
+        def fails() -> None:
+            raise RuntimeError("the work in the freeze failed")
+
+        with pytest.raises(RuntimeError):
+            turns.run(lambda: PtraceProcess(program.pid).hold(fails))
+        assert _turn_is_free(turns)
+    finally:
+        turns.close()
+    assert_running_untraced([program.pid])

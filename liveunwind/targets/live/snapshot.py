@@ -56,7 +56,7 @@ class Snapshot(AddressSpace):
     def __init__(
         self,
         live: PtraceProcess,
-        threads: list[ThreadState],
+        threads: list[ThreadState] | None,
         mappings: list[Mapping],
         stacks: list[tuple[int, Block]],
         problems: list[str] | None = None,
@@ -64,6 +64,8 @@ class Snapshot(AddressSpace):
         self.pid = live.pid
         self.arch = live.arch
         self._live = live
+        #: None: the live process's, asked for when first needed (decoded then: see
+        #: PtraceProcess.threads), most often once the process runs again.
         self._threads = threads
         self._mappings = mappings
         #: The stacks, copied at once; then what ``read_frozen`` read while stopped.
@@ -91,20 +93,16 @@ class Snapshot(AddressSpace):
         What was cut is said in :attr:`problems`; beyond its copy a stack is
         read from the running process.
         """
-        threads = live.threads()
         mappings = live.mappings()
         starts = [mapping.start for mapping in mappings]
         wanted = []
-        for thread in threads:
-            sp = thread.registers.get(live.arch.sp)
-            if sp is None:
-                continue  # a thread that did not stop has no registers
+        for tid, sp in live.stack_pointers():  # a thread that did not stop has none
             index = bisect.bisect_right(starts, sp) - 1
             if index < 0 or sp >= mappings[index].end:
                 continue
             mapping = mappings[index]
             start = max(mapping.start, sp - live.arch.red_zone)
-            wanted.append((thread.tid, start, mapping.end - start))
+            wanted.append((tid, start, mapping.end - start))
         sizes = _share(total_cap, [min(live_size, stack_cap) for _, _, live_size in wanted])
         problems = [
             _cut(tid, size, live_size, stack_cap, total_cap)
@@ -137,9 +135,11 @@ class Snapshot(AddressSpace):
             # A process killed while held has no maps and no memory left: say so, rather
             # than walk registers through nothing.  (Rare: costs a waitpid per thread.)
             live.check_still_held()
-        return cls(live, threads, mappings, stacks, problems)
+        return cls(live, None, mappings, stacks, problems)
 
     def threads(self) -> list[ThreadState]:
+        if self._threads is None:
+            self._threads = self._live.threads()
         return self._threads
 
     def entry_point(self) -> int | None:
