@@ -1,7 +1,7 @@
 """From Go's scheduler stack (g0) into the goroutine that switched to it.
 
 A Go thread runs the scheduler and much of the runtime on its M's own stack,
-g0, entered from a goroutine's stack by one of three switches:
+g0, entered from a goroutine's stack by one of four switches:
 
 - ``runtime.systemstack(fn)`` saves the goroutine's registers in its
   ``g.sched`` (pc: ``runtime.systemstack_switch``, a stand-in frame whose
@@ -10,7 +10,11 @@ g0, entered from a goroutine's stack by one of three switches:
   ``fn(g)`` on g0 for good: ``park_m``, ``gosched_m``, ``goexit0``…, which
   drop the goroutine from the M (``m.curg`` becomes nil) and schedule another;
 - ``runtime.morestack`` saves the function that ran out of stack in
-  ``g.sched`` and runs ``newstack`` on g0, which resumes it on a bigger stack.
+  ``g.sched`` and runs ``newstack`` on g0, which resumes it on a bigger stack;
+- ``runtime.asmcgocall(fn)``, a cgo call, saves the goroutine's registers in
+  ``g.sched`` as systemstack does (its caller ``runtime.cgocall``, the
+  goroutine left as ``m.curg`` in its system call state) and runs the C
+  function on g0, 64 bytes and an alignment below ``g0.sched.sp``.
 
 ``.gopclntab`` ends a g0 walk at these frames (the word above them is no
 return address).  Go's own traceback then jumps to ``m.curg`` and its
@@ -80,12 +84,17 @@ SWITCHES = {
     "runtime.mcall": "runtime.mcall",
     "runtime.systemstack": "runtime.systemstack",
     "runtime.morestack": "runtime.morestack",
+    # A cgo call: the C function runs on g0, the goroutine's registers saved in g.sched
+    # (gosave_systemstack_switch: pc runtime.systemstack_switch, whose caller is cgocall).
+    "runtime.asmcgocall": "runtime.asmcgocall",
 }
 #: Frames of a g0 walk after which ``m.curg`` is the M's next goroutine, not the one that switched.
 _NEXT_GOROUTINE = frozenset(("runtime.execute", "runtime.gogo"))
 #: How far below ``g0.sched.sp`` the first frame on g0 may lie (a switch pushes at most
 #: an argument slot, a return address and an alignment: amd64 mcall 8 bytes, arm64 16).
 SWITCH_REACH = 64
+#: asmcgocall reserves 64 bytes below g0.sched.sp for the C call, then aligns (amd64).
+_REACHES = {"runtime.asmcgocall": 96}
 #: Ms followed along ``runtime.allm`` at most.
 MAX_MS = 4096
 #: Bytes of one goroutine's stack copied while a live process is stopped (from its saved sp).
@@ -227,7 +236,7 @@ class GoSwitch:
         m = _the_m(ms, tid, frame.sp)
         if m is None:
             return f"{switch}: no M of runtime.allm runs thread {tid} on this stack"
-        if not m.g0_sched_sp - SWITCH_REACH <= frame.sp <= m.g0_sched_sp:
+        if not m.g0_sched_sp - _REACHES.get(switch, SWITCH_REACH) <= frame.sp <= m.g0_sched_sp:
             return (
                 f"{switch}: sp {frame.sp:#x} is not at the top of the M's g0 stack "
                 f"({m.g0_sched_sp:#x}): no switch from a goroutine"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import struct
 from pathlib import Path
 
@@ -75,3 +76,44 @@ def build_pclntab(
     else:
         header += struct.pack("<8Q", count, 0, TEXT, names_at, 0, 0, pctab_at, functab_at)
     return header + bytes(names) + bytes(pctab) + bytes(functab) + bytes(records)
+
+
+# -- Go's own traceback, as a crash prints it (GOTRACEBACK=crash) ----------------------------
+
+#: A frame line of Go's traceback: the function, then its arguments.
+_FRAME = re.compile(r"^(?P<function>\S+)\((?P<args>.*)\)$")
+_WHERE = re.compile(r"\bsp=(?P<sp>0x[0-9a-f]+) pc=(?P<pc>0x[0-9a-f]+)")
+_GOROUTINE = re.compile(r"^goroutine (?P<goid>\d+) \[")
+
+
+#: One goroutine's frames as Go prints them: (function, pc, sp) per frame.
+GoFrames = list[tuple[str, int, int]]
+
+
+def go_goroutines(text: str) -> dict[int, list[GoFrames]]:
+    """Go's tracebacks of every goroutine in a crash's output, each print with frames.
+
+    Frames Go inlined (no pc of their own) are left out: they are not
+    physical frames.  A goroutine may be printed more than once: "running
+    on other thread" (no frames), by its own M from its saved registers,
+    and by its M from where the signal found the thread (on g0, from a
+    call into the vDSO: ``m.vdsoPC``).
+    """
+    found: dict[int, list[GoFrames]] = {}
+    lines = text.splitlines()
+    for index, line in enumerate(lines):
+        header = _GOROUTINE.match(line)
+        if header is None:
+            continue
+        frames: list[tuple[str, int, int]] = []
+        for at in range(index + 1, len(lines) - 1, 2):
+            call, where = lines[at], lines[at + 1]
+            match = _FRAME.match(call)
+            if match is None or call.startswith("created by") or not where.startswith("\t"):
+                break
+            place = _WHERE.search(where)
+            if place is not None:
+                frames.append((match["function"], int(place["pc"], 16), int(place["sp"], 16)))
+        if frames:
+            found.setdefault(int(header["goid"]), []).append(frames)
+    return found

@@ -33,6 +33,7 @@ from liveunwind.backtrace.api import attach, open_core
 from liveunwind.cli.report import to_json_document
 from liveunwind.frames import Backtrace, Method, ThreadBacktrace
 from tests.support.cores import unlimited_core
+from tests.support.go import GoFrames, go_goroutines
 from tests.support.programs import RunningProgram
 from tests.support.schema import VALIDATOR
 from tests.support.waits import wait_until
@@ -40,46 +41,9 @@ from tests.support.waits import wait_until
 NAME = "goswitch"
 #: Seconds a thread may take to stop (the default's half second is short for a busy machine).
 STOP_TIMEOUT = 10.0
-#: A frame line of Go's traceback: the function, then its arguments.
-_FRAME = re.compile(r"^(?P<function>\S+)\((?P<args>.*)\)$")
-_WHERE = re.compile(r"\bsp=(?P<sp>0x[0-9a-f]+) pc=(?P<pc>0x[0-9a-f]+)")
-_GOROUTINE = re.compile(r"^goroutine (?P<goid>\d+) \[")
 #: What QEMU logs of runtime.stopTheWorldWithSema's wait for the Ps: 100 µs at a time.
 _STOP_WAIT = "FUTEX_WAIT,0,{tv_sec = 0,tv_nsec = 100000}"
 _NOTE = re.compile(r"^goroutine (?P<goid>\d+) \((?P<how>m\.\w+)\), saved by (?P<switch>\S+)$")
-
-
-#: One goroutine's frames as Go prints them: (function, pc, sp) per frame.
-GoFrames = list[tuple[str, int, int]]
-
-
-def go_goroutines(text: str) -> dict[int, list[GoFrames]]:
-    """Go's tracebacks of every goroutine in a crash's output, each print with frames.
-
-    Frames Go inlined (no pc of their own) are left out: they are not
-    physical frames.  A goroutine may be printed more than once: "running
-    on other thread" (no frames), by its own M from its saved registers,
-    and by its M from where the signal found the thread (on g0, from a
-    call into the vDSO: ``m.vdsoPC``).
-    """
-    found: dict[int, list[GoFrames]] = {}
-    lines = text.splitlines()
-    for index, line in enumerate(lines):
-        header = _GOROUTINE.match(line)
-        if header is None:
-            continue
-        frames: list[tuple[str, int, int]] = []
-        for at in range(index + 1, len(lines) - 1, 2):
-            call, where = lines[at], lines[at + 1]
-            match = _FRAME.match(call)
-            if match is None or call.startswith("created by") or not where.startswith("\t"):
-                break
-            place = _WHERE.search(where)
-            if place is not None:
-                frames.append((match["function"], int(place["pc"], 16), int(place["sp"], 16)))
-        if frames:
-            found.setdefault(int(header["goid"]), []).append(frames)
-    return found
 
 
 def _name(function: str | None) -> str:

@@ -32,6 +32,7 @@ FUNCTIONS = [
     (TEXT + 0xC0, TEXT + 0xC8, "runtime.systemstack_switch", 0, [(0, 8)]),
     (TEXT + 0xC8, TEXT + 0x100, "runtime.execute", 0, [(0, 4), (16, 0x34)]),
     (TEXT + 0x100, TEXT + 0x140, "runtime.nanotime1", 0, [(0, 4), (24, 0x3C)]),
+    (TEXT + 0x140, TEXT + 0x160, "runtime.asmcgocall", FLAG_SPWRITE, [(0, 0x20)]),
 ]
 MCALL_RETURN = TEXT + 0x90  # after mcall's call of its function
 SYSTEMSTACK_RETURN = TEXT + 0xB0
@@ -332,3 +333,12 @@ def test_a_vdso_caller_that_cannot_be_had_stops_the_walk(changes, layout, reason
         assert got is None
     else:
         assert isinstance(got, str) and got.startswith(reason), got
+
+
+def test_a_cgo_call_resumes_from_further_below_g0s_top() -> None:
+    """asmcgocall reserves 64 bytes and aligns before calling C: its frame lies deeper."""
+    resumed = _resume(_space(), pc=TEXT + 0x150, sp=G0_TOP - 80)
+    assert isinstance(resumed, Resumed), resumed
+    assert resumed.note == "goroutine 17 (m.curg), saved by runtime.asmcgocall"
+    too_deep = _resume(_space(), pc=TEXT + 0x150, sp=G0_TOP - 104)
+    assert isinstance(too_deep, str) and "is not at the top of the M's g0 stack" in too_deep
