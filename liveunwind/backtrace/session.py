@@ -63,6 +63,7 @@ class Session:
         once: bool = False,
         freeze_turn: Callable[[Callable[[], Any]], Any] | None = None,
         tracer: Tracer | None = None,
+        counts_stacks: bool = False,
         **keywords: Any,
     ) -> None:
         """``stack_cap`` bounds the copy of each thread's stack, ``total_cap`` all
@@ -77,7 +78,11 @@ class Session:
         the run is stopped (``cli/many.py``'s workers take turns); None: at once.
         ``tracer``: a tracer thread lent by the run, which the session uses until it ends
         (a stop that could not detach every thread ends it) and never ends itself: a
-        thread started and ended per process cost 0.07 ms of CPU of its 2.5."""
+        thread started and ended per process cost 0.07 ms of CPU of its 2.5.
+        ``counts_stacks``: the one consumer of the backtraces counts stacks of names
+        by their walks (``replayable_walks``, a wall-clock profile), so a thread's walk
+        that comes again whole is given without frames once its stack is kept; a
+        session whose backtraces are read frame by frame must not set it."""
         self.pid = pid
         self.threads = list(threads) if threads else None
         self.snapshot = snapshot
@@ -90,6 +95,7 @@ class Session:
         self._backtracer = Backtracer(
             chosen(options, keywords), live_pid=pid, shared=shared, once=once
         )
+        self._backtracer.cache.stacks_counted = counts_stacks
         self._perf_map: PerfMapFile | None = None
         #: The thread that makes the ptrace calls of every backtrace, made at the first;
         #: a stop that could not detach every thread ends it, and the next makes another.
@@ -133,10 +139,11 @@ class Session:
     def replayable_walks(self) -> dict[int, RememberedWalk] | None:
         """tid → the remembered walk the last backtrace gave each thread's walk from, by
         which a consumer counting stacks of names keeps each walk's (RememberedWalk.stack,
-        ``Profile.add``); None where a stack holds more than what its walk's facts name
+        ``Profile.add``); None where the session does not count stacks
+        (``counts_stacks``) or a stack holds more than what its walk's facts name
         (Python frames read from the interpreter, source lines)."""
         options = self._backtracer.options
-        if options.python or options.lines or options.verbose:
+        if not self.cache.stacks_counted or options.python or options.lines or options.verbose:
             return None
         return self.cache.walks_given
 

@@ -155,7 +155,7 @@ def _sample(
         )
     from liveunwind.backtrace.session import Session
 
-    session = Session(arguments.pid, threads=arguments.threads, options=options)
+    session = Session(arguments.pid, threads=arguments.threads, options=options, counts_stacks=True)
     thresholds = gc.get_threshold()
     gc.set_threshold(SAMPLING_GC_THRESHOLD, *thresholds[1:])
     try:

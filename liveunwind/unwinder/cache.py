@@ -170,6 +170,7 @@ class UnwindCache:
         "_suffix_frames",
         "_suffix_misses",
         "choice",
+        "stacks_counted",
         "_uses",
         "walks",
     )
@@ -191,6 +192,10 @@ class UnwindCache:
         #: The frames of the suffixes' records, each counted once per entry.
         self._suffix_frames = 0
         self.choice = RememberingChoice()
+        #: Whether a consumer counts this target's stacks by their walks (a wall-clock
+        #: profile: ``Session(counts_stacks=True)``): a walk whose stack it kept
+        #: (RememberedWalk.stack) is then given without frames.  Other consumers get frames.
+        self.stacks_counted = False
         #: Whether the walks and suffixes of this target's walks are kept (see :meth:`begin`).
         self._keeps = True
         #: Kept suffixes whose last looks found other registers or words: how many times.

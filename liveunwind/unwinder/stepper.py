@@ -196,7 +196,7 @@ class Stepper:
         known = cache.walks.get(thread.tid)
         if known is not None and known.holds_for(thread.registers, block, self.max_frames):
             cache.remember_walk(thread.tid, known, replayed=True)
-            return _replayed(thread, known)
+            return _replayed(thread, known, self._cache.stacks_counted)
         registers = thread.registers
         key = (registers.get(arch.pc, 0), registers.get(arch.sp, 0))
         found = cache.suffixes.get(key)
@@ -300,7 +300,7 @@ class Stepper:
         )
         remembered.source = (record, index)
         remembered.stack = record.stacks.get(index)
-        if remembered.stack is not None:
+        if remembered.stack is not None and self._cache.stacks_counted:
             return walked  # its consumer counts the stack kept (RememberedWalk.stack)
         return self._with_frames(walked, record.facts, index)
 
@@ -834,11 +834,11 @@ def _first_state(stack_range: tuple[int, int] | None) -> tuple[object, ...]:
     return (True, Method.CONTEXT, None, False, stack_range, False)
 
 
-def _replayed(thread: ThreadState, known: RememberedWalk) -> ThreadBacktrace:
+def _replayed(thread: ThreadState, known: RememberedWalk, stacks_counted: bool) -> ThreadBacktrace:
     """The frames of a remembered walk, new objects (callers name and annotate them); none
-    when a consumer keeps the walk's stack of names (:attr:`RememberedWalk.stack`)."""
+    when the consumer counts stacks and keeps this walk's (:attr:`RememberedWalk.stack`)."""
     frames: list[Frame] = []
-    if known.stack is None:
+    if known.stack is None or not stacks_counted:
         _append_remembered(frames, known.frames, 0)
     walked = known.given = ThreadBacktrace(
         tid=thread.tid,

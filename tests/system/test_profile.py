@@ -673,7 +673,7 @@ def test_a_warm_sample_leaves_nothing_for_the_garbage_collector(profiled: Profil
     would keep the sample's snapshot (its stack copies) and module map until the collector
     ran (the stepper's walk held the stepper's methods: 221 objects in 5 samples; the stack
     copies' and the registers' ctypes array types, classes made anew)."""
-    session = Session(profiled.pid)
+    session = Session(profiled.pid, counts_stacks=True)
     profile = Profile(profiled.pid, RATE)
     session.backtrace()  # the cold one: what it reads and keeps is not a sample's
     gc.collect()
@@ -766,7 +766,7 @@ def test_kept_stacks_of_replayed_walks_give_the_outputs_of_named_walks(
 
     Both sessions see each sample with the process held, so they walk the same stacks; the
     second one's profile counts stacks named from frames (main's way)."""
-    kept, fresh = Session(profiled.pid), Session(profiled.pid)
+    kept, fresh = Session(profiled.pid, counts_stacks=True), Session(profiled.pid)
     with_walks, plain = Profile(profiled.pid, RATE), Profile(profiled.pid, RATE)
     again, plain_again = Profile(profiled.pid, RATE), Profile(profiled.pid, RATE)
     frameless: Counter[str] = Counter()
@@ -788,3 +788,19 @@ def test_kept_stacks_of_replayed_walks_give_the_outputs_of_named_walks(
     assert len(plain.threads["third"].stacks) >= 2
     _assert_same_outputs(with_walks, plain)
     _assert_same_outputs(again, plain_again)
+
+
+def test_a_session_profiled_then_read_frame_by_frame_keeps_its_frames(profiled: Profiled) -> None:
+    """Walks come without frames only for a session made to count stacks: a library user's
+    session that a profile recorded, then backtraced, gets every thread's frames."""
+    session = Session(profiled.pid)
+    try:
+        profile = record(session, rate=100, duration=0.5)
+        assert profile.samples > 10
+        for _ in range(3):
+            threads = session.backtrace().threads
+            assert threads and all(thread.frames for thread in threads), [
+                (thread.tid, thread.stop_text) for thread in threads
+            ]
+    finally:
+        session.close()
