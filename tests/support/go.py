@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import pytest
 
 from liveunwind.arch import arch_by_name
 from liveunwind.formats import leb128
 from liveunwind.formats.elf import ElfImage
 from liveunwind.formats.unwind.gopclntab import MAGIC_GO116, MAGIC_GO120, GoPclnTab
+from tests.support.cores import unlimited_core
+from tests.support.programs import RunningProgram
 
 
 def go_table(path: Path) -> tuple[GoPclnTab, ElfImage]:
@@ -117,3 +125,41 @@ def go_goroutines(text: str) -> dict[int, list[GoFrames]]:
         if frames:
             found.setdefault(int(header["goid"]), []).append(frames)
     return found
+
+
+# -- a Go program crashed into a core, for its own traceback -------------------------------
+
+
+@contextmanager
+def crashable(program: Path, folder: Path) -> Iterator[RunningProgram]:
+    """``program`` run in ``folder`` with GOTRACEBACK=crash, its stderr kept in
+    ``folder/stderr`` and its core allowed (:func:`crash`); killed at the end.
+
+    Skips where the kernel writes no core into the program's folder.
+    """
+    pattern = Path("/proc/sys/kernel/core_pattern").read_text().strip()
+    if pattern.startswith("|") or "/" in pattern:
+        pytest.skip(f"kernel.core_pattern does not write cores here ({pattern})")
+    with (folder / "stderr").open("wb") as errors:
+        running = RunningProgram(
+            program,
+            [],
+            cwd=folder,
+            env={"GOTRACEBACK": "crash", "PATH": "/usr/bin:/bin"},
+            stderr=errors,
+            preexec_fn=unlimited_core,
+        )
+        try:
+            yield running
+        finally:
+            running.stop()
+
+
+def crash(running: RunningProgram, folder: Path) -> tuple[Path, str]:
+    """SIGQUIT: Go prints every goroutine and aborts into a core; (the core, what Go printed)."""
+    os.kill(running.pid, signal.SIGQUIT)
+    running.popen.wait(timeout=60)
+    assert running.popen.returncode == -signal.SIGABRT
+    cores = list(folder.glob("core*"))
+    assert len(cores) == 1, cores
+    return cores[0], (folder / "stderr").read_text()

@@ -15,8 +15,6 @@ snapshot) and in the kernel's core.
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from pathlib import Path
 
@@ -24,9 +22,7 @@ import pytest
 
 from liveunwind.backtrace.api import attach, open_core
 from liveunwind.frames import Backtrace, Method
-from tests.support.cores import unlimited_core
-from tests.support.go import GoFrames, go_goroutines
-from tests.support.programs import RunningProgram
+from tests.support.go import GoFrames, crash, crashable, go_goroutines
 
 NOTE = "(m.curg), saved by runtime.asmcgocall"
 
@@ -38,33 +34,15 @@ class _Run:
 
 @pytest.fixture(scope="module")
 def run(go_build: Path, tmp_path_factory: pytest.TempPathFactory) -> _Run:
-    pattern = Path("/proc/sys/kernel/core_pattern").read_text().strip()
-    if pattern.startswith("|") or "/" in pattern:
-        pytest.skip(f"kernel.core_pattern does not write cores here ({pattern})")
     folder = tmp_path_factory.mktemp("go-cgo")
-    errors = (folder / "stderr").open("wb")
-    program = RunningProgram(
-        go_build / "gocgo",
-        [],
-        cwd=folder,
-        env={"GOTRACEBACK": "crash", "PATH": "/usr/bin:/bin"},
-        stderr=errors,
-        preexec_fn=unlimited_core,
-    )
-    try:
+    with crashable(go_build / "gocgo", folder) as program:
         program.wait_for_line(b"ready\n", time.monotonic() + 30)
         live = [
             attach(program.pid, verbose=True, stop_timeout=10.0),
             attach(program.pid, snapshot=False, verbose=True, stop_timeout=10.0),
         ]
-        os.kill(program.pid, signal.SIGQUIT)
-        program.popen.wait(timeout=60)
-    finally:
-        program.stop()
-        errors.close()
-    cores = list(folder.glob("core*"))
-    assert len(cores) == 1, cores
-    return _Run(live, cores[0], (folder / "stderr").read_text())
+        core, text = crash(program, folder)
+    return _Run(live, core, text)
 
 
 def _check(backtrace: Backtrace, go: dict[int, list[GoFrames]], cgocall: tuple[int, int]) -> None:

@@ -20,7 +20,6 @@ build.  The unit side: tests/unit/test_go_switch.py.
 from __future__ import annotations
 
 import ctypes
-import os
 import re
 import shutil
 import signal
@@ -33,7 +32,7 @@ from liveunwind.backtrace.api import attach, open_core
 from liveunwind.cli.report import to_json_document
 from liveunwind.frames import Backtrace, Method, ThreadBacktrace
 from tests.support.cores import unlimited_core
-from tests.support.go import GoFrames, go_goroutines
+from tests.support.go import GoFrames, crash, crashable, go_goroutines
 from tests.support.programs import RunningProgram
 from tests.support.schema import VALIDATOR
 from tests.support.waits import wait_until
@@ -149,20 +148,8 @@ def _world_stopping(pid: int) -> bool:
 
 @pytest.fixture(scope="module")
 def run(go_build: Path, tmp_path_factory: pytest.TempPathFactory) -> _Run:
-    pattern = Path("/proc/sys/kernel/core_pattern").read_text().strip()
-    if pattern.startswith("|") or "/" in pattern:
-        pytest.skip(f"kernel.core_pattern does not write cores here ({pattern})")
     folder = tmp_path_factory.mktemp("go-switch")
-    errors = (folder / "stderr").open("wb")
-    program = RunningProgram(
-        go_build / NAME,
-        [],
-        cwd=folder,
-        env={"GOTRACEBACK": "crash", "PATH": "/usr/bin:/bin"},
-        stderr=errors,
-        preexec_fn=unlimited_core,
-    )
-    try:
+    with crashable(go_build / NAME, folder) as program:
         program.wait_ready({NAME}, timeout=30)
         wait_until(lambda: _world_stopping(program.pid), 30, "the stop of the world")
         # The spinning thread may take long to stop on a loaded machine.
@@ -170,16 +157,8 @@ def run(go_build: Path, tmp_path_factory: pytest.TempPathFactory) -> _Run:
             attach(program.pid, verbose=True, stop_timeout=STOP_TIMEOUT),
             attach(program.pid, snapshot=False, verbose=True, stop_timeout=STOP_TIMEOUT),
         ]
-        os.kill(program.pid, signal.SIGQUIT)
-        program.popen.wait(timeout=60)
-    finally:
-        program.stop()
-        errors.close()
-    assert program.popen.returncode == -signal.SIGABRT
-    text = (folder / "stderr").read_text()
-    cores = list(folder.glob("core*"))
-    assert len(cores) == 1, cores
-    return _Run(live, cores[0], text)
+        core, text = crash(program, folder)
+    return _Run(live, core, text)
 
 
 def test_live_goroutines_equal_gos_own_traceback(run: _Run) -> None:
