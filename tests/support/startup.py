@@ -45,17 +45,26 @@ raise SystemExit(status)
 """
 
 
-def modules_a_backtrace_loaded(pid: int) -> set[str]:
-    """The modules ``liveunwind pid PID`` loaded, run with nothing but this checkout."""
+def run_python(
+    *argv: str, env: dict[str, str] | None = None, cwd: str | os.PathLike[str] = "/"
+) -> subprocess.CompletedProcess[str]:
+    """``python ARGV`` in a process of its own (this checkout on PYTHONPATH unless ``env``
+    is given), its output captured; it must succeed within a minute."""
     result = subprocess.run(
-        [sys.executable, "-S", "-c", _PROBE, "pid", str(pid)],
+        [sys.executable, *argv],
         capture_output=True,
         text=True,
         timeout=60,
-        cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        cwd=cwd,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)) if env is None else env,
     )
     assert result.returncode == 0, result.stderr
+    return result
+
+
+def modules_a_backtrace_loaded(pid: int) -> set[str]:
+    """The modules ``liveunwind pid PID`` loaded, run with nothing but this checkout."""
+    result = run_python("-S", "-c", _PROBE, "pid", str(pid), cwd=ROOT)
     assert "main" in result.stdout  # a real backtrace was printed
     loaded = set(result.stderr.splitlines()[-1].split())
     assert "liveunwind.unwinder.stepper" in loaded
@@ -66,13 +75,5 @@ def modules_the_command_imported(*args: str) -> tuple[str, set[str]]:
     """``bin/liveunwind ARGS`` (what pip installs as the command) run without site (-S: the
     development venv's editable-install finder imports ``re``) and ``-X importtime``: its
     stdout, and every module it imported.  It must succeed."""
-    result = subprocess.run(
-        [sys.executable, "-S", "-X", "importtime", str(ROOT / "bin" / "liveunwind"), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd="/",
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
-    )
-    assert result.returncode == 0, result.stderr
+    result = run_python("-S", "-X", "importtime", str(ROOT / "bin" / "liveunwind"), *args)
     return result.stdout, {line.rpartition("|")[2].strip() for line in result.stderr.splitlines()}

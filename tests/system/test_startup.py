@@ -12,10 +12,14 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 
 from tests.support.paths import ROOT
-from tests.support.startup import HEAVY, modules_a_backtrace_loaded, modules_the_command_imported
+from tests.support.startup import (
+    HEAVY,
+    modules_a_backtrace_loaded,
+    modules_the_command_imported,
+    run_python,
+)
 
 
 def test_a_live_backtrace_imports_no_heavy_module(run_program) -> None:
@@ -88,15 +92,7 @@ CLASSES_ALLOWED = {
 
 def test_a_live_backtrace_defines_few_named_tuples_and_enums(run_program) -> None:
     pid = run_program("threads-O2").pid
-    result = subprocess.run(
-        [sys.executable, "-S", "-c", _CLASS_PROBE, "pid", str(pid)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd="/",
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
-    )
-    assert result.returncode == 0, result.stderr
+    result = run_python("-S", "-c", _CLASS_PROBE, "pid", str(pid))
     defined = set(result.stdout.split())
     assert "liveunwind.frames.Method" in defined  # the probe sees the classes
     assert defined <= CLASSES_ALLOWED, f"defined: {sorted(defined - CLASSES_ALLOWED)}"
@@ -139,15 +135,7 @@ def test_the_command_serves_its_modules_from_the_code_bundle(run_program, tmp_pa
     env = dict(os.environ, PYTHONPATH=str(site), XDG_CACHE_HOME=str(cache))
 
     def run(*command: str) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            [sys.executable, "-S", *command, "pid", str(pid)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd="/",
-            env=env,
-        )
-        assert result.returncode == 0, result.stderr
+        result = run_python("-S", *command, "pid", str(pid), env=env)
         assert "main" in result.stdout  # a real backtrace
         return result
 

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 from tests.support.paths import ROOT
+from tests.support.startup import run_python
 
 
 def test_the_next_run_names_every_frame_from_the_indexes_the_first_wrote(
@@ -22,15 +21,7 @@ def test_the_next_run_names_every_frame_from_the_indexes_the_first_wrote(
     env = dict(os.environ, PYTHONPATH=str(ROOT), XDG_CACHE_HOME=str(tmp_path / "cache"))
 
     def frames() -> list[object]:
-        result = subprocess.run(
-            [sys.executable, str(ROOT / "bin" / "liveunwind"), "pid", str(pid), "--json"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd="/",
-            env=env,
-        )
-        assert result.returncode == 0, result.stderr
+        result = run_python(str(ROOT / "bin" / "liveunwind"), "pid", str(pid), "--json", env=env)
         document = json.loads(result.stdout)
         return [
             [
