@@ -17,7 +17,7 @@ from liveunwind.errors import LiveUnwindError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
     from typing import Any
 
     from liveunwind.backtrace.options import BacktraceOptions
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from liveunwind.modules.perfmapfile import PerfMapFile
     from liveunwind.targets.base import AddressSpace
     from liveunwind.targets.live.procfs import TaskStatFiles
-    from liveunwind.targets.live.ptrace import PtraceProcess, Tracer
+    from liveunwind.targets.live.ptrace import PtraceProcess, Tracer, Turn
     from liveunwind.targets.live.snapshot import Snapshot
     from liveunwind.unwinder.cache import UnwindCache
     from liveunwind.unwinder.layouts import Layouts
@@ -61,7 +61,7 @@ class Session:
         stop_timeout: float | None = None,
         shared: SharedFiles | None = None,
         once: bool = False,
-        freeze_turn: Callable[[Callable[[], Any]], Any] | None = None,
+        freeze_turn: Turn | None = None,
         tracer: Tracer | None = None,
         counts_stacks: bool = False,
         **keywords: Any,
@@ -74,8 +74,9 @@ class Session:
         what other processes of the run read of the files this one maps
         (``backtrace/shared.py``); each backtrace adds to it what it read.  ``once``: one
         backtrace will be asked for, so its walks are not recorded for a next one.
-        ``freeze_turn``: runs the stop (given as a function) when no other process of
-        the run is stopped (``cli/many.py``'s workers take turns); None: at once.
+        ``freeze_turn``: taken by each stop of a snapshot before it seizes the first thread
+        and given back as it lets the last go, so that no other process of the run is
+        stopped meanwhile (``cli/many.py``'s workers take turns); None: at once.
         ``tracer``: a tracer thread lent by the run, which the session uses until it ends
         (a stop that could not detach every thread ends it) and never ends itself: a
         thread started and ended per process cost 0.07 ms of CPU of its 2.5.
@@ -176,6 +177,7 @@ class Session:
                 stop_timeout=stop_timeout,
                 tracer=self._tracer,
                 task_stats=self._task_stats,
+                turn=self._freeze_turn if self.snapshot else None,
             )
             perf_map = self._read_perf_map(PERF_MAP_AHEAD)
             running = None
@@ -201,10 +203,7 @@ class Session:
                 finally:
                     moments.append(perf_counter())
 
-            if self._freeze_turn is None:
-                snapshot, modules, perf_map = process.hold(copy)
-            else:
-                snapshot, modules, perf_map = self._freeze_turn(lambda: process.hold(copy))
+            snapshot, modules, perf_map = process.hold(copy)
             resumed = process.resumed_at or perf_counter()
             phases.add("detach", resumed - moments[-1])
             phases.add("freeze", resumed - (process.stopped_at or moments[0]))

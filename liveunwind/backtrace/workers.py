@@ -41,9 +41,6 @@ from liveunwind.errors import LiveUnwindError
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Generator, Iterator
-    from typing import TypeVar
-
-    Result = TypeVar("Result")
 
     #: A worker's work: given its index and the number of workers, its items, then its summary.
     Work = Callable[[int, int], Generator[object, None, object]]
@@ -352,17 +349,6 @@ class Turns:
         self._read_end, self._write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         os.write(self._write_end, b"T")
         self._held = False
-
-    def run(self, job: Callable[[], Result]) -> Result:
-        """``job()``, whose stop holds the turn from just before it seizes the target's first
-        thread until it lets the last go (``ptrace.stops_in_turn``); given back however it ends.
-        """
-        from liveunwind.targets.live.ptrace import stops_in_turn
-
-        try:
-            return stops_in_turn(self, job)
-        finally:
-            self.give()
 
     def take(self) -> None:
         """Waits (bounded) until this worker has the turn."""

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from liveunwind.backtrace.shared import SharedFiles
     from liveunwind.cli.manyworkers import Piece
     from liveunwind.frames import Backtrace
-    from liveunwind.targets.live.ptrace import Tracer
+    from liveunwind.targets.live.ptrace import Tracer, Turn
 
     #: A folded stack (its frames, outermost first) and its count.
     FoldedStacks = list[tuple[tuple[str, ...], int]]
@@ -130,7 +130,7 @@ class ProcessPieces:
         #: Threads given the walk of another process of their program, moved.
         self.moved = 0
         #: Runs each stop when no other process of the run is stopped (workers: their turn).
-        self.freeze_turn: Callable[[Callable[[], Any]], Any] | None = None
+        self.freeze_turn: Turn | None = None
         #: The thread that makes the ptrace calls of this process's stops, one after the other.
         self._tracer: Tracer | None = None
 

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from typing import Any, Protocol
 
     from liveunwind.backtrace.shared import SharedFiles
+    from liveunwind.targets.live.ptrace import Turn
 
     #: One process's part of the report: its exit code, its output (what it is depends on
     #: the output asked for: ``cli/many.py``) and its ``--stats`` line.
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 
         shared: SharedFiles
         moved: int
-        freeze_turn: Callable[[Callable[[], Any]], Any] | None
+        freeze_turn: Turn | None
 
         def piece(self, pid: int) -> Piece: ...
 
@@ -87,7 +88,7 @@ def in_workers(
     pieces.end_tracer()  # each worker starts its own
     if count > 1 and _alone():
         turns = Turns()
-        pieces.freeze_turn = turns.run
+        pieces.freeze_turn = turns
         adopted, moved = pieces.shared.adopted, pieces.moved
 
         def work(worker: int, workers: int) -> Generator[Piece, None, tuple[int, int]]:

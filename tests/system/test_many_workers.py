@@ -31,7 +31,7 @@ from liveunwind.backtrace.workers import Turns, WorkerError
 from liveunwind.cli import main
 from liveunwind.errors import NoSuchProcessError
 from liveunwind.targets.live import procfs
-from liveunwind.targets.live.ptrace import PtraceProcess, stops_in_turn
+from liveunwind.targets.live.ptrace import PtraceProcess
 from tests.support.cli import run_cli, start_cli
 from tests.support.forking import fork_failing_after_one
 from tests.support.hostile import states
@@ -375,8 +375,8 @@ def test_a_stop_holds_its_turn_from_the_first_seize_to_the_last_release(
     turns = Turns()
     try:
         watched = WatchedTurn(turns, program.pid)
-        process = PtraceProcess(program.pid)
-        held = stops_in_turn(watched, lambda: process.hold(lambda: len(process.threads())))
+        process = PtraceProcess(program.pid, turn=watched)
+        held = process.hold(lambda: len(process.threads()))
         assert held == len(procfs.list_tids(program.pid)) > 1
         assert [(what, traced) for what, _at, traced in watched.events] == [
             ("take", []),
@@ -398,14 +398,14 @@ def test_a_stop_that_fails_gives_its_turn_back(run_program: RunProgram) -> None:
     turns = Turns()
     try:
         with pytest.raises(NoSuchProcessError):
-            turns.run(lambda: PtraceProcess(_gone_pid()).hold(lambda: None))
+            PtraceProcess(_gone_pid(), turn=turns).hold(lambda: None)
         assert _turn_is_free(turns)
 
         def fails() -> None:
             raise RuntimeError("the work in the freeze failed")
 
         with pytest.raises(RuntimeError):
-            turns.run(lambda: PtraceProcess(program.pid).hold(fails))
+            PtraceProcess(program.pid, turn=turns).hold(fails)
         assert _turn_is_free(turns)
     finally:
         turns.close()

@@ -103,26 +103,6 @@ _PF_EXITING = 0x4
 _MAPS_SEEN: dict[int, tuple[bytes, list[Mapping]]] = {}
 #: capability(7) number of CAP_SYS_PTRACE, a bit of the ``CapEff:`` mask in /proc/self/status.
 _CAP_SYS_PTRACE = 19
-#: The turn the stops made inside :func:`stops_in_turn` take (None: they take none).
-_turn: Turn | None = None
-
-
-def stops_in_turn(turn: Turn, job: Callable[[], Result]) -> Result:
-    """``job()``, whose stops each take ``turn`` just before seizing the first thread and
-    give it back as the last is let go.
-
-    A worker of a many-process run held its turn around the whole of a
-    stop before: the hand-overs to the tracer thread and back, the reads of
-    the threads' ``stat`` files and the putting back of signal handlers
-    doubled it (median held 1.0-1.6 ms against a freeze of 0.47-0.73 ms,
-    100 processes, 2 workers), and the other worker waited through all of it.
-    """
-    global _turn
-    _turn = turn
-    try:
-        return job()
-    finally:
-        _turn = None
 
 
 class PtraceProcess(AddressSpace):
@@ -141,11 +121,18 @@ class PtraceProcess(AddressSpace):
         stop_timeout: float = DEFAULT_STOP_TIMEOUT,
         tracer: Tracer | None = None,
         task_stats: procfs.TaskStatFiles | None = None,
+        turn: Turn | None = None,
     ) -> None:
         """``tracer``: the thread to make the ptrace calls from, if it is still running
         (else one of this stop's own); it is ended if a thread could not be detached.
         ``task_stats``: the threads' ``stat`` files, kept open from one stop to the next
-        (else this stop opens its own)."""
+        (else this stop opens its own).  ``turn``: what lets one stop of a many-process
+        run's workers go at a time (``backtrace/workers.py``'s ``Turns``), taken just
+        before the first thread is seized and given back as the last is let go: held
+        around the whole stop, the hand-overs to the tracer thread and back, the reads
+        of the threads' ``stat`` files and the putting back of signal handlers doubled
+        it (median held 1.0-1.6 ms against a freeze of 0.47-0.73 ms, 100 processes, 2
+        workers), and the other worker waited through all of it."""
         self.pid = pid
         self._lent_tracer = tracer
         self._lent_task_stats = task_stats
@@ -171,8 +158,8 @@ class PtraceProcess(AddressSpace):
         self._held_signals: list[int] = []
         self._previous_handlers: dict[int, Handler] = {}
         self._tracer: Tracer | None = None
-        #: The turn this stop takes before seizing (see stops_in_turn), while it holds it.
-        self._turn: Turn | None = None
+        #: The turn each stop takes before seizing, and whether it holds it.
+        self._turn = turn
         self._holds_turn = False
         #: perf_counter() when the first thread was interrupted, and when the last was let go.
         self.stopped_at: float | None = None
@@ -192,8 +179,11 @@ class PtraceProcess(AddressSpace):
         wakes the other thread and passes the GIL: 10 µs, more on a busy machine).
         Every thread is let go before this returns or raises.
         """
-        result = self._stop(lambda: self._held_for(work))  # if it raises, all are let go
-        self.__exit__()
+        try:
+            result = self._stop(lambda: self._held_for(work))  # if it raises, all are let go
+            self.__exit__()
+        finally:
+            self._give_turn()  # however the stop ended (given back as it let go, normally)
         return result
 
     def _stop(self, job: Callable[[], Result]) -> Result:
@@ -205,7 +195,6 @@ class PtraceProcess(AddressSpace):
             raise
         self._mappings = None
         self._pages = {}
-        self._turn = _turn
         self._hold_signals()
         try:
             lent = self._lent_tracer
