@@ -248,7 +248,7 @@ class UnwindCache:
             # alone cost 3 of the 10 ms its cold walk took).
             offered = None
             if layouts is not None and modules.registry is None:
-                offered = layouts.begin(mappings, self.suffixes)
+                offered = layouts.begin(mappings, self.suffixes, _main_stack_pointer(modules))
             self.choice.remembering = offered is not None
             for key, found in (offered or {}).items():
                 self.remember_suffix(key, *found)
@@ -371,3 +371,13 @@ class UnwindCache:
         if len(names) >= MAX_ENTRIES:
             names.clear()
         names[key] = found
+
+
+def _main_stack_pointer(modules: ModuleMap) -> int | None:
+    """The stack pointer of the target's main thread (its tid is the pid), if it has one."""
+    space = modules.space
+    pid = space.pid
+    for thread in space.threads():
+        if thread.tid == pid:
+            return thread.registers.get(space.arch.sp)
+    return None

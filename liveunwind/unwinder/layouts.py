@@ -26,9 +26,13 @@ whether a value is code).  Only walks that a table's rules made frame by
 frame (no guess, no signal frame, no registered code) and that ended at the
 end of the stack are moved: their steps add offsets to registers, read
 words and at most mask an address to an alignment below a page, all of
-which moving keeps.  The main thread's stack is placed
-below a random offset inside its mapping, so its walk never matches and is
-walked; threads' stacks are mappings of their own, and match.
+which moving keeps.  Threads' stacks are mappings of their own, and move
+with them.  The main thread's stack is placed below a random offset inside
+its mapping: its addresses move by the distance between the two main
+threads' stack pointers instead, a multiple of 16 but not of the page, so
+only for a walk whose every step adds offsets and reads words (no DWARF
+expression, which may mask an address to a larger alignment), and only
+while every moved address still lies in the other process's stack mapping.
 """
 
 from __future__ import annotations
@@ -54,6 +58,12 @@ _ENTRY_DETAIL = "the program's entry function, at "
 
 #: The loop state of a moved record's later frames: equal to no state a walk is in.
 _NOWHERE: tuple[object, ...] = ("a moved walk is offered at one frame only",)
+
+
+#: What a main thread's stack may move by and keep its walks: the stack pointer's alignment
+#: at a call on every architecture we walk (x86_64, aarch64, riscv64 psABIs), which keeps
+#: the alignment of every word an additive walk reads.
+STACK_ALIGNMENT = 16
 
 
 class _Unmovable(Exception):
@@ -91,7 +101,7 @@ class _Template:
     address's mapping took 1.2).
     """
 
-    __slots__ = ("at", "flat", "live", "places", "record", "unmapped")
+    __slots__ = ("_extents", "at", "flat", "live", "places", "record", "unmapped")
 
     def __init__(self, record: SuffixRecord, starts: list[int], ends: list[int]) -> None:
         self.record = record
@@ -115,6 +125,14 @@ class _Template:
         self.places = places
         #: The values in no mapping: each must be in none of the other process's either.
         self.unmapped = sorted({v for v, at in zip(self.flat, places) if at < 0})
+        self._extents: dict[int, tuple[int, int] | None] = {}
+
+    def extent(self, place: int) -> tuple[int, int] | None:
+        """The lowest and highest value the walk holds in mapping ``place`` (None: none)."""
+        if place not in self._extents:
+            inside = [value for value, at in zip(self.flat, self.places) if at == place]
+            self._extents[place] = (min(inside), max(inside)) if inside else None
+        return self._extents[place]
 
     @staticmethod
     def of(record: SuffixRecord, starts: list[int], ends: list[int]) -> _Template | None:
@@ -132,24 +150,68 @@ class Mover:
     """Moves addresses of a process laid out as ``before`` onto one laid out as ``after``.
 
     The two have the same :func:`layout_key`: the mappings pair up in order.
+    Given the stack pointers of the two processes' main threads, the main
+    thread's stack moves by their distance where a walk's steps allow it
+    (:attr:`SuffixRecord.additive`): the kernel places a main thread's stack
+    below a random offset inside its mapping (up to 8 KB, 16-byte aligned), so
+    two processes parked alike hold the same frames at the same distance from
+    the top of their stacks, not from the mapping's start.
     """
 
-    __slots__ = ("_after_ends", "_after_starts", "_distances", "_ends", "_starts")
+    __slots__ = (
+        "_after_ends",
+        "_after_starts",
+        "_distances",
+        "_ends",
+        "_main_stack",
+        "_starts",
+        "_word_distances",
+    )
 
-    def __init__(self, before: Sequence[Mapping], after: Sequence[Mapping]) -> None:
+    def __init__(
+        self,
+        before: Sequence[Mapping],
+        after: Sequence[Mapping],
+        main_stack_pointers: tuple[int, int] | None = None,
+    ) -> None:
+        """``main_stack_pointers``: the stack pointers of ``before``'s and ``after``'s main
+        threads, if known."""
         self._starts = [m.start for m in before]
         self._ends = [m.end for m in before]
         #: By mapping, and 0 last: for the place -1 (a value in no mapping).
         self._distances = [b.start - a.start for a, b in zip(before, after, strict=True)] + [0]
         self._after_starts = [m.start for m in after]
         self._after_ends = [m.end for m in after]
+        #: The distances an additive walk's values move by: the main thread's stack by the
+        #: distance of the two main threads' stack pointers, where that differs.
+        self._word_distances = self._distances
+        #: The index of the mapping holding the main thread's stack (-1: it moves with it).
+        self._main_stack = -1
+        if main_stack_pointers is not None:
+            self._main_stack_moves(*main_stack_pointers)
 
-    def move(self, value: int) -> int:
-        """``value`` moved with the mapping holding it; one in no mapping stays (or raises
-        :class:`_Unmovable` if the other process maps it)."""
+    def _main_stack_moves(self, before_sp: int, after_sp: int) -> None:
+        """The main thread's stack moves by its stack pointer's distance, if both lie in the
+        paired mappings and the distance keeps every word's alignment to STACK_ALIGNMENT."""
+        at = bisect_right(self._starts, before_sp) - 1
+        if at < 0 or before_sp >= self._ends[at]:
+            return
+        if not self._after_starts[at] <= after_sp < self._after_ends[at]:
+            return
+        distance = after_sp - before_sp
+        if distance == self._distances[at] or distance % STACK_ALIGNMENT:
+            return
+        self._word_distances = list(self._distances)
+        self._word_distances[at] = distance
+        self._main_stack = at
+
+    def move(self, value: int, distances: list[int] | None = None) -> int:
+        """``value`` moved with the mapping holding it (by ``distances``, the mappings' own by
+        default); one in no mapping stays (or raises :class:`_Unmovable` if the other
+        process maps it)."""
         at = bisect_right(self._starts, value) - 1
         if at >= 0 and value < self._ends[at]:
-            return value + self._distances[at]
+            return value + (self._distances if distances is None else distances)[at]
         if self._mapped_after(value):
             raise _Unmovable
         return value
@@ -157,6 +219,28 @@ class Mover:
     def _mapped_after(self, value: int) -> bool:
         at = bisect_right(self._after_starts, value) - 1
         return at >= 0 and value < self._after_ends[at]
+
+    def _distances_for(self, template: _Template) -> list[int] | None:
+        """The distances ``template``'s values move by; None if they cannot be moved so.
+
+        An additive walk with values on the main thread's stack moves them by
+        the stack pointers' distance, and each must then still lie in the
+        other process's stack mapping (the order of an address and the
+        mapping's ends is then kept too).  Any other walk moves with the
+        mappings: one of the main thread's then holds where the two stacks
+        happen to lie at the same place in their mappings.
+        """
+        stack = self._main_stack
+        extent = template.extent(stack) if stack >= 0 else None
+        if extent is None or not template.record.additive:
+            return self._distances
+        distance = self._word_distances[stack]
+        lowest, highest = extent
+        if lowest + distance < self._after_starts[stack]:
+            return None
+        if highest + distance >= self._after_ends[stack]:
+            return None
+        return self._word_distances
 
     def moved_record(self, template: _Template) -> tuple[SuffixRecord, int] | None:
         """The template's walk with every address it holds moved, and the frame it is offered
@@ -168,8 +252,10 @@ class Mover:
         """
         if any(self._mapped_after(value) for value in template.unmapped):
             return None
+        distances = self._distances_for(template)
+        if distances is None:
+            return None
         record, at = template.record, template.at
-        distances = self._distances
         flat = list(map(add, template.flat, map(distances.__getitem__, template.places)))
         count, words = len(record.facts), len(record.addresses)
         pcs, sps, cfas = flat[:count], flat[count : 2 * count], flat[2 * count : 3 * count]
@@ -184,8 +270,8 @@ class Mover:
             if detail:
                 entry = self.move(int(detail[len(_ENTRY_DETAIL) :], 16))
                 detail = f"{_ENTRY_DETAIL}{entry:#x}"
-            state = tuple(map(self._moved_part, record.states[at]))
-            live = self._moved_live(*template.live)
+            state = tuple(self._moved_part(part, distances) for part in record.states[at])
+            live = self._moved_live(*template.live, distances)
         except (_Unmovable, ValueError):
             return None
         states: list[tuple[object, ...]] = [_NOWHERE] * count
@@ -201,30 +287,32 @@ class Mover:
             at,
             record.reason,
             detail,
+            additive=record.additive,
         )
         return moved, at
 
-    def _moved_part(self, part: object) -> object:
-        """One part of a walk's loop state moved: an address (the previous CFA) or a
-        range (the stack walked on); flags and methods stay."""
+    def _moved_part(self, part: object, distances: list[int]) -> object:
+        """One part of a walk's loop state moved: an address (the previous CFA) by
+        ``distances``, or a range (the mapping walked on) with its mapping; flags and
+        methods stay."""
         if isinstance(part, bool) or not isinstance(part, (int, tuple)):
             return part
         if isinstance(part, int):
-            return self.move(part)
+            return self.move(part, distances)
         start, end = part
         moved = self.move(start)
         return (moved, moved + end - start)
 
     def _moved_live(
-        self, used: tuple[int, ...] | None, wanted: object
+        self, used: tuple[int, ...] | None, wanted: object, distances: list[int]
     ) -> tuple[tuple[int, ...] | None, object]:
         """The registers the rest of a walk used and their values (all of them, a dict, where
-        ``used`` is None), the values moved."""
+        ``used`` is None), the values moved by ``distances``."""
         move = self.move
         if isinstance(wanted, dict):
-            return used, {number: move(value) for number, value in wanted.items()}
+            return used, {number: move(value, distances) for number, value in wanted.items()}
         assert isinstance(wanted, tuple)
-        return used, tuple(None if value is None else move(value) for value in wanted)
+        return used, tuple(None if value is None else move(value, distances) for value in wanted)
 
 
 #: Most layouts a run keeps, and most walks kept over all of them (the layout seen
@@ -241,11 +329,13 @@ Walks = dict[tuple[int, int], tuple[SuffixRecord, int]]
 class _Layout:
     """A layout seen in the run: how often, and the walks one process of it recorded."""
 
-    __slots__ = ("mappings", "seen", "templates", "walks")
+    __slots__ = ("main_sp", "mappings", "seen", "templates", "walks")
 
     def __init__(self) -> None:
         self.seen = 1
         self.mappings: Sequence[Mapping] = ()
+        #: The recording process's main thread's stack pointer (None: not known).
+        self.main_sp: int | None = None
         #: The recording process's walks (its cache's own, filled while it is walked).
         self.walks: Walks = {}
         #: The recorded walks made ready to move, once the recording process is walked.
@@ -314,10 +404,12 @@ class Layouts:
         self._keyed = (mappings, key)
         return key
 
-    def begin(self, mappings: Sequence[Mapping], recorded: Walks) -> Walks | None:
-        """A process laid out as ``mappings`` begins its one backtrace: the walks of another
-        process moved onto it (empty: it is to record its own in ``recorded``), or None:
-        it is only walked."""
+    def begin(
+        self, mappings: Sequence[Mapping], recorded: Walks, main_sp: int | None = None
+    ) -> Walks | None:
+        """A process laid out as ``mappings``, its main thread's stack pointer ``main_sp`` (None:
+        not known), begins its one backtrace: the walks of another process moved onto it
+        (empty: it is to record its own in ``recorded``), or None: it is only walked."""
         if self._recording is not None:
             # Its process is walked: its templates are made, and its cache let go.
             self._recording.ready()
@@ -334,10 +426,11 @@ class Layouts:
         if layout.seen == 1:
             return None
         if layout.seen == 2:
-            layout.mappings, layout.walks = mappings, recorded
+            layout.mappings, layout.walks, layout.main_sp = mappings, recorded, main_sp
             self._recording = layout
             return {}
-        mover = Mover(layout.mappings, mappings)
+        main_sps = None if layout.main_sp is None or main_sp is None else (layout.main_sp, main_sp)
+        mover = Mover(layout.mappings, mappings, main_sps)
         moved: Walks = {}
         for template in layout.ready():
             found = mover.moved_record(template)

@@ -272,6 +272,7 @@ class SuffixRecord:
         "_checks",
         "_live",
         "_pending",
+        "additive",
         "addresses",
         "detail",
         "facts",
@@ -294,6 +295,8 @@ class SuffixRecord:
         pure_from: int,
         reason: StopReason,
         detail: str,
+        *,
+        additive: bool = False,
     ) -> None:
         self.facts = facts
         self.states = states
@@ -318,6 +321,12 @@ class SuffixRecord:
         self.pure_from = pure_from
         self.reason = reason
         self.detail = detail
+        #: Whether every step from ``pure_from`` on was a table's plan without a DWARF
+        #: expression (or the end at the entry function): its arithmetic is then offsets
+        #: added to registers and words read, which gives the same walk moved by any
+        #: distance that keeps a word's alignment (``unwinder/layouts.py``).  An
+        #: expression may mask an address, and a general step may do anything.
+        self.additive = additive
         #: frame → the stack of names of the walk from there (RememberedWalk.keep_stack).
         self.stacks: dict[int, tuple[str, ...]] = {}
         #: frame → (lowest word read, picker, bytes spanned, words read, later frames' keys).
@@ -340,8 +349,10 @@ class SuffixRecord:
         states, marks = trail.states, trail.marks
         addresses, values = trail.addresses, trail.values
         tail: list[tuple[tuple[int, ...] | None, object]] = []
+        additive = True
         if trail.tail is not None:
             old, at = trail.tail
+            additive = old.additive
             first, shift = old.marks[at], len(addresses)
             states = states + old.states[at:]
             marks = marks + [mark - first + shift for mark in old.marks[at:]]
@@ -360,7 +371,23 @@ class SuffixRecord:
         pure_from, others, last = walked, trail.others, trail.others_end
         while pure_from and others[pure_from - 1] == last and marks[pure_from - 1] > last_bad:
             pure_from -= 1
-        record = cls(facts, states, [], marks, addresses, values, pure_from, reason, detail)
+        additive = additive and all(
+            step == AT_ENTRY
+            or (isinstance(step, Plan) and not step.cfa_expression and not step.expressions)
+            for step in trail.used[pure_from:]
+        )
+        record = cls(
+            facts,
+            states,
+            [],
+            marks,
+            addresses,
+            values,
+            pure_from,
+            reason,
+            detail,
+            additive=additive,
+        )
         record._pending = (trail.registers, trail.used, tail, trail.pc_sp, uses_of)
         return record
 

@@ -11,7 +11,13 @@ import struct
 
 from liveunwind.frames import Method, StopReason
 from liveunwind.targets.base import Mapping
-from liveunwind.unwinder.layouts import MAX_LAYOUTS, Layouts, Mover, layout_key
+from liveunwind.unwinder.layouts import (
+    MAX_LAYOUTS,
+    STACK_ALIGNMENT,
+    Layouts,
+    Mover,
+    layout_key,
+)
 from liveunwind.unwinder.layouts import _Template as Template
 from liveunwind.unwinder.remembered import SuffixRecord
 
@@ -48,11 +54,13 @@ def _record(
     signal: bool = False,
     reason: StopReason = StopReason.END_OF_STACK,
     value: int = 0,
+    additive: bool = False,
 ) -> SuffixRecord:
     """A three-frame walk on BEFORE's stack: libc's sleep, the program's caller and its caller.
 
     The walk read two words: the two return addresses; ``value`` is a third
-    word read, a saved register's (0 by default).
+    word read, a saved register's (0 by default).  ``additive``: its steps only added
+    offsets and read words (SuffixRecord.additive).
     """
     stack = BEFORE[5].start + 0x20000
     libc_pc = BEFORE[4].start + 0x100
@@ -81,7 +89,9 @@ def _record(
     addresses = [stack + 0x8, stack + 0x18, stack + 0x28]
     values = [program_pc, program_pc + 0x20, value]
     detail = f"the program's entry function, at {BEFORE[1].start + 0x60:#x}"
-    return SuffixRecord(facts, states, live, [0, 1, 2], addresses, values, 0, reason, detail)
+    return SuffixRecord(
+        facts, states, live, [0, 1, 2], addresses, values, 0, reason, detail, additive=additive
+    )
 
 
 def _template(record: SuffixRecord) -> Template | None:
@@ -140,6 +150,58 @@ def test_a_walk_moved_is_taken_where_the_moved_words_and_registers_are() -> None
     assert not moved.holds_at(0, {**registers, PC: libc_pc + 4}, state, set(), 0, 256, block)
     later = (False, Method.CFI, stack + 0x10, False, state[4], False)
     assert not moved.holds_at(1, registers, later, set(), 1, 256, block)
+
+
+def test_a_main_threads_walk_moves_by_its_stack_pointers_distance_where_its_steps_add() -> None:
+    """A main thread's stack lies below a random offset in its mapping: two processes parked
+    alike hold the same frames at the same distance from their stack pointers.  A walk whose
+    steps add offsets and read words moves by that distance; one with any other step keeps
+    moving with the mapping (its frames then lie elsewhere and are not offered)."""
+    before_sp = BEFORE[5].start + 0x20000
+    distance = STACK_MOVED + 0x7F0  # a multiple of 16, not of the page
+    after_sp = before_sp + distance
+    saved = before_sp + 0x40  # a saved frame pointer: a word on the stack, read
+    template = _template(_record(additive=True, value=saved))
+    assert template is not None
+    mover = Mover(BEFORE, AFTER, (before_sp, after_sp))
+    found = mover.moved_record(template)
+    assert found is not None
+    moved, at = found
+    libc_pc, program_pc = AFTER[4].start + 0x100, AFTER[1].start + 0x40
+    assert [fact[:4] for fact in moved.facts] == [
+        (libc_pc, after_sp, Method.CONTEXT, after_sp + 0x10),
+        (program_pc, after_sp + 0x10, Method.CFI, after_sp + 0x20),
+        (program_pc + 0x20, after_sp + 0x20, Method.CFI, after_sp + 0x30),
+    ]
+    assert moved.addresses == [after_sp + 0x8, after_sp + 0x18, after_sp + 0x28]
+    assert moved.values == [program_pc, program_pc + 0x20, saved + distance]
+    # The stack walked on is the other process's mapping, whatever the offset inside it.
+    state = (True, Method.CONTEXT, None, False, (AFTER[5].start, AFTER[5].end), False)
+    assert moved.states[at] == state
+    block = _stack_copy(
+        {
+            after_sp + 0x8: program_pc,
+            after_sp + 0x18: program_pc + 0x20,
+            after_sp + 0x28: saved + distance,
+        },
+        after_sp,
+    )
+    registers = {SP: after_sp, PC: libc_pc}
+    assert moved.holds_at(0, registers, state, set(), 0, 256, block)
+    # A walk with another step (an expression may mask an address to a larger alignment)
+    # moves with the mapping, as every walk of a thread's own stack mapping does.
+    plain = _template(_record(value=saved))
+    assert plain is not None
+    found = mover.moved_record(plain)
+    assert found is not None and found[0].facts[0][1] == before_sp + STACK_MOVED
+    # A distance that breaks a word's alignment, or a main stack not in the paired mapping:
+    # the mapping's distance.
+    for after in (after_sp + STACK_ALIGNMENT // 2, AFTER[4].start):
+        found = Mover(BEFORE, AFTER, (before_sp, after)).moved_record(template)
+        assert found is not None and found[0].facts[0][1] == before_sp + STACK_MOVED
+    # A value that would move past the end of the other stack mapping: not moved.
+    beyond = STACK_MOVED + 0x1000 - 0x40
+    assert Mover(BEFORE, AFTER, (before_sp, before_sp + beyond)).moved_record(template) is None
 
 
 def test_walks_that_may_not_be_moved() -> None:
