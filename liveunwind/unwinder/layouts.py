@@ -101,7 +101,17 @@ class _Template:
     address's mapping took 1.2).
     """
 
-    __slots__ = ("_extents", "at", "flat", "live", "places", "record", "unmapped")
+    __slots__ = (
+        "_extents",
+        "at",
+        "columns",
+        "flat",
+        "live",
+        "no_cfa",
+        "places",
+        "record",
+        "unmapped",
+    )
 
     def __init__(self, record: SuffixRecord, starts: list[int], ends: list[int]) -> None:
         self.record = record
@@ -111,6 +121,12 @@ class _Template:
         #: makes them of holds the recording process's cache, with its stack copies).
         self.live = record.live[self.at]
         facts = record.facts
+        #: The facts' columns, those that do not move made once: (method, signal frame,
+        #: exact pc, module, offset in it) of every frame.
+        _pcs, _sps, methods, _cfas, signals, exacts, paths, offsets = zip(*facts)
+        self.columns = (methods, signals, exacts, paths, offsets)
+        #: The frames without a CFA (the last, where the walk ended at its entry function).
+        self.no_cfa = [index for index, fact in enumerate(facts) if fact[3] is None]
         self.flat = [
             *(fact[0] for fact in facts),
             *(fact[1] for fact in facts),
@@ -258,11 +274,20 @@ class Mover:
         record, at = template.record, template.at
         flat = list(map(add, template.flat, map(distances.__getitem__, template.places)))
         count, words = len(record.facts), len(record.addresses)
-        pcs, sps, cfas = flat[:count], flat[count : 2 * count], flat[2 * count : 3 * count]
+        cfas: list[int | None] = flat[2 * count : 3 * count]
+        for index in template.no_cfa:
+            cfas[index] = None
+        methods, signals, exacts, paths, offsets = template.columns
         facts = tuple(
-            (pc, sp, method, None if old_cfa is None else cfa, signal, exact, path, offset)
-            for pc, sp, cfa, (_, _, method, old_cfa, signal, exact, path, offset) in zip(
-                pcs, sps, cfas, record.facts
+            zip(
+                flat[:count],
+                flat[count : 2 * count],
+                methods,
+                cfas,
+                signals,
+                exacts,
+                paths,
+                offsets,
             )
         )
         detail = record.detail

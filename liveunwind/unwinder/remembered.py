@@ -238,6 +238,9 @@ class RememberedWalk:
 MAX_SUFFIXES = 1024
 MAX_SUFFIX_FRAMES = 32_768
 
+#: A frame's (pc, sp), from its facts.
+_PC_SP = itemgetter(0, 1)
+
 #: What a frame's step used of its registers, where it was not a plan's fast path: all of them.
 EVERY_REGISTER = None
 #: The walk ended at the frame as the program's entry function: only its pc and sp were used.
@@ -466,7 +469,7 @@ class SuffixRecord:
         """What :meth:`holds_at` compares for frame ``index``, made the first time it is asked."""
         first = self.marks[index]
         addresses = self.addresses[first:]
-        keys = frozenset((pc, sp) for pc, sp, *_ in self.facts[index + 1 :])
+        keys = frozenset(map(_PC_SP, self.facts[index + 1 :]))
         check: tuple[int, itemgetter[Any] | None, int, object, frozenset[tuple[int, int]]]
         if not addresses:
             check = (0, None, 0, None, keys)
