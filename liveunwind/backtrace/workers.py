@@ -12,9 +12,14 @@ pages until it writes them.  Item ``i`` of the merged results is item
 every N-th process; :class:`Turns` lets one worker at a time stop its
 process, so that no two targets are ever stopped together.
 
-Each worker sends its items in batches (pickled lists: cheap for the
-small tuples sent) through a pipe of its own, then its summary, or an
-error.  Every wait is bounded: a worker that sends nothing for
+Each worker sends its items in batches through a pipe of its own, then
+its summary, or an error: marshalled where the work says its items and
+summary are plain values (numbers, strings, tuples, lists: a many-process
+run's pieces), else pickled (``perf``'s items are objects of its own).
+``pickle`` costs a cold command 6 ms to import (``re``, ``enum``): the
+many-process run pays nothing of it before its workers start.  Marshal's
+format is the interpreter's own, and both ends of a pipe are the same
+interpreter, forked.  Every wait is bounded: a worker that sends nothing for
 :data:`SILENCE` seconds is taken as hung.  A worker that dies, hangs or
 fails ends the run with one :class:`WorkerError` line (exit 2); every
 worker is then killed and reaped (none is left behind, none a zombie),
@@ -25,25 +30,30 @@ awaited: it may have died holding the turn the others wait for.
 
 from __future__ import annotations
 
-import contextlib
+import _signal  # type: ignore[import-not-found]  # the C module under signal (signal.py makes enums)
 import gc
-import math
+import marshal
 import os
-import pickle
 import select
-import signal
 import struct
 import time
-from collections import deque
 
 from liveunwind.errors import LiveUnwindError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections import deque
     from collections.abc import Callable, Generator, Iterator
+    from typing import Any
 
     #: A worker's work: given its index and the number of workers, its items, then its summary.
     Work = Callable[[int, int], Generator[object, None, object]]
+    #: A message made bytes, and bytes made a message again (marshalled or pickled).
+    Dumps = Callable[[object], bytes]
+    Loads = Callable[[bytes], Any]
+else:
+    # The C module under collections: collections's body costs a cold command 1.2 ms.
+    from _collections import deque
 
 #: Seconds a worker may send nothing before it is taken as hung: far more than a batch
 #: takes (a batch of cold samples opening large files: a few seconds).  With
@@ -54,13 +64,13 @@ SILENCE_DEBUGINFOD = 600.0
 #: Items a worker sends at once, and the seconds it holds a batch before sending it anyway.
 BATCH = 512
 BATCH_SECONDS = 0.5
-#: A frame on a pipe: its length, then the pickled message.
+#: A frame on a pipe: its length, then the message (marshalled or pickled, as the work says).
 _LENGTH = struct.Struct("<I")
 _ITEMS, _DONE, _FAILED = 0, 1, 2
 #: Bytes read off a pipe at once.
 _READ = 1 << 20
 #: The signals held back while a worker is forked.
-_HELD = {signal.SIGINT, signal.SIGTERM}
+_HELD = {_signal.SIGINT, _signal.SIGTERM}
 
 
 class WorkerError(LiveUnwindError):
@@ -131,10 +141,15 @@ class Workers:
     Use as a context manager: leaving it kills and reaps every worker still there.
     """
 
-    def __init__(self, count: int, work: Work, *, items: str = "samples") -> None:
-        """``items``: what the work's items are, for the lines saying a worker failed."""
+    def __init__(
+        self, count: int, work: Work, *, items: str = "samples", plain: bool = False
+    ) -> None:
+        """``items``: what the work's items are, for the lines saying a worker failed;
+        ``plain``: its items and summary are plain values, sent marshalled (else pickled)."""
         self.count = count
         self.items = items
+        self._dumps: Dumps = _marshalled if plain else _pickled
+        self._loads: Loads = marshal.loads if plain else _unpickled
         self.pids: list[int] = []
         #: The wait statuses of workers reaped when their pipes closed, by worker.
         self._ended: dict[int, int | None] = {}
@@ -165,7 +180,7 @@ class Workers:
             read_end, write_end = os.pipe()
         except OSError as error:
             raise CannotFork(f"cannot start a worker: {error.strerror}") from None
-        signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+        _signal.pthread_sigmask(_signal.SIG_BLOCK, _HELD)
         try:
             try:
                 pid = os.fork()
@@ -176,7 +191,7 @@ class Workers:
                     os.close(read_end)
                     for fd in self._fds:
                         os.close(fd)
-                    _serve(write_end, work, index, self.count)
+                    _serve(write_end, work, index, self.count, self._dumps)
                 finally:
                     os._exit(70)  # _serve ends the process; this only if it could not start
             # Known before a signal held back can end the command: close() then kills it.
@@ -189,7 +204,7 @@ class Workers:
             raise
         finally:
             os.close(write_end)
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
+            _signal.pthread_sigmask(_signal.SIG_UNBLOCK, _HELD)
 
     def __enter__(self) -> Workers:
         return self
@@ -232,7 +247,7 @@ class Workers:
         while len(buffer) < _LENGTH.size or len(buffer) < _LENGTH.size + _length(buffer):
             self._read(worker, buffer)
         size = _LENGTH.size + _length(buffer)
-        kind, payload = pickle.loads(bytes(buffer[_LENGTH.size : size]))
+        kind, payload = self._loads(bytes(buffer[_LENGTH.size : size]))
         del buffer[:size]
         if kind == _ITEMS:
             self._pending[worker].extend(payload)
@@ -260,7 +275,7 @@ class Workers:
                 others[other_fd] = other
         while True:
             left = deadline - time.monotonic()
-            events = watch.poll(max(0, math.ceil(left * 1000))) if left > 0 else []
+            events = watch.poll(int(left * 1000) + 1) if left > 0 else []
             if not events:
                 raise WorkerError(
                     f"worker {worker + 1} of {self.count} (pid {self.pids[worker]}) sent "
@@ -316,6 +331,8 @@ class Workers:
         if status is None:
             return "(its pipe closed)"
         if os.WIFSIGNALED(status):
+            import signal
+
             return f"(killed by {signal.Signals(os.WTERMSIG(status)).name})"
         return f"(exit {os.waitstatus_to_exitcode(status)})"
 
@@ -328,7 +345,7 @@ class Workers:
             if pid <= 0:
                 continue
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, _signal.SIGKILL)
                 os.waitpid(pid, 0)
             except (ProcessLookupError, ChildProcessError):
                 pass
@@ -393,15 +410,15 @@ def _wait(pid: int, deadline: float) -> tuple[int, int | None]:
         time.sleep(0.005)
 
 
-def _serve(fd: int, work: Work, index: int, count: int) -> None:
+def _serve(fd: int, work: Work, index: int, count: int, dumps: Dumps) -> None:
     """The worker: runs ``work``, sends its items in batches, then its summary; never returns."""
     status = 0
     parent = os.getppid()
     # Ctrl-C reaches the whole process group: the command alone says what it means (and
     # kills its workers); a SIGTERM sent to a worker ends it, as one sent to any process.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
+    _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
+    _signal.signal(_signal.SIGTERM, _signal.SIG_DFL)
+    _signal.pthread_sigmask(_signal.SIG_UNBLOCK, _HELD)
     _end_with_parent(parent)
     try:
         batch: list[object] = []
@@ -414,17 +431,17 @@ def _serve(fd: int, work: Work, index: int, count: int) -> None:
                 summary = done.value
                 break
             if len(batch) >= BATCH or time.monotonic() - sent_at > BATCH_SECONDS:
-                _send(fd, _ITEMS, batch)
+                _send(fd, dumps((_ITEMS, batch)))
                 batch, sent_at = [], time.monotonic()
         if batch:
-            _send(fd, _ITEMS, batch)
-        _send(fd, _DONE, summary)
+            _send(fd, dumps((_ITEMS, batch)))
+        _send(fd, dumps((_DONE, summary)))
     except LiveUnwindError as error:
         status = error.exit_code
-        _send_quietly(fd, (error.exit_code, str(error)))
+        _send_quietly(fd, dumps((_FAILED, (error.exit_code, str(error)))))
     except BaseException as error:  # a bug: still one line, not a worker's traceback
         status = 70
-        _send_quietly(fd, (2, f"worker {index + 1} of {count} failed: {error!r}"))
+        _send_quietly(fd, dumps((_FAILED, (2, f"worker {index + 1} of {count} failed: {error!r}"))))
     finally:
         os._exit(status)
 
@@ -436,20 +453,39 @@ def _end_with_parent(parent: int) -> None:
 
     pr_set_pdeathsig = 1
     prctl: Callable[[int, int], int] = CDLL(None, use_errno=True).prctl  # type: ignore[assignment]
-    prctl(pr_set_pdeathsig, int(signal.SIGKILL))
+    prctl(pr_set_pdeathsig, _signal.SIGKILL)
     if os.getppid() != parent:  # the command ended before that was asked
         os._exit(0)
 
 
-def _send(fd: int, kind: int, payload: object) -> None:
-    data = pickle.dumps((kind, payload), pickle.HIGHEST_PROTOCOL)
-    data = _LENGTH.pack(len(data)) + data
+def _marshalled(message: object) -> bytes:
+    return marshal.dumps(message)  # type: ignore[arg-type]  # plain values, as the work said
+
+
+def _pickled(message: object) -> bytes:
+    import pickle
+
+    return pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
+
+
+def _unpickled(data: bytes) -> object:
+    import pickle
+
+    return pickle.loads(data)
+
+
+def _send(fd: int, message: bytes) -> None:
+    """Writes one message, after its length."""
+    data = _LENGTH.pack(len(message)) + message
     view = memoryview(data)
     while view:
         written = os.write(fd, view)
         view = view[written:]
 
 
-def _send_quietly(fd: int, failure: tuple[int, str]) -> None:
-    with contextlib.suppress(OSError):  # the parent is gone or stopped reading: nothing to tell
-        _send(fd, _FAILED, failure)
+def _send_quietly(fd: int, message: bytes) -> None:
+    # Not contextlib.suppress: contextlib costs a cold command 2.2 ms to import.
+    try:  # noqa: SIM105
+        _send(fd, message)
+    except OSError:
+        pass  # the parent is gone or stopped reading: nothing to tell

@@ -98,7 +98,7 @@ def in_workers(
             return pieces.shared.adopted - adopted, pieces.moved - moved
 
         try:
-            pool = Workers(count, work, items="processes")
+            pool = Workers(count, work, items="processes", plain=True)
         except CannotFork:
             pass
         finally:
