@@ -39,6 +39,7 @@ from tests.support.interrupts import assert_let_go
 from tests.support.processes import assert_running_untraced
 from tests.support.programs import RunningProgram, RunProgram, start_command, start_program
 from tests.support.schema import VALIDATOR
+from tests.support.startup import modules_the_command_imported
 from tests.support.waits import wait_until
 
 #: Copies of each program: enough that both workers backtrace several.
@@ -193,6 +194,21 @@ class TraceWatch(threading.Thread):
             for other, (first, last) in spans.items()
             if other != pid and first < read < last
         ]
+
+
+def test_workers_start_without_pickle_re_or_collections(
+    two_programs: list[RunningProgram],
+) -> None:
+    """A run's pieces come back marshalled, and the workers' module imports the C modules under
+    signal, collections and operator: nothing of pickle (6 ms with re and enum), contextlib
+    or collections is imported before the workers start, or after."""
+    pids = [str(program.pid) for program in two_programs]
+    output, imported = modules_the_command_imported("pid", *pids, "--workers", "2")
+    for pid in pids:
+        assert f"Process {pid} " in output
+    assert "liveunwind.backtrace.workers" in imported
+    for heavy in ("pickle", "re", "enum", "collections", "contextlib", "signal"):
+        assert heavy not in imported, heavy
 
 
 def test_never_two_targets_stopped_at_once(two_programs: list[RunningProgram]) -> None:
