@@ -283,6 +283,34 @@ def calls_vdso(module: Module, lookup_pc: int) -> bool:
         return False
 
 
+def unrecorded_switch(frame: Frame, module: Module) -> str | None:
+    """Why a walk that ends at ``frame`` (its return address undefined) is not whole, or None.
+
+    So it is where the frame is a Go function that moves the stack pointer
+    where ``.gopclntab`` does not record it (``runtime.gogo``, cgo's
+    ``runtime.callCgoMmap``, ``runtime.sigfwd``…) and that the walk does not
+    cross (:data:`SWITCHES`): its caller is not known, to Go's own traceback
+    either, and the thread's stack goes on above it.
+    """
+    source = go_table(module)
+    if source is None:
+        return None
+    table = source.go
+    try:
+        function = table.function_at(frame.lookup_pc - module.load_bias)
+        if function is None or not table.writes_sp_unrecorded(function):
+            return None
+        name = table.name(function)
+    except FormatError:
+        return None
+    if name in SWITCHES:
+        return None
+    return (
+        f"{name} moves the stack pointer where .gopclntab does not record it (SPWRITE): "
+        "its caller is not known, to Go's own traceback either"
+    )
+
+
 def go_table(module: Module) -> GoTable | None:
     """The module's ``.gopclntab`` source, if it is a Go program."""
     from liveunwind.modules.sources import GoTable

@@ -452,6 +452,10 @@ class Stepper:
                         # Read off a stack a guess placed: a zero there proves nothing.
                         reason = StopReason.NO_OUTERMOST_FRAME
                         detail = f"return address 0 at pc {pc:#x}, after a guessed frame"
+                    elif resumed is None and caller_pc is None:
+                        unrecorded = self._go_unrecorded(frame, module)
+                        if unrecorded is not None:
+                            reason, detail = StopReason.NO_UNWIND_INFO, unrecorded
                     break
                 _note(walk, resumed.note)
                 caller, interrupted = resumed.registers, resumed.exact_pc
@@ -499,6 +503,15 @@ class Stepper:
         if module is None or not _is_go(module):
             return None
         return self._go_crossings().resume(frame, module, tid, frames)
+
+    def _go_unrecorded(self, frame: Frame, module: Module | None) -> str | None:
+        """Why a walk ending at ``frame`` is not whole, where it is a Go function that moves
+        its stack pointer unrecorded (``unwinder/goswitch.py``); None for any other end."""
+        if module is None or not _is_go(module):
+            return None
+        from liveunwind.unwinder.goswitch import unrecorded_switch
+
+        return unrecorded_switch(frame, module)
 
     def _go_vdso(self, frame: Frame, module: Module, tid: int) -> Resumed | str | None:
         """The caller of a frame in Go's call into the vDSO (m.vdsoPC/SP), why not, or None.

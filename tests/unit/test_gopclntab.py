@@ -79,6 +79,26 @@ def test_a_call_into_the_vdso_keeps_its_sp_delta_rule_though_spwrite() -> None:
     assert other.rule_for(X86_64.return_address).kind is RegKind.UNDEFINED
 
 
+def test_which_ends_are_short_of_the_stack_s_top() -> None:
+    """A function that writes SP unrecorded ends a walk short of its top (the stepper says
+    why, unless it crosses it: mcall); a top frame ends it whole, even one that writes SP."""
+    functions = [
+        (TEXT, TEXT + 0x10, "runtime.gogo", FLAG_SPWRITE, [(0, 0x10)]),
+        (TEXT + 0x10, TEXT + 0x20, "runtime.rt0_go", FLAG_SPWRITE | FLAG_TOPFRAME, [(0, 0x10)]),
+        (TEXT + 0x20, TEXT + 0x30, "runtime.goexit", FLAG_TOPFRAME, [(0, 0x10)]),
+        (TEXT + 0x30, TEXT + 0x40, "runtime.nanotime1", FLAG_SPWRITE, [(0, 0x10)]),
+        (TEXT + 0x40, TEXT + 0x50, "main.work", 0, [(0, 0x10)]),
+    ]
+    table = GoPclnTab(build_pclntab(MAGIC_GO120, functions), X86_64)
+    short = []
+    for pc in range(TEXT, TEXT + 0x50, 0x10):
+        function = table.function_at(pc)
+        assert function is not None
+        if table.writes_sp_unrecorded(function):
+            short.append(table.name(function))
+    assert short == ["runtime.gogo"]
+
+
 def test_go_1_16_ends_walks_by_name() -> None:
     """Go 1.16 has no flags: goexit ends the walk by its name, mcall too."""
     unflagged = [(entry, end, name, 0, rows) for entry, end, name, _flag, rows in FUNCTIONS]

@@ -270,6 +270,18 @@ class GoPclnTab:
             return self.name(function) not in _SIGNAL_HANDLERS
         return self.magic == MAGIC_GO116 and self.name(function) in _GO116_TOP_FRAMES
 
+    def writes_sp_unrecorded(self, function: GoFunction) -> bool:
+        """Whether a walk ending at this function ends short of the stack's top: it moves the
+        stack pointer where the SP deltas do not say (SPWRITE), is not a top frame (TOPFRAME,
+        which may write it too: ``runtime.rt0_go``), and is not a call into the vDSO.
+
+        Go's own traceback stops there as well (and says so when it crashes:
+        "traceback: unexpected SPWRITE function"); what lies above is not known.
+        """
+        if not function.flag & FLAG_SPWRITE or function.flag & FLAG_TOPFRAME:
+            return False
+        return self.name(function) not in VDSO_CALLERS
+
     # -- the unwind source ----------------------------------------------------
 
     def rule_for(self, pc: int) -> UnwindRule | None:
