@@ -363,11 +363,15 @@ class Session:
         goroutine from what the stop copies of the Ms and goroutines
         (``unwinder/goswitch.py``); their layout is read here, before it.
         """
-        if running is None:
+        if running is None or not running.modules:
             return None
+        program = running.modules[0]  # the executable, mapped below its libraries
+        sections = getattr(program.image, "sections", None)
+        if not sections or ".gopclntab" not in sections:
+            return None  # not Go: nothing of Go's crossings imported (0.3 ms of a cold start)
         from liveunwind.unwinder.goswitch import prepare
 
-        return prepare(running)
+        return prepare(program)
 
     def _copy_registry(self, space: AddressSpace, perf_map: PerfMapView | str) -> ModuleMap:
         """While the process is stopped: reads its JIT registry into the snapshot.

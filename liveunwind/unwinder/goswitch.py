@@ -383,19 +383,12 @@ def capture(space: AddressSpace, module: Module) -> None:
     space.read_frozen_many(stacks)
 
 
-def prepare(modules: ModuleMap) -> Module | None:
-    """Before a live stop: the Go program among the modules, its layout read; or None.
+def prepare(module: Module) -> Module | None:
+    """Before a live stop: ``module``, the program, with its scheduler's layout read; or None.
 
-    The program is the first module (the executable, mapped below its
-    libraries); nothing else is opened, so a process that is not Go pays
-    for one section lookup.
+    The caller found ``.gopclntab`` among the program's sections (a process
+    that is not Go pays for that lookup alone: ``backtrace/session.py``).
     """
-    if not modules.modules:
-        return None
-    module = modules.modules[0]
-    sections = getattr(module.image, "sections", None)
-    if not sections or ".gopclntab" not in sections:
-        return None
     source = go_table(module)
     if source is None or isinstance(source.runtime(lambda: module.lines), str):
         return None

@@ -29,14 +29,16 @@ def test_a_live_backtrace_imports_no_heavy_module(run_program) -> None:
 
 #: Needed only by a process with JIT code: the readers of the run-time registries and of a
 #: perf map (which is looked for apart, modules/perfmapfile.py); and importlib (the
-#: architecture registry uses __import__).
+#: architecture registry uses __import__).  Go's table and crossings: only by a Go program.
 NOT_FOR_A_C_PROGRAM = {
     "array",
     "importlib",
     "liveunwind.formats.unwind.dynamic",
+    "liveunwind.formats.unwind.gopclntab",
     "liveunwind.formats.unwind.perfmap",
     "liveunwind.modules.jit",
     "liveunwind.targets.linkedlist",
+    "liveunwind.unwinder.goswitch",
 }
 
 
