@@ -227,10 +227,15 @@ class Mover:
     def move(self, value: int, distances: list[int] | None = None) -> int:
         """``value`` moved with the mapping holding it (by ``distances``, the mappings' own by
         default); one in no mapping stays (or raises :class:`_Unmovable` if the other
-        process maps it)."""
+        process maps it, or if the main thread's stack moved it out of its mapping)."""
         at = bisect_right(self._starts, value) - 1
         if at >= 0 and value < self._ends[at]:
-            return value + (self._distances if distances is None else distances)[at]
+            if distances is None or at != self._main_stack:
+                return value + self._distances[at]
+            moved = value + distances[at]
+            if not self._after_starts[at] <= moved < self._after_ends[at]:
+                raise _Unmovable
+            return moved
         if self._mapped_after(value):
             raise _Unmovable
         return value

@@ -21,7 +21,7 @@ from liveunwind.unwinder.layouts import (
 from liveunwind.unwinder.layouts import _Template as Template
 from liveunwind.unwinder.remembered import SuffixRecord
 
-PC, SP = 16, 7  # x86_64's DWARF numbers
+PC, SP, FP = 16, 7, 6  # x86_64's DWARF numbers
 STACK_SIZE = 0x21000
 LIBC = "/usr/lib/x86_64-linux-gnu/libc.so.6"
 
@@ -55,12 +55,14 @@ def _record(
     reason: StopReason = StopReason.END_OF_STACK,
     value: int = 0,
     additive: bool = False,
+    frame_pointer: int | None = None,
 ) -> SuffixRecord:
     """A three-frame walk on BEFORE's stack: libc's sleep, the program's caller and its caller.
 
     The walk read two words: the two return addresses; ``value`` is a third
     word read, a saved register's (0 by default).  ``additive``: its steps only added
-    offsets and read words (SuffixRecord.additive).
+    offsets and read words (SuffixRecord.additive); ``frame_pointer``: the first frame's
+    rbp, a register the rest of the walk used.
     """
     stack = BEFORE[5].start + 0x20000
     libc_pc = BEFORE[4].start + 0x100
@@ -85,7 +87,11 @@ def _record(
         (False, Method.CFI, stack + 0x10, False, on, False),
         (False, method, stack + 0x20, False, on, False),
     ]
-    live = [((SP, PC), (fact[1], fact[0])) for fact in facts]
+    live: list[tuple[tuple[int, ...] | None, object]] = [
+        ((SP, PC), (fact[1], fact[0])) for fact in facts
+    ]
+    if frame_pointer is not None:
+        live[0] = ((FP, SP, PC), (frame_pointer, facts[0][1], facts[0][0]))
     addresses = [stack + 0x8, stack + 0x18, stack + 0x28]
     values = [program_pc, program_pc + 0x20, value]
     detail = f"the program's entry function, at {BEFORE[1].start + 0x60:#x}"
@@ -199,9 +205,15 @@ def test_a_main_threads_walk_moves_by_its_stack_pointers_distance_where_its_step
     for after in (after_sp + STACK_ALIGNMENT // 2, AFTER[4].start):
         found = Mover(BEFORE, AFTER, (before_sp, after)).moved_record(template)
         assert found is not None and found[0].facts[0][1] == before_sp + STACK_MOVED
-    # A value that would move past the end of the other stack mapping: not moved.
+    # A value that would move past the end of the other stack mapping: not moved; nor a
+    # register the walk uses that would (a frame pointer near the top of the stack).
     beyond = STACK_MOVED + 0x1000 - 0x40
     assert Mover(BEFORE, AFTER, (before_sp, before_sp + beyond)).moved_record(template) is None
+    high = BEFORE[5].end - 0x10
+    used = _template(_record(additive=True, value=saved, frame_pointer=high))
+    assert used is not None
+    assert Mover(BEFORE, AFTER, (before_sp, before_sp + STACK_MOVED - 0x100)).moved_record(used)
+    assert Mover(BEFORE, AFTER, (before_sp, after_sp)).moved_record(used) is None
 
 
 def test_walks_that_may_not_be_moved() -> None:
