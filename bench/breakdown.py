@@ -8,7 +8,10 @@ Each layer is a fresh process, run several times, median reported (from
 3. plus liveunwind's hot-path modules (everything a plain backtrace imports),
    from the code bundle as the command takes them (liveunwind/codebundle.py;
    written by the command's first run, which breakdown() makes first);
-4. the whole command, whose ``--stats`` phases give the work itself.
+4. the whole command, whose ``--stats`` phases give the work itself;
+
+and, apart, the floor of any Python backtracer: bench/stop_floor.py, which
+only stops every thread and lets it go.
 
 The differences between layers are the cost of each.  bench/run.py runs it
 on the 9-thread C target, against the same installed copy it times.
@@ -73,11 +76,13 @@ def breakdown(liveunwind: list[str], pid: int) -> dict:
     stdlib = median_wall([python, "-c", STDLIB])
     ours = median_wall([python, "-c", f"{STDLIB}; {BUNDLE}; import {', '.join(HOT_MODULES)}"])
     whole = median_wall([*liveunwind, "pid", str(pid)])
+    floor = median_wall([python, str(Path(__file__).with_name("stop_floor.py")), str(pid)])
     return {
         "interpreter_ms": start * 1e3,
         "stdlib_imports_ms": (stdlib - start) * 1e3,
         "liveunwind_imports_ms": (ours - stdlib) * 1e3,
         "whole_command_ms": whole * 1e3,
+        "stop_floor_ms": floor * 1e3,
         "phases_ms": median_phases([*liveunwind, "pid", str(pid)]),
     }
 
@@ -96,4 +101,7 @@ def format_breakdown(result: dict) -> str:
     lines = [f"{label:40} {value:6.1f} ms" for label, value in layers]
     work = ", ".join(f"{name} {value:.1f}" for name, value in phases.items() if name != "total")
     lines.append(f"work by phase (ms): {work}")
+    if "stop_floor_ms" in result:
+        floor = result["stop_floor_ms"]
+        lines.append(f"{'stop and let go alone (stop_floor.py)':40} {floor:6.1f} ms")
     return "\n".join(lines)
