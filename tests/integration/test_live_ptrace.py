@@ -57,6 +57,44 @@ def test_program_matches_gdb(run_program: RunProgram, gdb: str, name: str) -> No
         assert all(frame.method is Method.CFI for frame in thread.frames[1:]), thread.name
 
 
+def test_copies_of_a_program_take_moved_walks_with_their_own_frames(
+    run_program: RunProgram,
+) -> None:
+    """Four copies of a program backtraced as ``pid`` over many processes does
+    (``unwinder/layouts.py``): from the third, a thread parked as the second's were
+    takes its walk moved (the main thread's by the two stack pointers' distance), and
+    every thread's frames are those of a backtrace of that copy alone, to the CFA.
+    On arm64 each process signs its return addresses with keys of its own: the words
+    differ, so the later copies walk for themselves (the frames are still checked)."""
+    from liveunwind.backtrace.session import Session
+    from liveunwind.backtrace.shared import SharedFiles
+
+    copies = [run_program("threads-O2") for _ in range(4)]
+    shared = SharedFiles(once=True)
+    moved = []
+    for program in copies:
+        session = Session(program.pid, shared=shared, once=True)
+        together = session.backtrace()
+        moved.append(session.cache.suffixed)
+        alone = liveunwind.attach(program.pid)
+        assert _walks(together) == _walks(alone)
+    assert moved[:2] == [0, 0], moved
+    if platform.machine() == "x86_64":
+        assert moved[2:] == [len(together.threads)] * 2, moved
+
+
+def _walks(backtrace: liveunwind.Backtrace) -> list[tuple[object, ...]]:
+    return [
+        (
+            thread.tid,
+            thread.stop_reason,
+            thread.stop_detail,
+            [(f.pc, f.sp, f.cfa, f.method, f.module, f.function) for f in thread.frames],
+        )
+        for thread in backtrace.threads
+    ]
+
+
 def test_command_names_every_frame_of_the_deep_thread(run_program: RunProgram) -> None:
     """The installed command, as a user runs it: thread names, functions, modules, exit 0."""
     program = run_program("threads-O2")
