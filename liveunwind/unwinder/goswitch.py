@@ -71,7 +71,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from liveunwind.arch import Arch
-    from liveunwind.formats.unwind.gopclntab import GoPclnTab
+    from liveunwind.formats.unwind.gopclntab import GoFunction, GoPclnTab
     from liveunwind.frames import Frame
     from liveunwind.modules.goruntime import GoRuntime
     from liveunwind.modules.module import Module
@@ -159,19 +159,10 @@ class GoSwitch:
         None: ``frame`` is not a Go switch frame (the walk ends as it would).
         A string: it is one, and the walk ends there for that reason.
         """
-        source = go_table(module)
-        if source is None:
+        found = go_function(module, frame.lookup_pc)
+        if found is None or found[2] not in SWITCHES:
             return None
-        bias = module.load_bias
-        table = source.go
-        try:
-            function = table.function_at(frame.lookup_pc - bias)
-            name = None if function is None else table.name(function)
-        except FormatError:
-            return None
-        switch = SWITCHES.get(name or "")
-        if switch is None:
-            return None
+        source, switch = found[0], SWITCHES[found[2]]
         layout = source.runtime(lambda: module.lines)
         if isinstance(layout, str):
             return f"{switch}: goroutine not followed: {layout}"
@@ -272,15 +263,8 @@ class GoSwitch:
 
 def calls_vdso(module: Module, lookup_pc: int) -> bool:
     """Whether ``lookup_pc`` lies in one of Go's calls into the vDSO (:data:`VDSO_CALLERS`)."""
-    source = go_table(module)
-    if source is None:
-        return False
-    table = source.go
-    try:
-        function = table.function_at(lookup_pc - module.load_bias)
-        return function is not None and table.name(function) in VDSO_CALLERS
-    except FormatError:
-        return False
+    found = go_function(module, lookup_pc)
+    return found is not None and found[2] in VDSO_CALLERS
 
 
 def unrecorded_switch(frame: Frame, module: Module) -> str | None:
@@ -292,23 +276,30 @@ def unrecorded_switch(frame: Frame, module: Module) -> str | None:
     cross (:data:`SWITCHES`): its caller is not known, to Go's own traceback
     either, and the thread's stack goes on above it.
     """
-    source = go_table(module)
-    if source is None:
+    found = go_function(module, frame.lookup_pc)
+    if found is None:
         return None
-    table = source.go
-    try:
-        function = table.function_at(frame.lookup_pc - module.load_bias)
-        if function is None or not table.writes_sp_unrecorded(function):
-            return None
-        name = table.name(function)
-    except FormatError:
-        return None
-    if name in SWITCHES:
+    source, function, name = found
+    if name in SWITCHES or not source.go.writes_sp_unrecorded(function):
         return None
     return (
         f"{name} moves the stack pointer where .gopclntab does not record it (SPWRITE): "
         "its caller is not known, to Go's own traceback either"
     )
+
+
+def go_function(module: Module, lookup_pc: int) -> tuple[GoTable, GoFunction, str] | None:
+    """The Go function at ``lookup_pc`` of the Go program ``module``: its table, record and
+    name; None outside Go's code, or where the table cannot say."""
+    source = go_table(module)
+    if source is None:
+        return None
+    table = source.go
+    try:
+        function = table.function_at(lookup_pc - module.load_bias)
+        return None if function is None else (source, function, table.name(function))
+    except FormatError:
+        return None
 
 
 def go_table(module: Module) -> GoTable | None:
