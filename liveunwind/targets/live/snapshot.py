@@ -56,7 +56,6 @@ class Snapshot(AddressSpace):
     def __init__(
         self,
         live: PtraceProcess,
-        threads: list[ThreadState] | None,
         mappings: list[Mapping],
         stacks: list[tuple[int, Block]],
         problems: list[str] | None = None,
@@ -64,9 +63,9 @@ class Snapshot(AddressSpace):
         self.pid = live.pid
         self.arch = live.arch
         self._live = live
-        #: None: the live process's, asked for when first needed (decoded then: see
+        #: The live process's threads, asked for when first needed (decoded then: see
         #: PtraceProcess.threads), most often once the process runs again.
-        self._threads = threads
+        self._threads: list[ThreadState] | None = None
         self._mappings = mappings
         #: The stacks, copied at once; then what ``read_frozen`` read while stopped.
         self._copies = _Copies(stacks)
@@ -135,7 +134,7 @@ class Snapshot(AddressSpace):
             # A process killed while held has no maps and no memory left: say so, rather
             # than walk registers through nothing.  (Rare: costs a waitpid per thread.)
             live.check_still_held()
-        return cls(live, None, mappings, stacks, problems)
+        return cls(live, mappings, stacks, problems)
 
     def threads(self) -> list[ThreadState]:
         if self._threads is None:
