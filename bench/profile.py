@@ -61,12 +61,18 @@ ROOT = Path(__file__).resolve().parents[1]
 DURATION = 5
 RATE = 100
 REPETITIONS = 3
+
+
+def _words(flag: str) -> list[str]:
+    """The words given after ``flag`` (``FLAG WORD[,WORD...]``); [""], which every name
+    holds, when the flag is not given."""
+    return sys.argv[sys.argv.index(flag) + 1].split(",") if flag in sys.argv[:-1] else [""]
+
+
 #: ``--only WORD[,WORD...]``: the tools whose name holds one of them (by default every tool).
-ONLY = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv[:-1] else [""]
+ONLY = _words("--only")
 #: ``--targets WORD[,WORD...]``: the targets whose name holds one of them (by default all).
-TARGETS = (
-    sys.argv[sys.argv.index("--targets") + 1].split(",") if "--targets" in sys.argv[:-1] else [""]
-)
+TARGETS = _words("--targets")
 PYTHON_TARGET = "/usr/bin/python3"
 #: Another checkout of liveunwind (``BENCH_PEER=DIR``, e.g. ``git worktree add DIR main``)
 #: profiled in turn with this one, in the same runs: a change measured against what it
