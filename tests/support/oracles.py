@@ -179,6 +179,27 @@ def gdb_gcore(pid: int, core: Path | str, *, gdb: str = "gdb") -> None:
         raise OracleError(f"gdb wrote no core (exit {result.returncode}):\n{result.stderr}")
 
 
+def gdb_run_to_core(
+    program: Path | str, commands: list[str], core: Path | str, *, gdb: str = "gdb"
+) -> str:
+    """Runs ``program`` under gdb, which stops it where ``commands`` (breakpoints,
+    ``run``, ``continue``…) say, writes its core there and kills it; gdb's output.
+
+    The core of a program caught at an instant no signal could choose (inside
+    a given function), for the tests of what a walk does there.
+    """
+    argv = [gdb, "-batch", "-nx", "-iex", "set debuginfod enabled off"]
+    for command in ["set pagination off", "set confirm off", *commands]:
+        argv += ["-ex", command]
+    argv += ["-ex", f"generate-core-file {core}", "-ex", "kill", str(program)]
+    result = _run(argv)
+    if not Path(core).is_file():
+        raise OracleError(
+            f"gdb wrote no core (exit {result.returncode}):\n{result.stdout}\n{result.stderr}"
+        )
+    return result.stdout
+
+
 _EU_THREAD = re.compile(r"^TID (\d+):$")
 # "#3  0x000056278e7401d7 - 1 from_library": with -a, " - 1" marks a return
 # address (eu-stack looks its symbol up at pc - 1); the name may be missing.

@@ -14,14 +14,12 @@ a goroutine, from the first moments of the program) and writes its core.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from liveunwind.backtrace.api import open_core
 from liveunwind.frames import StopReason
+from tests.support.oracles import gdb_run_to_core
 
 
 def _symbol(program: Path, name: str) -> int:
@@ -34,28 +32,13 @@ def _symbol(program: Path, name: str) -> int:
     raise AssertionError(f"nm lists no {name} in {program}")
 
 
-def _stop_at(program: Path, address: int, core: Path) -> None:
-    """Runs ``program`` under gdb to ``address`` and writes its core there."""
-    gdb = shutil.which("gdb")
-    if gdb is None:
-        pytest.skip("gdb is not installed")
-    commands = ["set pagination off", "set confirm off", f"break *{address:#x}", "run"]
-    commands += [f"generate-core-file {core}", "kill"]
-    argv = [gdb, "-q", "-nx", "-batch"]
-    for command in commands:
-        argv += ["-ex", command]
-    done = subprocess.run(
-        [*argv, str(program)], capture_output=True, text=True, timeout=120, check=False
-    )
-    if not core.exists():
-        pytest.fail(f"gdb did not stop at {address:#x}:\n{done.stdout}\n{done.stderr}")
-
-
-def test_a_walk_ending_in_gogo_is_not_whole_and_says_why(go_build: Path, tmp_path: Path) -> None:
+def test_a_walk_ending_in_gogo_is_not_whole_and_says_why(
+    go_build: Path, tmp_path: Path, gdb: str
+) -> None:
     program = go_build / "goclock-nodwarf"
     gogo = _symbol(program, "gogo")
     core = tmp_path / "core"
-    _stop_at(program, gogo, core)
+    gdb_run_to_core(program, [f"break *{gogo:#x}", "run"], core, gdb=gdb)
     backtrace = open_core(str(core), str(program))
     assert backtrace.crash is not None
     (thread,) = [t for t in backtrace.threads if t.tid == backtrace.crash.tid]  # gdb's stop

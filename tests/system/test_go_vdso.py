@@ -17,8 +17,6 @@ walk must reach the thread's start.
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 import time
 from pathlib import Path
 
@@ -26,6 +24,7 @@ import pytest
 
 from liveunwind.backtrace.api import attach, open_core
 from liveunwind.frames import Method
+from tests.support.oracles import gdb_run_to_core
 from tests.support.programs import RunningProgram
 
 #: What gdb prints at time.now's entry: its sp, then the word there (the return address).
@@ -34,42 +33,36 @@ _RETURN = re.compile(r"^0x[0-9a-f]+:\s+(0x[0-9a-f]+)$", re.MULTILINE)
 _VDSO_NOTE = "caller from m.vdsoPC and m.vdsoSP"
 
 
-def _stop_in_the_vdso(program: Path, core: Path) -> tuple[int, int]:
+def _stop_in_the_vdso(program: Path, core: Path, gdb: str) -> tuple[int, int]:
     """Runs ``program`` under gdb to its clock's vDSO call; its core, and time.now's sp and
     return address at entry."""
-    gdb = shutil.which("gdb")
-    if gdb is None:
-        pytest.skip("gdb is not installed")
-    commands = [
-        "set pagination off",
-        "set confirm off",
-        "break main.clockloop",
-        "run",
-        "break 'time.now'",
-        "continue",
-        "p/x $sp",
-        "x/gx $sp",
-        # The same thread's next clock_gettime: this time.now's (it cannot be preempted).
-        'eval "break __vdso_clock_gettime thread %d", $_thread',
-        "continue",
-        f"generate-core-file {core}",
-        "kill",
-    ]
-    argv = [gdb, "-q", "-nx", "-batch"]
-    for command in commands:
-        argv += ["-ex", command]
-    done = subprocess.run(
-        [*argv, str(program)], capture_output=True, text=True, timeout=120, check=False
+    printed = gdb_run_to_core(
+        program,
+        [
+            "break main.clockloop",
+            "run",
+            "break 'time.now'",
+            "continue",
+            "p/x $sp",
+            "x/gx $sp",
+            # The same thread's next clock_gettime: this time.now's (it cannot be preempted).
+            'eval "break __vdso_clock_gettime thread %d", $_thread',
+            "continue",
+        ],
+        core,
+        gdb=gdb,
     )
-    sp, returned = _SP.search(done.stdout), _RETURN.search(done.stdout)
-    if not core.exists() or sp is None or returned is None:
-        pytest.fail(f"gdb did not stop in time.now's vDSO call:\n{done.stdout}\n{done.stderr}")
+    sp, returned = _SP.search(printed), _RETURN.search(printed)
+    if sp is None or returned is None:
+        pytest.fail(f"gdb did not stop in time.now's vDSO call:\n{printed}")
     return int(sp[1], 16), int(returned[1], 16)
 
 
-def test_time_now_in_the_vdso_goes_on_from_the_ms_record(go_build: Path, tmp_path: Path) -> None:
+def test_time_now_in_the_vdso_goes_on_from_the_ms_record(
+    go_build: Path, tmp_path: Path, gdb: str
+) -> None:
     core = tmp_path / "core"
-    entry_sp, return_address = _stop_in_the_vdso(go_build / "goclock", core)
+    entry_sp, return_address = _stop_in_the_vdso(go_build / "goclock", core, gdb)
     backtrace = open_core(str(core), str(go_build / "goclock"), verbose=True)
     assert backtrace.crash is not None
     (thread,) = [t for t in backtrace.threads if t.tid == backtrace.crash.tid]  # gdb's stop
